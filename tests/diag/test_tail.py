@@ -1,0 +1,133 @@
+"""The incremental log reader: offsets, torn lines, truncation, rotation, missing files."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dflash_diag.tail import LogTail
+
+
+def _append(path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def test_reads_only_appended_lines_and_tracks_line_numbers(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_bytes(b'{"step": 1}\n{"step": 2}\n')
+    tail = LogTail(log)
+    first = tail.read_new()
+    assert first.data == b'{"step": 1}\n{"step": 2}\n'
+    assert (first.first_line_no, first.n_lines, first.reset) == (1, 2, False)
+    assert tail.offset == log.stat().st_size
+
+    assert tail.read_new().data == b""  # nothing new: nothing handed out twice
+
+    _append(log, b'{"step": 3}\n')
+    second = tail.read_new()
+    assert second.data == b'{"step": 3}\n'
+    assert second.first_line_no == 3
+
+
+def test_torn_last_line_waits_for_its_newline(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_bytes(b'{"step": 1}\n{"st')
+    tail = LogTail(log)
+    chunk = tail.read_new()
+    assert chunk.data == b'{"step": 1}\n'
+    assert chunk.pending_bytes == len(b'{"st')
+
+    _append(log, b'ep": 2')  # still no newline
+    chunk = tail.read_new()
+    assert chunk.data == b""
+    assert chunk.pending_bytes == len(b'{"step": 2')
+
+    _append(log, b'}\n{"step": 3}\n')
+    chunk = tail.read_new()
+    assert chunk.data == b'{"step": 2}\n{"step": 3}\n'  # the torn line arrives whole, once
+    assert chunk.first_line_no == 2
+    assert chunk.pending_bytes == 0
+
+
+def test_truncation_rereads_from_the_start(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_bytes(b'{"step": 1}\n{"step": 2}\n{"step": 3}\n')
+    tail = LogTail(log)
+    tail.read_new()
+    with open(log, "wb") as f:  # truncate in place (same inode), shorter than our offset
+        f.write(b'{"step": 9}\n')
+    chunk = tail.read_new()
+    assert chunk.reset
+    assert chunk.data == b'{"step": 9}\n'
+    assert chunk.first_line_no == 1
+    assert tail.resets == 1
+    _append(log, b'{"step": 10}\n')
+    after = tail.read_new()
+    assert (after.reset, after.data, after.first_line_no) == (False, b'{"step": 10}\n', 2)
+
+
+def test_in_place_rewrite_to_a_larger_size_is_noticed(tmp_path):
+    # Size alone cannot see this one: the new content is longer than what was read.
+    log = tmp_path / "train.jsonl"
+    log.write_bytes(b'{"step": 1}\n')
+    tail = LogTail(log)
+    tail.read_new()
+    ino = log.stat().st_ino
+    with open(log, "wb") as f:
+        f.write(b'{"step": 7, "loss": 2.0}\n{"step": 8}\n')
+    assert log.stat().st_ino == ino
+    chunk = tail.read_new()
+    assert chunk.reset
+    assert chunk.data == b'{"step": 7, "loss": 2.0}\n{"step": 8}\n'
+
+
+def test_rotation_switches_to_the_new_file(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_bytes(b'{"step": 1}\n{"step": 2}\n')
+    tail = LogTail(log)
+    tail.read_new()
+    os.rename(log, tmp_path / "train.jsonl.1")
+    assert tail.read_new().missing  # rotated away, not yet re-created
+    # The new file is larger than the old offset, so only its inode tells it apart.
+    log.write_bytes(b'{"step": 3}\n{"step": 4}\n{"step": 5}\n')
+    chunk = tail.read_new()
+    assert chunk.reset
+    assert chunk.data == b'{"step": 3}\n{"step": 4}\n{"step": 5}\n'
+    assert chunk.first_line_no == 1
+
+
+def test_file_created_after_the_tail_started(tmp_path):
+    log = tmp_path / "later.jsonl"
+    tail = LogTail(log)
+    chunk = tail.read_new()
+    assert chunk.missing and chunk.data == b""
+    log.write_bytes(b'{"step": 1}\n')
+    chunk = tail.read_new()
+    assert not chunk.missing and not chunk.reset
+    assert chunk.data == b'{"step": 1}\n'
+
+
+def test_max_chunk_bytes_consumes_a_backlog_in_pieces(tmp_path):
+    log = tmp_path / "train.jsonl"
+    lines = [b'{"step": %d}\n' % i for i in range(100)]
+    log.write_bytes(b"".join(lines))
+    tail = LogTail(log, max_chunk_bytes=64)
+    got = b""
+    first_numbers = []
+    for _ in range(100):
+        chunk = tail.read_new()
+        if chunk.data:
+            first_numbers.append(chunk.first_line_no)
+        got += chunk.data
+        if tail.offset == log.stat().st_size and chunk.pending_bytes == 0:
+            break
+    assert got == b"".join(lines)
+    # every piece starts where the previous one ended
+    assert first_numbers[0] == 1 and first_numbers == sorted(set(first_numbers))
+
+
+def test_rejects_a_nonpositive_chunk_bound(tmp_path):
+    with pytest.raises(ValueError, match="max_chunk_bytes"):
+        LogTail(tmp_path / "x", max_chunk_bytes=0)

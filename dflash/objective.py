@@ -1,0 +1,171 @@
+"""The DFlash training objective: anchors, packed blocks, masks, decayed cross-entropy, metrics.
+
+For an anchor a of sequence n the drafter sees
+    block input   [x_a, MASK, ..., MASK]         at positions a .. a+B-1
+    context       target features of positions  0 .. a-1   (strictly before the anchor)
+and block position k (1..B-1) predicts x_{a+k} (same-position labels). Two bugs that public
+trainers shipped are excluded by construction here and by tests: labels shifted by one, and a
+context that includes the anchor's own hidden state (which already encodes the target's
+prediction of x_{a+1}).
+
+All blocks of all sequences of a batch go through the drafter in one pass, laid out as M blocks
+that each attend to their own sequence's context (masked to < anchor) plus their own B positions;
+blocks never see each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .metrics import StepMetrics, prefix_accept
+from .model import DFlashDraftModel
+from .target import TargetModel
+
+
+def valid_anchor_mask(loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[N, T] bool: positions a whose block targets x_{a+1} .. x_{a+B-1} are all supervised.
+
+    Requiring the whole block to be supervised keeps every block's B-1 predictions real, so the
+    per-position metrics share one denominator (the number of blocks). The anchor itself may be
+    the last prompt token: that is the first draft after prefill at serving time.
+    """
+    N, T = loss_mask.shape
+    span = block_size - 1
+    valid = torch.zeros(N, T, dtype=torch.bool, device=loss_mask.device)
+    if T <= span:
+        return valid
+    lm = loss_mask.to(torch.int64)
+    # Count of supervised tokens in the window a+1 .. a+span, via a cumulative sum.
+    csum = torch.cat([torch.zeros(N, 1, dtype=torch.int64, device=lm.device), lm.cumsum(1)], dim=1)
+    window = csum[:, 1 + span:] - csum[:, 1:T - span + 1]  # a = 0 .. T-span-1
+    valid[:, : T - span] = window == span
+    return valid
+
+
+def sample_anchors(loss_mask: torch.Tensor, block_size: int, num_anchors: int,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random anchors, without replacement, among the valid positions of each sequence.
+
+    Args:
+        loss_mask: [N, T] bool, True on supervised tokens.
+        block_size: B.
+        num_anchors: blocks wanted per sequence (capped by the valid positions).
+        generator: a CPU torch.Generator (seeded by the caller for reproducibility).
+    Returns:
+        (seq_idx [M], anchors [M]) long tensors on loss_mask's device, sorted by (seq, anchor).
+    """
+    valid = valid_anchor_mask(loss_mask, block_size).cpu()
+    N, T = valid.shape
+    keys = torch.rand(N, T, generator=generator)
+    keys[~valid] = -1.0
+    k = min(num_anchors, T)
+    top, idx = keys.topk(k, dim=1)
+    chosen = torch.zeros_like(valid)
+    chosen.scatter_(1, idx, top >= 0)
+    seq_idx, anchors = chosen.nonzero(as_tuple=True)
+    return seq_idx.to(loss_mask.device), anchors.to(loss_mask.device)
+
+
+def block_labels(input_ids: torch.Tensor, seq_idx: torch.Tensor, anchors: torch.Tensor,
+                 block_size: int) -> torch.Tensor:
+    """[M, B-1] labels: block position k predicts x_{a+k} (k = 1..B-1), same-position."""
+    offs = torch.arange(1, block_size, device=input_ids.device)
+    return input_ids[seq_idx[:, None], anchors[:, None] + offs]
+
+
+def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids: torch.Tensor,
+                       features: torch.Tensor, seq_idx: torch.Tensor,
+                       anchors: torch.Tensor) -> torch.Tensor:
+    """Logits of the B-1 predicted positions of M packed blocks, in one drafter pass.
+
+    Args:
+        input_ids: [N, T]; only the anchor tokens x_a are read.
+        features: [N, T, K*H] target features of the same sequences.
+        seq_idx, anchors: [M] which sequence each block comes from and its anchor position.
+    Returns:
+        [M, B-1, V] logits for block positions 1..B-1.
+    """
+    cfg = drafter.config
+    B = cfg.block_size
+    M = anchors.shape[0]
+    device = input_ids.device
+    # Positions at or after the last anchor are never visible: drop them from the context.
+    Tc = int(anchors.max()) if M else 0
+    pos = torch.arange(Tc, device=device)
+    ctx_kv_seq = drafter.context_kv(features[:, :Tc], pos[None])
+    ctx_kv = [(k[seq_idx], v[seq_idx]) for k, v in ctx_kv_seq]  # [M, g, Tc, d]
+    # The no-leak rule: block m sees context position j only if j < a_m (never its anchor's own
+    # hidden state, which is the target's prediction of the token the block must guess).
+    ctx_mask = pos[None, :] < anchors[:, None]
+    block_ids = torch.full((M, B), cfg.mask_token_id, dtype=input_ids.dtype, device=device)
+    block_ids[:, 0] = input_ids[seq_idx, anchors]
+    block_pos = anchors[:, None] + torch.arange(B, device=device)
+    with torch.no_grad():
+        embeds = target.embed_tokens(block_ids)
+    hidden = drafter(embeds.to(features.dtype), block_pos, ctx_kv, ctx_mask)
+    return target.lm_head(hidden[:, 1:])
+
+
+@dataclass
+class ObjectiveOutput:
+    """loss: loss_sum / weight_sum (differentiable; zero with a graph when no block was drawn).
+    loss_sum: the differentiable weighted CE sum, for exact normalisation across micro-batches
+    (divide each micro-batch's loss_sum by the whole step's weight_sum).
+    metrics: the summable StepMetrics of this batch."""
+
+    loss: torch.Tensor
+    loss_sum: torch.Tensor
+    metrics: StepMetrics
+
+
+def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
+                             batch: dict[str, torch.Tensor], generator: torch.Generator,
+                             features: torch.Tensor | None = None,
+                             anchors: tuple[torch.Tensor, torch.Tensor] | None = None,
+                             ) -> ObjectiveOutput:
+    """The DFlash loss and metrics of one token-budget batch.
+
+    Args:
+        drafter: the model being trained.
+        target: the frozen target (embedding, lm_head, and features when not given).
+        batch: right-padded ``input_ids`` [N, T], ``attention_mask`` [N, T] and ``loss_mask``
+            [N, T] bool (True on supervised response tokens).
+        generator: CPU generator for the anchor draw.
+        features: [N, T, K*H] target features, when a separate stage computed them.
+        anchors: explicit (seq_idx, anchors) instead of a random draw (tests, evaluation).
+    Returns:
+        ObjectiveOutput with loss = sum_k w_k CE_k / sum_k w_k over all blocks,
+        w_k = exp(-(k-1)/gamma).
+    """
+    cfg = drafter.config
+    B = cfg.block_size
+    input_ids = batch["input_ids"]
+    loss_mask = batch["loss_mask"].bool() & batch["attention_mask"].bool()
+    n_tokens = int(batch["attention_mask"].sum())
+    if features is None:
+        features = target.forward(input_ids, cfg.target_layer_ids, batch["attention_mask"],
+                                  logits=False).features
+    if anchors is None:
+        seq_idx, anchor_pos = sample_anchors(loss_mask, B, cfg.num_anchors, generator)
+    else:
+        seq_idx, anchor_pos = anchors
+    M = int(anchor_pos.shape[0])
+    if M == 0:
+        # Keep a graph so every rank/micro-batch can call backward (DDP needs all params used).
+        zero = sum(p.sum() for p in drafter.parameters()) * 0.0
+        return ObjectiveOutput(zero, zero, StepMetrics(block_size=B, n_tokens=n_tokens))
+
+    logits = draft_block_logits(drafter, target, input_ids, features, seq_idx, anchor_pos)
+    labels = block_labels(input_ids, seq_idx, anchor_pos, B)
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                         reduction="none").view(M, B - 1)
+    w = torch.tensor(cfg.loss_weights(), dtype=torch.float32, device=ce.device)
+    loss_sum = (ce * w).sum()
+    weight_sum = float(w.sum()) * M
+    correct = logits.detach().argmax(-1) == labels
+    metrics = StepMetrics.from_correctness(correct.cpu(), loss_sum=float(loss_sum.detach()),
+                                           weight_sum=weight_sum, n_tokens=n_tokens)
+    return ObjectiveOutput(loss=loss_sum / weight_sum, loss_sum=loss_sum, metrics=metrics)

@@ -1,0 +1,124 @@
+"""TargetModel: the frozen Hugging Face causal LM the drafter learns from and drafts for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class TargetOutput:
+    """One target forward.
+
+    logits: [N, T, V] (None when not asked for).
+    features: [N, T, K*H], hidden states of the chosen layers concatenated along the last dim.
+    cache: the HF KV cache after this forward (None when no cache was used).
+    """
+
+    logits: torch.Tensor | None
+    features: torch.Tensor
+    cache: object | None = None
+
+
+class TargetModel:
+    """Wraps any HF ``AutoModelForCausalLM``; frozen, eval mode, every forward under no_grad.
+
+    Args:
+        model: a loaded causal LM (e.g. ``Qwen3ForCausalLM``, ``LlamaForCausalLM``).
+        name: where it came from (path or hub id), recorded in drafter configs.
+    """
+
+    def __init__(self, model: nn.Module, name: str = "") -> None:
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.name = name or getattr(model.config, "_name_or_path", "") or ""
+
+    @classmethod
+    def from_pretrained(cls, path_or_id: str, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | str = torch.float32) -> TargetModel:
+        """Loads a causal LM from a local directory (no network needed) or a hub id.
+
+        Raises:
+            ValueError: when the model cannot be found or loaded.
+        """
+        from transformers import AutoModelForCausalLM
+
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=dtype)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot load target model {path_or_id!r}: {e}") from e
+        return cls(model.to(device), name=str(path_or_id))
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.config.num_hidden_layers
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        """The frozen input embedding (shared with the drafter)."""
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        """The frozen output projection (shared with the drafter)."""
+        return self.model.get_output_embeddings()
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, layer_ids: Sequence[int],
+                attention_mask: torch.Tensor | None = None, *, logits: bool = True,
+                cache: object | None = None, use_cache: bool = False,
+                position_ids: torch.Tensor | None = None) -> TargetOutput:
+        """One forward pass returning logits and the concatenated hidden states of ``layer_ids``.
+
+        Layer id i means the output of decoder layer i, which is HF ``hidden_states[i + 1]``
+        (index 0 is the embedding output).
+
+        Args:
+            input_ids: [N, T] token ids.
+            layer_ids: target layers to read (DFlashConfig.target_layer_ids).
+            attention_mask: [N, T], 1 on real tokens (right padding is fine: causal attention
+                means real positions never see the padding after them).
+            logits: False skips the lm_head (training needs only the features).
+            cache: an HF cache to extend (incremental decoding); with use_cache=True a new one is
+                created when None.
+            position_ids: [N, T] explicit positions (defaults to continuing the cache).
+        """
+        use_cache = use_cache or cache is not None
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                      use_cache=use_cache, position_ids=position_ids)
+        if cache is not None:
+            kwargs["cache"] = cache
+        if logits:
+            out = self.model(**kwargs)
+            lg = out.logits
+        else:
+            out = self.model.get_decoder()(**kwargs)
+            lg = None
+        hs = out.hidden_states
+        n = len(hs) - 1
+        bad = [i for i in layer_ids if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"target layer ids {bad} outside 0..{n - 1}")
+        features = torch.cat([hs[i + 1] for i in layer_ids], dim=-1)
+        return TargetOutput(logits=lg, features=features,
+                            cache=getattr(out, "cache", None) if use_cache else None)
+
+    __call__ = forward

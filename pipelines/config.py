@@ -1,0 +1,219 @@
+"""Typed configuration of the training programs: defaults < TOML file (``--config``) < flags.
+
+Every field is validated in ``__post_init__`` (ValueError with a one-line message), so a bad
+config or flag is reported before any model is loaded. The defaults run on a laptop CPU with the
+bundled tiny target; a GPU run changes ``target``, ``device``, ``target_devices`` and the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the project runs on 3.11; 3.10 needs the tomli backport
+    import tomli as tomllib
+
+#: Keyword meaning "the bundled tiny target / dataset" (resolved by dflash.data's defaults).
+BUNDLED = "bundled"
+
+
+@dataclass
+class TrainConfig:
+    """Settings shared by ``dflash-train sync`` and ``dflash-train pipeline``."""
+
+    target: str = BUNDLED
+    """Target model: a local HF directory or hub id; "bundled" = pipelines/assets/tiny_target."""
+    data: str = BUNDLED
+    """Training data directory (target-regenerated); "bundled" = pipelines/assets/tiny_data."""
+    device: str = "cpu"
+    """Device of the drafter (and of the target in the lock-step trainer)."""
+    dtype: str = "float32"
+    """Parameter dtype of target and drafter: float32 or bfloat16."""
+    seed: int = 0
+    """Seeds data order, anchor sampling and drafter initialisation."""
+    max_steps: int = 150
+    """Run until this optimizer step (absolute: a resumed run continues the count)."""
+    token_budget: int = 1024
+    """Tokens (padding included) per micro-batch: the lock-step trainer's whole step."""
+    peak_lr: float = 6e-4
+    """Peak learning rate (AdamW), reached at the end of warmup."""
+    min_lr: float = 6e-5
+    """Floor of the cosine decay, reached at ``total_steps``."""
+    warmup_ratio: float = 0.04
+    """Warmup length as a fraction of ``total_steps``."""
+    total_steps: int | None = None
+    """Length of the schedule; default ``max_steps``."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 disables)."""
+    log: str = "logs/train.jsonl"
+    """JSONL log, appended to (never truncated)."""
+    log_every: int = 1
+    """Write a metrics record every N optimizer steps."""
+    ckpt_dir: str = "checkpoints"
+    """Directory holding one ``step-NNNNNN/`` checkpoint per save."""
+    ckpt_every: int = 50
+    """Save every N optimizer steps (0: only at the end); always at the end of the run."""
+    resume: str | None = None
+    """Checkpoint directory to continue from (written by either program)."""
+    eval_every: int = 0
+    """Measure real tau on held-out prompts every N steps (0: never)."""
+    eval_prompts: int = 8
+    """Held-out prompts per eval."""
+    eval_new_tokens: int = 32
+    """Tokens generated per prompt in an eval."""
+    max_nonfinite: int = 5
+    """Stop the run after this many non-finite steps in a row."""
+    torch_threads: int = 0
+    """torch intra-op threads for the whole process (0: torch's default)."""
+    progress: bool | None = None
+    """Show a progress bar (default: only when stderr is a terminal)."""
+    drafter: dict[str, Any] = field(default_factory=dict)
+    """DFlashConfig overrides ([drafter] table): block_size, num_draft_layers, num_anchors, ..."""
+
+    def __post_init__(self) -> None:
+        _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
+                       "eval_new_tokens", "max_nonfinite")
+        _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads")
+        if self.total_steps is not None:
+            _positive_ints(self, "total_steps")
+        for name in ("peak_lr", "min_lr", "weight_decay", "grad_clip", "warmup_ratio"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+            setattr(self, name, float(v))
+        if self.peak_lr <= 0:
+            raise ValueError(f"peak_lr must be > 0, got {self.peak_lr}")
+        if self.min_lr > self.peak_lr:
+            raise ValueError(f"min_lr ({self.min_lr}) must not exceed peak_lr ({self.peak_lr})")
+        if not self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be < 1, got {self.warmup_ratio}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        for name in ("target", "data", "device", "log", "ckpt_dir"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        _check_device(self.device, "device")
+        if not isinstance(self.drafter, dict):
+            raise ValueError(f"drafter must be a table of DFlashConfig fields, got {self.drafter!r}")  # noqa: TRY004 - user input
+        # Validate the drafter overrides now (cheap, no model), not after loading the target.
+        from dflash.config import DFlashConfig
+
+        try:
+            DFlashConfig.from_dict(dict(self.drafter))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"[drafter]: {e}") from None
+
+    @property
+    def schedule_total_steps(self) -> int:
+        return self.total_steps if self.total_steps is not None else self.max_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (the ``config`` of the log header)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class PipelineConfig(TrainConfig):
+    """Settings of ``dflash-train pipeline`` (the CSP pipeline)."""
+
+    grad_accum: int = 4
+    """Micro-batches per optimizer step."""
+    target_devices: list[str] | None = None
+    """One target forward worker per entry (default: one on ``device``)."""
+    channel_capacity: int = 4
+    """Items each bounded channel holds (the read-ahead between stages)."""
+    eval_every: int = 50
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive_ints(self, "grad_accum", "channel_capacity")
+        if self.target_devices is None:
+            self.target_devices = [self.device]
+        if isinstance(self.target_devices, str):
+            self.target_devices = parse_device_list(self.target_devices)
+        if not isinstance(self.target_devices, list) or not self.target_devices:
+            raise ValueError(f"target_devices must be a non-empty list, got {self.target_devices!r}")
+        for d in self.target_devices:
+            _check_device(d, "target_devices")
+
+
+def parse_device_list(text: str) -> list[str]:
+    """``"cuda:1,cuda:2"`` -> ``["cuda:1", "cuda:2"]``."""
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    if not devices:
+        raise ValueError(f"empty device list {text!r}")
+    return devices
+
+
+def _check_device(dev: Any, name: str) -> None:
+    ok = isinstance(dev, str) and (
+        dev in ("cpu", "cuda", "mps")
+        or (dev.startswith("cuda:") and dev[5:].isdigit())
+    )
+    if not ok:
+        raise ValueError(f"{name}: bad device {dev!r} (expected cpu, cuda or cuda:N)")
+
+
+def _positive_ints(cfg: Any, *names: str) -> None:
+    for name in names:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+def _non_negative_ints(cfg: Any, *names: str) -> None:
+    for name in names:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+
+
+C = TypeVar("C", bound=TrainConfig)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config file.
+
+    Raises:
+        ValueError: missing file or TOML syntax error (one line, with the file name).
+    """
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"config file not found: {p}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config file {p}: {e}") from None
+
+
+def build_config(cls: type[C], file: str | Path | None = None,
+                 overrides: dict[str, Any] | None = None) -> C:
+    """Defaults, then the TOML file, then flag overrides (``None`` values mean "not given").
+
+    Raises:
+        ValueError: unknown key, wrong type or out-of-range value (one line).
+    """
+    values: dict[str, Any] = read_toml(file) if file is not None else {}
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        where = f" in {file}" if file else ""
+        raise ValueError(f"unknown config key(s){where}: {', '.join(unknown)}")
+    for k, v in (overrides or {}).items():
+        if k not in known:
+            raise ValueError(f"unknown config key: {k}")
+        if v is not None:
+            values[k] = v
+    try:
+        return cls(**values)
+    except TypeError as e:  # e.g. a table where a number belongs
+        raise ValueError(str(e)) from None

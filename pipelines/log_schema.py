@@ -1,0 +1,233 @@
+"""The JSONL log schema v1 (DESIGN.md section 4) as small record dataclasses plus a validator.
+
+Each record becomes one JSON object on one line (see :mod:`pipelines.logwriter`). Metric records
+carry no ``event`` key: that is the legacy format of the lock-step trainer, which readers already
+know; every other record names its ``event``. Optional pipeline fields left as ``None`` are omitted,
+so the lock-step trainer's records are exactly ``step, time, epoch, loss, acc, lr``.
+
+Non-finite floats are written as the bare tokens ``NaN``/``Infinity`` (Python's ``json`` default).
+Python's ``json.loads`` reads them back as floats, so a NaN loss stays a NaN (counted by the
+diagnostics) instead of turning into ``null`` (a missing value).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+SCRIPTS = ("sync", "pipeline")
+STOP_REASONS = ("max_steps", "signal", "nonfinite", "error", "data_exhausted")
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+@dataclass
+class RunStart:
+    """Header written at every launch (a resumed launch writes its own, with ``resumed_from``)."""
+
+    script: str
+    time: float
+    config: dict[str, Any]
+    schedule: dict[str, Any]
+    block_size: int
+    steps_per_epoch: float | None
+    world_size: int = 1
+    resumed_from: dict[str, Any] | None = None  # {"path": str, "step": int}
+    event: str = "run_start"
+    schema: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        # key order: event and schema first, for people reading the log with `head`
+        return {"event": d.pop("event"), "schema": d.pop("schema"), **d}
+
+
+@dataclass
+class Metrics:
+    """One optimizer step. The first six fields are the legacy record; the rest are pipeline-only.
+
+    ``loss`` and ``acc`` are exact per-token means over the step (sums divided by ``n_pred``),
+    not means of micro-batch means.
+    """
+
+    step: int
+    time: float
+    epoch: float
+    loss: float
+    acc: float
+    lr: float
+    tok_per_sec: float | None = None
+    n_tokens: int | None = None
+    n_blocks: int | None = None
+    n_pred: int | None = None
+    acc_pos: list[float] | None = None
+    accept_pos: list[float] | None = None
+    tau_train: float | None = None
+    grad_norm: float | None = None
+    stage_busy: dict[str, float] | None = None
+    queue_fill: dict[str, float] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none(asdict(self))
+
+
+@dataclass
+class EvalRecord:
+    """Real acceptance length from speculative decoding on held-out prompts."""
+
+    step: int
+    time: float
+    tau: float
+    tau_hist: list[int]
+    n_prompts: int
+    new_tokens: int
+    temperature: float = 0.0
+    event: str = "eval"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CheckpointRecord:
+    step: int
+    time: float
+    path: str
+    event: str = "checkpoint"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class NonFiniteRecord:
+    """A step whose loss or gradient was not finite: the update was skipped."""
+
+    step: int
+    time: float
+    loss: float
+    grad_norm: float | None
+    consecutive: int
+    event: str = "nonfinite"
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none(asdict(self))
+
+
+@dataclass
+class StopRecord:
+    """The last record of a launch: why it ended, at which step."""
+
+    step: int
+    time: float
+    reason: str
+    error: str | None = None
+    event: str = "stop"
+
+    def __post_init__(self) -> None:
+        if self.reason not in STOP_REASONS:
+            raise ValueError(f"stop reason must be one of {STOP_REASONS}, got {self.reason!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none(asdict(self))
+
+
+# -- validation (used by the tests on every record written) ------------------------------------
+
+_NUM = (int, float)
+
+
+@dataclass
+class _Spec:
+    required: dict[str, tuple[type, ...]]
+    optional: dict[str, tuple[type, ...]] = field(default_factory=dict)
+
+
+_LEGACY = {"step": (int,), "time": _NUM, "epoch": _NUM, "loss": _NUM, "acc": _NUM, "lr": _NUM}
+_PIPELINE = {
+    "tok_per_sec": _NUM, "n_tokens": (int,), "n_blocks": (int,), "n_pred": (int,),
+    "acc_pos": (list,), "accept_pos": (list,), "tau_train": _NUM, "grad_norm": _NUM,
+    "stage_busy": (dict,), "queue_fill": (dict,),
+}
+_SPECS = {
+    "metrics": _Spec(_LEGACY, _PIPELINE),
+    "run_start": _Spec({
+        "event": (str,), "schema": (int,), "script": (str,), "time": _NUM, "config": (dict,),
+        "schedule": (dict,), "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)),
+        "world_size": (int,), "resumed_from": (dict, type(None)),
+    }),
+    "eval": _Spec({
+        "event": (str,), "step": (int,), "time": _NUM, "tau": _NUM, "tau_hist": (list,),
+        "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM,
+    }),
+    "checkpoint": _Spec({"event": (str,), "step": (int,), "time": _NUM, "path": (str,)}),
+    "nonfinite": _Spec(
+        {"event": (str,), "step": (int,), "time": _NUM, "loss": _NUM, "consecutive": (int,)},
+        {"grad_norm": _NUM},
+    ),
+    "stop": _Spec({"event": (str,), "step": (int,), "time": _NUM, "reason": (str,)},
+                  {"error": (str,)}),
+}
+
+
+def record_kind(rec: dict[str, Any]) -> str:
+    """``"metrics"`` for a record without ``event``, else the event name."""
+    return rec.get("event", "metrics")
+
+
+def validate_record(rec: dict[str, Any]) -> str:
+    """Check one decoded log record against schema v1.
+
+    Returns:
+        The record's kind (see :func:`record_kind`).
+
+    Raises:
+        ValueError: unknown event, missing or unexpected field, or a field of the wrong type.
+    """
+    kind = record_kind(rec)
+    spec = _SPECS.get(kind)
+    if spec is None:
+        raise ValueError(f"unknown event {kind!r}")
+    for name, types in spec.required.items():
+        if name not in rec:
+            raise ValueError(f"{kind}: missing field {name!r}")
+        _check_type(kind, name, rec[name], types)
+    for name, value in rec.items():
+        if name in spec.required:
+            continue
+        if name not in spec.optional:
+            raise ValueError(f"{kind}: unexpected field {name!r}")
+        _check_type(kind, name, value, spec.optional[name])
+    if kind == "run_start":
+        if rec["schema"] != SCHEMA_VERSION or rec["script"] not in SCRIPTS:
+            raise ValueError(f"run_start: bad schema/script {rec['schema']}/{rec['script']}")
+        if set(rec["schedule"]) != {"kind", "peak_lr", "warmup_steps", "total_steps", "min_lr"}:
+            raise ValueError(f"run_start: schedule fields {sorted(rec['schedule'])}")
+        if rec["resumed_from"] is not None and set(rec["resumed_from"]) != {"path", "step"}:
+            raise ValueError("run_start: resumed_from must be {path, step}")
+    if kind == "metrics":
+        present = set(rec) & set(_PIPELINE)
+        if present and present != set(_PIPELINE):
+            raise ValueError(f"metrics: partial pipeline fields, missing {set(_PIPELINE) - present}")
+        for name in ("acc_pos", "accept_pos"):
+            if name in rec and not all(isinstance(x, _NUM) for x in rec[name]):
+                raise ValueError(f"metrics: {name} must hold numbers")
+        for name in ("stage_busy", "queue_fill"):
+            if name in rec and not all(
+                isinstance(v, _NUM) and (math.isnan(v) or 0.0 <= v <= 1.0)
+                for v in rec[name].values()
+            ):
+                raise ValueError(f"metrics: {name} values must be fractions in [0, 1]")
+    if kind == "stop" and rec["reason"] not in STOP_REASONS:
+        raise ValueError(f"stop: unknown reason {rec['reason']!r}")
+    return kind
+
+
+def _check_type(kind: str, name: str, value: Any, types: tuple[type, ...]) -> None:
+    # bool is an int subclass in Python; a bool where a number belongs is a bug, not a number.
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise ValueError(f"{kind}: field {name!r} has type {type(value).__name__}")  # noqa: TRY004

@@ -1,0 +1,48 @@
+"""The learning-rate schedule (a pure function)."""
+
+import itertools
+import math
+
+import pytest
+
+from pipelines.schedule import Schedule, lr_at
+
+
+def test_warmup_is_linear_and_1_based():
+    s = Schedule(peak_lr=6e-4, warmup_steps=4, total_steps=100, min_lr=0.0)
+    assert [lr_at(k, s) for k in (1, 2, 4)] == pytest.approx([1.5e-4, 3e-4, 6e-4])
+
+
+def test_cosine_hits_midpoint_and_floor():
+    s = Schedule(peak_lr=1.0, warmup_steps=10, total_steps=110, min_lr=0.1)
+    assert lr_at(60, s) == pytest.approx(0.55)  # halfway through the decay: mean of peak and floor
+    assert lr_at(110, s) == pytest.approx(0.1)
+    assert lr_at(500, s) == pytest.approx(0.1)  # beyond the schedule: the floor
+    decay = [lr_at(k, s) for k in range(10, 111)]
+    assert all(a >= b for a, b in itertools.pairwise(decay))
+
+
+def test_from_ratio_uses_paper_warmup():
+    s = Schedule.from_ratio(1000)
+    assert (s.peak_lr, s.warmup_steps, s.total_steps) == (6e-4, 40, 1000)
+    assert Schedule.from_ratio(10).warmup_steps == 1  # rounded up: never zero with a ratio > 0
+    assert set(s.to_dict()) == {"kind", "peak_lr", "warmup_steps", "total_steps", "min_lr"}
+
+
+def test_no_warmup_starts_at_peak():
+    s = Schedule(peak_lr=2.0, warmup_steps=0, total_steps=3)
+    assert lr_at(1, s) == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi / 3)))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"peak_lr": 0.0}, {"min_lr": 1.0}, {"total_steps": 0}, {"warmup_steps": 20, "total_steps": 10},
+    {"kind": "linear"},
+])
+def test_invalid_schedules_raise(kwargs):
+    with pytest.raises(ValueError):
+        Schedule(**{"peak_lr": 6e-4, "total_steps": 10, **kwargs})
+
+
+def test_step_zero_is_rejected():
+    with pytest.raises(ValueError):
+        lr_at(0, Schedule(total_steps=10))

@@ -10,8 +10,8 @@ getting worse.
 
 Input is the metrics frame after restart resolution (one row per step, step order) with the columns
 of schema v1 (``step``, ``loss``, ``acc`` and, where logged, ``n_tokens``, ``n_pred``,
-``tok_per_sec``), plus ``header``: the index into ``headers`` of the ``run_start`` header in force
-for the record (null before any header).
+``tok_per_sec``), plus ``run``: the index into ``headers`` of the ``run_start`` header in force
+for the record (-1 or null before any header), as `dflash_diag.reader.ParsedLog.metrics` has it.
 """
 
 from __future__ import annotations
@@ -237,9 +237,9 @@ def _regime_labels(
 ) -> tuple[list[str], str | None]:
     """A label per row and the rule that produced them, trying the rules in the issue's order:
     the header's script, then the field signature, then the normalisation settings."""
-    header_idx = frame["header"].to_list() if "header" in frame.columns else [None] * frame.height
+    header_idx = frame["run"].to_list() if "run" in frame.columns else [None] * frame.height
 
-    def cfg(i: int | None) -> RunConfig | None:
+    def cfg(i: int | None) -> RunConfig | None:  # -1/None: before any header
         return configs[i] if i is not None and 0 <= i < len(configs) else None
 
     scripts = [c.script if (c := cfg(i)) is not None else None for i in header_idx]
@@ -297,14 +297,15 @@ def _mean_of(rows: pl.DataFrame, column: str) -> float | None:
 
 
 def _dominant_config(rows: pl.DataFrame, configs: Sequence[RunConfig]) -> RunConfig | None:
-    if "header" not in rows.columns:
+    if "run" not in rows.columns:
         return None
-    idx = rows["header"].drop_nulls()
+    idx = rows["run"].drop_nulls()
+    idx = idx.filter(idx >= 0)
     if idx.is_empty():
         return None
     # The last header in force: a resumed run's settings are the ones that describe its records.
     i = int(idx[-1])
-    return configs[i] if 0 <= i < len(configs) else None
+    return configs[i] if i < len(configs) else None
 
 
 def find_regimes(
@@ -317,7 +318,7 @@ def find_regimes(
 
     Args:
         frame: one row per step (restarts resolved), step order; see the module docstring.
-        headers: the log's ``run_start`` headers, indexed by the frame's ``header`` column.
+        headers: the log's ``run_start`` headers (their fields), indexed by the ``run`` column.
         trend: ``trend(rows, column) -> slope per 1k steps | None``; None leaves trends out.
 
     Returns:
@@ -506,7 +507,7 @@ def compare_regimes(
 
     Args:
         frame: metrics after restart resolution, step order (see the module docstring).
-        headers: the ``run_start`` headers the frame's ``header`` column points into.
+        headers: the ``run_start`` headers' fields, which the frame's ``run`` column indexes.
         config: K and tolerances; defaults to `CompareConfig()`.
         trend: optional ``trend(rows, column) -> slope per 1k steps`` for each regime.
 

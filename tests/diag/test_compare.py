@@ -39,7 +39,7 @@ def story(seed: int = 0, legacy_loss: float = 1.57, acc_after: float = 0.151) ->
             "step": s,
             "loss": legacy_loss + rng.gauss(0, 0.02),
             "acc": 0.150 + rng.gauss(0, 0.005),
-            "header": 0,
+            "run": 0,
         }
         for s in range(14800, 15000)
     ]
@@ -51,7 +51,7 @@ def story(seed: int = 0, legacy_loss: float = 1.57, acc_after: float = 0.151) ->
             "tok_per_sec": 16000.0,
             "n_tokens": 65536 * 4,
             "n_pred": 30000 + (s % 7) * 100,
-            "header": 1,
+            "run": 1,
         }
         for s in range(15000, 15300)
     ]
@@ -108,9 +108,9 @@ def test_unmatched_ratio_says_so():
 
 
 def test_k_counts_steps_not_entries():
-    rows = [{"step": s, "loss": 1.0, "acc": 0.1, "header": 0} for s in range(0, 1000, 10)]
+    rows = [{"step": s, "loss": 1.0, "acc": 0.1, "run": 0} for s in range(0, 1000, 10)]
     rows += [
-        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "header": 1}
+        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 1}
         for s in range(1000, 2000, 10)
     ]
     result = compare_regimes(_frame(rows), [SYNC, PIPE], CompareConfig(k=50))
@@ -121,7 +121,7 @@ def test_k_counts_steps_not_entries():
 
 def test_single_regime_log_has_no_boundary():
     rows = [
-        {"step": s, "loss": 3.0 - s / 1000, "acc": 0.1 + s / 10000, "tok_per_sec": 1e4, "header": 0}
+        {"step": s, "loss": 3.0 - s / 1000, "acc": 0.1 + s / 10000, "tok_per_sec": 1e4, "run": 0}
         for s in range(200)
     ]
     result = compare_regimes(_frame(rows), [PIPE])
@@ -132,10 +132,10 @@ def test_single_regime_log_has_no_boundary():
 
 def test_plain_restart_is_not_a_regime_change():
     rows = [
-        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "header": 0} for s in range(100)
+        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 0} for s in range(100)
     ]
     rows += [
-        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "header": 1}
+        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 1}
         for s in range(100, 200)
     ]
     result = compare_regimes(_frame(rows), [PIPE, dict(PIPE, resumed_from={"step": 99})])
@@ -158,10 +158,10 @@ def test_config_change_splits_when_the_script_is_the_same():
     a = {"event": "run_start", "script": "pipeline", "world_size": 1, "config": {"grad_accum": 1}}
     b = {"event": "run_start", "script": "pipeline", "world_size": 1, "config": {"grad_accum": 4}}
     rows = [
-        {"step": s, "loss": 2.0, "acc": 0.2, "tok_per_sec": 1.0, "header": 0} for s in range(60)
+        {"step": s, "loss": 2.0, "acc": 0.2, "tok_per_sec": 1.0, "run": 0} for s in range(60)
     ]
     rows += [
-        {"step": s, "loss": 0.5, "acc": 0.2, "tok_per_sec": 1.0, "header": 1}
+        {"step": s, "loss": 0.5, "acc": 0.2, "tok_per_sec": 1.0, "run": 1}
         for s in range(60, 120)
     ]
     result = compare_regimes(_frame(rows), [a, b])

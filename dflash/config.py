@@ -107,12 +107,11 @@ class DFlashConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.num_attention_heads and self.num_key_value_heads:
-            if self.num_attention_heads % self.num_key_value_heads:
-                raise ValueError(
-                    f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                    f"num_key_value_heads ({self.num_key_value_heads})"
-                )
+        heads, kv_heads = self.num_attention_heads, self.num_key_value_heads
+        if heads and kv_heads and heads % kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
+            )
         if self.mask_token_id is not None:
             if not isinstance(self.mask_token_id, int) or self.mask_token_id < 0:
                 raise ValueError(f"mask_token_id must be an int >= 0, got {self.mask_token_id!r}")
@@ -167,20 +166,20 @@ class DFlashConfig:
         rope_theta = rope.get("rope_theta", getattr(tc, "rope_theta", 10000.0))
         vocab = tc.vocab_size
         num_draft_layers = overrides.get("num_draft_layers", cls.num_draft_layers)
-        sizes: dict[str, Any] = dict(
-            hidden_size=tc.hidden_size,
-            intermediate_size=tc.intermediate_size,
-            num_attention_heads=n_heads,
-            num_key_value_heads=getattr(tc, "num_key_value_heads", None) or n_heads,
-            head_dim=head_dim,
-            rms_norm_eps=float(getattr(tc, "rms_norm_eps", 1e-6)),
-            rope_theta=float(rope_theta),
-            vocab_size=vocab,
-            num_target_layers=tc.num_hidden_layers,
-            max_position_embeddings=getattr(tc, "max_position_embeddings", 40960),
-            hidden_act=getattr(tc, "hidden_act", "silu"),
-            target_name=getattr(tc, "_name_or_path", "") or "",
-        )
+        sizes: dict[str, Any] = {
+            "hidden_size": tc.hidden_size,
+            "intermediate_size": tc.intermediate_size,
+            "num_attention_heads": n_heads,
+            "num_key_value_heads": getattr(tc, "num_key_value_heads", None) or n_heads,
+            "head_dim": head_dim,
+            "rms_norm_eps": float(getattr(tc, "rms_norm_eps", 1e-6)),
+            "rope_theta": float(rope_theta),
+            "vocab_size": vocab,
+            "num_target_layers": tc.num_hidden_layers,
+            "max_position_embeddings": getattr(tc, "max_position_embeddings", 40960),
+            "hidden_act": getattr(tc, "hidden_act", "silu"),
+            "target_name": getattr(tc, "_name_or_path", "") or "",
+        }
         if overrides.get("target_layer_ids") is None:
             sizes["target_layer_ids"] = default_target_layer_ids(tc.num_hidden_layers, num_draft_layers)
         if overrides.get("mask_token_id") is None:

@@ -98,7 +98,7 @@ class StepMetrics:
         k = block_size - 1
         if len(v) != 6 + 2 * k:
             raise ValueError(f"metrics tensor has {len(v)} entries, expected {6 + 2 * k}")
-        ints = [int(round(x)) for x in v[2:]]
+        ints = [round(x) for x in v[2:]]
         return cls(block_size=block_size, loss_sum=v[0], weight_sum=v[1], n_correct=ints[0],
                    n_pred=ints[1], n_blocks=ints[2], n_tokens=ints[3],
                    correct_pos=ints[4:4 + k], accept_pos=ints[4 + k:4 + 2 * k])

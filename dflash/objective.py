@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .metrics import StepMetrics, prefix_accept
+from .metrics import StepMetrics
 from .model import DFlashDraftModel
 from .target import TargetModel
 
@@ -69,6 +69,15 @@ def sample_anchors(loss_mask: torch.Tensor, block_size: int, num_anchors: int,
     return seq_idx.to(loss_mask.device), anchors.to(loss_mask.device)
 
 
+def context_visibility(positions: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """[M, Tc] bool: block m may see context position j only if j < a_m.
+
+    Strict: never the anchor's own hidden state, which already encodes the target's prediction of
+    x_{a+1}, the first token the block must guess (a bug that public trainers shipped).
+    """
+    return positions[None, :] < anchors[:, None]
+
+
 def block_labels(input_ids: torch.Tensor, seq_idx: torch.Tensor, anchors: torch.Tensor,
                  block_size: int) -> torch.Tensor:
     """[M, B-1] labels: block position k predicts x_{a+k} (k = 1..B-1), same-position."""
@@ -97,9 +106,7 @@ def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids
     pos = torch.arange(Tc, device=device)
     ctx_kv_seq = drafter.context_kv(features[:, :Tc], pos[None])
     ctx_kv = [(k[seq_idx], v[seq_idx]) for k, v in ctx_kv_seq]  # [M, g, Tc, d]
-    # The no-leak rule: block m sees context position j only if j < a_m (never its anchor's own
-    # hidden state, which is the target's prediction of the token the block must guess).
-    ctx_mask = pos[None, :] < anchors[:, None]
+    ctx_mask = context_visibility(pos, anchors)
     block_ids = torch.full((M, B), cfg.mask_token_id, dtype=input_ids.dtype, device=device)
     block_ids[:, 0] = input_ids[seq_idx, anchors]
     block_pos = anchors[:, None] + torch.arange(B, device=device)

@@ -102,8 +102,8 @@ class TargetModel:
             position_ids: [N, T] explicit positions (defaults to continuing the cache).
         """
         use_cache = use_cache or cache is not None
-        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                      use_cache=use_cache, position_ids=position_ids)
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True,
+                      "use_cache": use_cache, "position_ids": position_ids}
         if cache is not None:
             kwargs["cache"] = cache
         if logits:

@@ -1,0 +1,95 @@
+"""Field names and dtypes of the JSONL log schema v1 that the reader declares (DESIGN.md section 4).
+
+Only these fields are read; anything else in a line is ignored, which keeps the parse fast and the
+memory small. Other trainers' logs name their fields differently: a field map (``--field acc=train/acc``)
+renames a log field to the canonical name before anything else sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import polars as pl
+
+from dflash_diag.errors import DiagError
+
+#: Scalar numbers of a metric record. ``step`` is read as a float (some writers emit ``15000.0``)
+#: and cast to Int64 afterwards.
+METRIC_NUMBERS: tuple[str, ...] = (
+    "step", "time", "epoch", "loss", "acc", "lr", "tok_per_sec", "n_tokens", "n_blocks", "n_pred",
+    "tau_train", "grad_norm",
+)
+#: Per-block-position lists of a pipeline metric record (index 0 is block position 1).
+METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos")
+#: Scalar numbers that only event records carry.
+EVENT_NUMBERS: tuple[str, ...] = (
+    "tau", "n_prompts", "new_tokens", "temperature", "block_size", "steps_per_epoch", "world_size",
+)
+#: Text fields of events. Objects and lists (``config``, ``schedule``, ``resumed_from``,
+#: ``tau_hist``) are read as their JSON text and decoded only for the few event rows.
+EVENT_TEXTS: tuple[str, ...] = (
+    "event", "script", "schema", "path", "reason", "schedule", "resumed_from", "config", "tau_hist",
+)
+#: Event fields holding JSON text that is decoded into Python objects.
+EVENT_JSON_FIELDS: frozenset[str] = frozenset({"schedule", "resumed_from", "config", "tau_hist"})
+
+#: Every canonical field that a map may rename.
+CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + EVENT_NUMBERS + EVENT_TEXTS)
+
+
+def read_schema(
+    fields: Mapping[str, str] | None = None, extra: Mapping[str, pl.DataType] | None = None
+) -> tuple[dict[str, pl.DataType], dict[str, str]]:
+    """The schema to parse with, in the log's names, and the renaming back to canonical names.
+
+    Args:
+        fields: canonical name -> name in the log (see :func:`parse_field_map`). A mapped field
+            replaces the canonical one: with ``acc=accuracy`` a log's own ``acc`` is not read.
+        extra: additional fields to read, by canonical name, with their dtype (e.g. a watch view
+            reading ``stage_busy`` as ``pl.String`` to decode its JSON).
+
+    Returns:
+        ``(schema, rename)``: ``schema`` maps log field names to dtypes; ``rename`` maps log names
+        to canonical names where they differ.
+    """
+    fields = dict(fields or {})
+    canonical: dict[str, pl.DataType] = {}
+    for name in METRIC_NUMBERS + EVENT_NUMBERS:
+        canonical[name] = pl.Float64()
+    for name in METRIC_LISTS:
+        canonical[name] = pl.List(pl.Float64())
+    for name in EVENT_TEXTS:
+        canonical[name] = pl.String()
+    canonical.update(extra or {})
+    taken = {fields.get(name, name) for name in canonical}
+    schema: dict[str, pl.DataType] = {}
+    rename: dict[str, str] = {}
+    for name, dtype in canonical.items():
+        log_name = fields.get(name, name)
+        if name not in fields and name in taken and log_name in fields.values():
+            continue  # the log's field of this name was mapped onto another canonical field
+        schema[log_name] = dtype
+        if log_name != name:
+            rename[log_name] = name
+    return schema, rename
+
+
+def parse_field_map(specs: Iterable[str]) -> dict[str, str]:
+    """Parse ``NEW=OLD`` specs (canonical name = name in the log) into a dict.
+
+    Raises:
+        DiagError: a spec without ``=``, an unknown canonical name, or a name mapped twice.
+    """
+    mapping: dict[str, str] = {}
+    for spec in specs:
+        new, sep, old = spec.partition("=")
+        new, old = new.strip(), old.strip()
+        if not sep or not new or not old:
+            raise DiagError(f"field map {spec!r} is not NEW=OLD (e.g. acc=train/acc)")
+        if new not in CANONICAL_FIELDS:
+            known = ", ".join(sorted(CANONICAL_FIELDS))
+            raise DiagError(f"field map {spec!r}: unknown field {new!r} (known: {known})")
+        if new in mapping:
+            raise DiagError(f"field {new!r} is mapped twice")
+        mapping[new] = old
+    return mapping

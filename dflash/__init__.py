@@ -5,6 +5,16 @@ Public API::
     from dflash import DFlashConfig, DFlashDraftModel, TargetModel, spec_generate, evaluate_tau
 """
 
+from .checkpoint import (
+    LoadedCheckpoint,
+    capture_rng,
+    is_complete_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    load_drafter,
+    restore_rng,
+    save_checkpoint,
+)
 from .config import DFlashConfig, decay_weights, default_target_layer_ids
 from .metrics import StepMetrics
 from .model import DFlashDraftModel
@@ -14,12 +24,20 @@ from .target import TargetModel, TargetOutput
 __all__ = [
     "DFlashConfig",
     "DFlashDraftModel",
+    "LoadedCheckpoint",
     "ObjectiveOutput",
     "StepMetrics",
     "TargetModel",
     "TargetOutput",
+    "capture_rng",
     "compute_loss_and_metrics",
     "decay_weights",
     "default_target_layer_ids",
+    "is_complete_checkpoint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_drafter",
+    "restore_rng",
     "sample_anchors",
+    "save_checkpoint",
 ]

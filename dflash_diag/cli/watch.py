@@ -1,0 +1,198 @@
+"""`dflash-diag watch LOG`: a live terminal view of a training log (thin over dflash_diag.watch)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from dflash_diag.errors import DiagError
+from dflash_diag.phase import Phase
+from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view
+
+QUIT_KEYS = (b"q", b"Q")
+
+
+class KeyWaiter:
+    """Waits between refreshes, returning early with True when ``q`` is pressed.
+
+    Keys are read only when standard input is a terminal, in cbreak mode (one key at a time, no
+    echo; Ctrl-C still raises KeyboardInterrupt), and the terminal is restored on exit. Otherwise
+    it simply sleeps.
+    """
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stdin
+        self.fd: int | None = None
+        self._saved = None
+
+    def __enter__(self):
+        try:
+            fd = self.stream.fileno()
+            interactive = os.isatty(fd)
+        except (AttributeError, OSError, ValueError):
+            interactive = False
+        if interactive:
+            import termios
+            import tty
+
+            self.fd = fd
+            self._saved = termios.tcgetattr(fd)
+            tty.setcbreak(fd)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None and self._saved is not None:
+            import termios
+
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when a quit key was pressed."""
+        if self.fd is None:
+            time.sleep(seconds)
+            return False
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                return False
+            keys = os.read(self.fd, 64)
+            if not keys:  # the terminal went away
+                return True
+            if any(k in keys for k in QUIT_KEYS):
+                return True
+        return False
+
+
+def run_watch(
+    live: LiveLog,
+    console: Console,
+    *,
+    once: bool = False,
+    plot: bool = False,
+    waiter: KeyWaiter | None = None,
+    max_refreshes: int | None = None,
+    on_frame: Callable[[], None] | None = None,
+) -> int:
+    """The refresh loop: a rich Live view on a terminal, plain snapshots otherwise.
+
+    Args:
+        live: the followed log.
+        console: where to draw; its ``is_terminal`` chooses live redraw or plain snapshots.
+        once: draw one frame and return.
+        plot: add the plotext charts.
+        waiter: waits between refreshes and reports a quit key (a plain sleep by default).
+        max_refreshes: stop after this many frames (tests); None runs until ``q`` or Ctrl-C.
+        on_frame: called after each frame is drawn (tests).
+
+    Returns:
+        The exit code: 0.
+    """
+    interval = live.config.interval
+    waiter = waiter or KeyWaiter(stream=_NoKeys())
+
+    def frame():
+        live.refresh()
+        return render_view(build_view(live), plot=plot, width=console.width)
+
+    if once or not console.is_terminal:
+        drawn = 0
+        while True:
+            console.print(frame())
+            drawn += 1
+            if on_frame is not None:
+                on_frame()
+            if once or (max_refreshes is not None and drawn >= max_refreshes):
+                return 0
+            if waiter.wait(interval):
+                return 0
+            console.rule(style="dim")
+    with Live(frame(), console=console, auto_refresh=False, transient=False) as view:
+        drawn = 1
+        while max_refreshes is None or drawn < max_refreshes:
+            if on_frame is not None:
+                on_frame()
+            if waiter.wait(interval):
+                break
+            view.update(frame(), refresh=True)
+            drawn += 1
+    return 0
+
+
+class _NoKeys:
+    """A stand-in stream that is never a terminal (no keys are read)."""
+
+    def fileno(self) -> int:
+        raise OSError("no keyboard")
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    try:
+        yield
+    except (DiagError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def watch(
+    log: Annotated[Path, typer.Argument(help="The JSONL log to follow (a plain file).")],
+    interval: Annotated[
+        float, typer.Option(help="Seconds between refreshes.", show_default=True)
+    ] = 2.0,
+    stall: Annotated[
+        float, typer.Option(help="Alert when no record arrives for this many seconds.")
+    ] = 300.0,
+    window: Annotated[int, typer.Option(help="Steps per window.")] = 50,
+    history: Annotated[int, typer.Option(help="Windows shown in the sparklines.")] = 40,
+    threshold: Annotated[float, typer.Option(help="Acc change below which an arrow is flat.")] = (
+        0.005
+    ),
+    phase: Annotated[Phase, typer.Option(help="Records to show: auto, pipeline or all.")] = (
+        Phase.AUTO
+    ),
+    block_size: Annotated[
+        int | None, typer.Option(help="Block size B for tau (default: header, else 16).")
+    ] = None,
+    target_acc: Annotated[float, typer.Option(help="Target accuracy for progress/ETA.")] = 0.27,
+    once: Annotated[bool, typer.Option("--once", help="Draw one frame and exit.")] = False,
+    plot: Annotated[bool, typer.Option("--plot", help="Add line charts of loss and acc.")] = False,
+) -> None:
+    """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
+
+    Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
+    """
+    with _user_errors():
+        config = WatchConfig(
+            interval=interval,
+            stall=stall,
+            window=window,
+            history=history,
+            threshold=threshold,
+            phase=phase.value,
+            block_size=block_size,
+            target_acc=target_acc,
+            plot=plot,
+        )
+        if not log.exists():
+            raise DiagError(f"no such file: {log}")
+        if log.is_dir():
+            raise DiagError(f"is a directory, not a log: {log}")
+        live = LiveLog(log, config)
+    console = Console()
+    try:
+        with KeyWaiter() as waiter:
+            code = run_watch(live, console, once=once, plot=plot, waiter=waiter)
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)

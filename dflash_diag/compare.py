@@ -24,6 +24,9 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.robust_trend import theil_sen_slope
+from dflash_diag.windows import compute_windows
+
 # Header/config keys that name the same setting in different trainers.
 _WORLD_SIZE_KEYS = ("world_size", "dp", "data_parallel", "dp_size", "num_gpus")
 _GRAD_ACCUM_KEYS = ("grad_accum", "grad_accumulation", "gradient_accumulation_steps", "accum")
@@ -43,15 +46,19 @@ class CompareConfig:
             factor (0.05: x1.98 matches 2, x1.85 does not).
         acc_tolerance: an absolute acc change below which accuracy "barely moved" across a
             boundary, the tell-tale that a loss jump is a normalisation artefact.
+        window: steps per window for each regime's robust trend (and two-run alignment).
     """
 
     k: int = 50
     factor_tolerance: float = 0.05
     acc_tolerance: float = 0.02
+    window: int = 50
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"--k must be at least 1, got {self.k}")
+        if self.window < 1:
+            raise ValueError(f"--window must be at least 1, got {self.window}")
         if not 0 < self.factor_tolerance < 1:
             raise ValueError(f"factor tolerance must be in (0, 1), got {self.factor_tolerance}")
         if self.acc_tolerance < 0:
@@ -308,6 +315,19 @@ def _dominant_config(rows: pl.DataFrame, configs: Sequence[RunConfig]) -> RunCon
     return configs[i] if i < len(configs) else None
 
 
+def regime_trend(rows: pl.DataFrame, column: str, window: int = 50) -> float | None:
+    """Robust slope of ``column`` per 1k steps over a regime: Theil-Sen on its window means (the
+    converge command's windows), None with fewer than 3 windows holding a finite value."""
+    points = [
+        ((w.first_step + w.last_step) / 2, value)
+        for w in compute_windows(rows, window)
+        if (value := getattr(w, column)) is not None and math.isfinite(value)
+    ]
+    if len(points) < 3:
+        return None
+    return 1000.0 * theil_sen_slope([p[0] for p in points], [p[1] for p in points])
+
+
 def find_regimes(
     frame: pl.DataFrame,
     headers: Sequence[Mapping[str, Any]] = (),
@@ -509,12 +529,18 @@ def compare_regimes(
         frame: metrics after restart resolution, step order (see the module docstring).
         headers: the ``run_start`` headers' fields, which the frame's ``run`` column indexes.
         config: K and tolerances; defaults to `CompareConfig()`.
-        trend: optional ``trend(rows, column) -> slope per 1k steps`` for each regime.
+        trend: ``trend(rows, column) -> slope per 1k steps`` for each regime; by default
+            `regime_trend` over ``config.window``-step windows.
 
     Returns:
         A `RegimeComparison`; ``boundaries`` is empty when the log holds one regime.
     """
     config = config or CompareConfig()
+    if trend is None:
+
+        def trend(rows: pl.DataFrame, column: str) -> float | None:
+            return regime_trend(rows, column, config.window)
+
     found, split_on = find_regimes(frame, headers, trend=trend)
     boundaries = [
         measure_boundary(rows_a, rows_b, reg_a, reg_b, config)

@@ -70,6 +70,9 @@ def test_dp2_legacy_boundary_is_explained_as_normalisation():
     assert pipe.tokens_per_step == 65536 * 4  # from n_tokens
     assert pipe.tokens_per_step_source == "n_tokens"
     assert sync.tok_per_sec is None and pipe.tok_per_sec == 16000.0
+    # robust trends per 1k steps: the pipeline's loss falls 2 * 1.57 * 1e-4 per step
+    assert pipe.loss_trend == pytest.approx(-2 * 1.57 * 0.1, rel=0.15)
+    assert abs(sync.loss_trend) < 0.1 and abs(pipe.acc_trend) < 0.02
 
     (b,) = result.boundaries
     assert b.step == 15000

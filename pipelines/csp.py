@@ -389,17 +389,26 @@ class Graph:
         return busy, fill
 
 
+class StopRequest(threading.Event):
+    """A graceful-stop flag that remembers which signal set it (``signum``; None if set by code)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+
 def install_stop_handlers(
-    stop: threading.Event, on_second: Callable[[], None] | None = None
+    stop: StopRequest, on_second: Callable[[], None] | None = None
 ) -> Callable[[], None]:
     """Make SIGINT/SIGTERM request a graceful stop; a second signal calls ``on_second``.
 
     Must be called from the main thread (a Python rule for ``signal.signal``).
 
     Args:
-        stop: set by the first signal; the training loop finishes its step, checkpoints and exits.
-        on_second: called on a repeated signal (e.g. cancel the graph); default raises
-            KeyboardInterrupt in the main thread.
+        stop: set by the first signal (its ``signum`` recorded); the training loop then finishes
+            its step, checkpoints and exits.
+        on_second: called on a repeated signal; default raises KeyboardInterrupt in the main
+            thread (the program then stops at once, without a final checkpoint).
 
     Returns:
         A function restoring the previous handlers.
@@ -408,6 +417,7 @@ def install_stop_handlers(
 
     def handler(signum: int, frame: Any) -> None:
         if not stop.is_set():
+            stop.signum = signum
             stop.set()
             return
         if on_second is not None:

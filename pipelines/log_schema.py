@@ -25,6 +25,11 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
+def _event_first(d: dict[str, Any]) -> dict[str, Any]:
+    """Put ``event`` first, for people reading the log with ``head`` or ``grep``."""
+    return {"event": d.pop("event"), **d}
+
+
 @dataclass
 class RunStart:
     """Header written at every launch (a resumed launch writes its own, with ``resumed_from``)."""
@@ -89,7 +94,7 @@ class EvalRecord:
     event: str = "eval"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _event_first(asdict(self))
 
 
 @dataclass
@@ -100,7 +105,7 @@ class CheckpointRecord:
     event: str = "checkpoint"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _event_first(asdict(self))
 
 
 @dataclass
@@ -115,7 +120,7 @@ class NonFiniteRecord:
     event: str = "nonfinite"
 
     def to_json(self) -> dict[str, Any]:
-        return _drop_none(asdict(self))
+        return _event_first(_drop_none(asdict(self)))
 
 
 @dataclass
@@ -133,7 +138,7 @@ class StopRecord:
             raise ValueError(f"stop reason must be one of {STOP_REASONS}, got {self.reason!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return _drop_none(asdict(self))
+        return _event_first(_drop_none(asdict(self)))
 
 
 # -- validation (used by the tests on every record written) ------------------------------------

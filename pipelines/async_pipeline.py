@@ -1,0 +1,238 @@
+"""``dflash-train pipeline``: the CSP training pipeline (the "new script").
+
+Stage graph (each stage a thread, each arrow a bounded channel of ``channel_capacity`` items)::
+
+    loader --batches--> target0 ┐
+                    └-> target1 ┼--features--> drafter (fwd/bwd x grad_accum, optimizer step,
+                    └-> ...     ┘               schedule, clip, log, eval, checkpoint)
+
+* ``loader`` packs token-budget micro-batches from the resumable data stream and tags each with a
+  sequence number and the data cursor AFTER it;
+* ``target<i>`` (one per ``--target-devices`` entry) runs the frozen target forward and ships the
+  hidden-state features to the drafter's device;
+* ``drafter`` restores the loader's order (several target workers can finish out of order), runs
+  forward/backward on ``grad_accum`` micro-batches, then clips, steps the optimizer at the
+  scheduled rate, logs, evaluates and checkpoints. The update has to stay in this thread: the next
+  micro-batch's forward needs the updated weights.
+
+The target forward of the next micro-batches overlaps the drafter's work on the current ones,
+which is the whole point: on one device per stage the step time tends to the slowest stage's.
+
+Resume equivalence with read-ahead: the checkpoint stores the cursor carried by the last
+micro-batch the drafter consumed, so batches the loader had prefetched are simply read again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from dflash import StepMetrics, TargetModel, compute_loss_and_metrics
+
+from .config import PipelineConfig
+from .csp import Channel, Graph, Stage, StageError, StopRequest
+from .evaluate import run_eval
+from .log_schema import Metrics
+from .progress import StepProgress
+from .training import (
+    RunLog,
+    RunResult,
+    Setup,
+    anchor_generator,
+    apply_update,
+    build_setup,
+    dtype_of,
+    exit_code_for,
+    resolve_target,
+)
+
+SCRIPT = "pipeline"
+
+#: Test hook: called as ``inject(stage_name, item_index)`` before a stage handles an item.
+FaultHook = Callable[[str, int], None]
+
+
+@dataclass
+class MicroBatch:
+    """One token-budget batch travelling through the graph."""
+
+    seq: int
+    """Position in the loader's stream (restores order after parallel target workers)."""
+    batch: dict[str, torch.Tensor]
+    cursor: dict
+    """Data cursor after this batch: what a checkpoint taken after consuming it must store."""
+    epoch: float
+    features: torch.Tensor | None = None
+
+
+@dataclass
+class _Outcome:
+    step: int
+    reason: str = "max_steps"
+    extra: dict = field(default_factory=dict)
+
+
+def _no_fault(stage: str, i: int) -> None:
+    pass
+
+
+def target_workers(setup: Setup, devices: list[str]) -> list[TargetModel]:
+    """One target per worker; workers on the same device share one (frozen, read-only) model."""
+    cfg = setup.cfg
+    by_device: dict[str, TargetModel] = {cfg.device: setup.target}
+    for dev in devices:
+        if dev not in by_device:
+            by_device[dev] = TargetModel.from_pretrained(resolve_target(cfg.target), device=dev,
+                                                         dtype=dtype_of(cfg.dtype))
+    return [by_device[dev] for dev in devices]
+
+
+def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
+                 inject: FaultHook | None = None) -> RunResult:
+    """Train with the CSP stage graph until ``cfg.max_steps``, a stop request or a failure.
+
+    Args:
+        cfg: validated pipeline config.
+        stop: set (by a signal handler) to finish the current step, checkpoint and return.
+        inject: test hook called in each stage before each item (raise to inject a failure).
+
+    Returns:
+        The run's outcome; a stage failure gives reason "error" and exit code 1 (the error is
+        also in the ``stop`` record).
+
+    Raises:
+        TrainingError: the run cannot start (bad target, data or checkpoint).
+    """
+    stop = stop or StopRequest()
+    inject = inject or _no_fault
+    setup = build_setup(cfg)
+    workers = target_workers(setup, cfg.target_devices)
+    drafter, loader = setup.drafter, setup.loader
+    layer_ids = drafter.config.target_layer_ids
+    bpe = loader.batches_per_epoch()
+    runlog = RunLog(setup, SCRIPT, steps_per_epoch=bpe / cfg.grad_accum)
+
+    ch_batches = Channel("batches", cfg.channel_capacity)
+    ch_features = Channel("features", cfg.channel_capacity)
+    outcome = _Outcome(step=setup.start_step)
+    graph: Graph  # assigned below; the drafter stage samples its accounting
+
+    def loader_stage() -> None:
+        seq = 0
+        while True:
+            inject("loader", seq)
+            batch = loader.next_batch()
+            ch_batches.put(MicroBatch(seq=seq, batch=batch, cursor=loader.state_dict(),
+                                      epoch=loader.epoch_float))
+            seq += 1
+
+    def make_target_stage(name: str, target: TargetModel, device: str) -> Callable[[], None]:
+        def target_stage() -> None:
+            i = 0
+            while True:
+                item = ch_batches.get()
+                inject(name, i)
+                i += 1
+                ids = item.batch["input_ids"].to(device, non_blocking=True)
+                mask = item.batch["attention_mask"].to(device, non_blocking=True)
+                feats = target.forward(ids, layer_ids, mask, logits=False).features
+                item.features = feats.to(cfg.device)
+                ch_features.put(item)
+        return target_stage
+
+    def drafter_stage() -> None:
+        pending: dict[int, MicroBatch] = {}
+        next_seq = 0
+        consumed = 0
+
+        def next_micro() -> MicroBatch:
+            nonlocal next_seq
+            while next_seq not in pending:
+                item = ch_features.get()
+                pending[item.seq] = item
+            item = pending.pop(next_seq)
+            next_seq += 1
+            return item
+
+        step = setup.start_step
+        cursor = loader.state_dict()  # what a checkpoint before any step would store
+        drafter.train()
+        t_last = time.perf_counter()
+        with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
+            while step < cfg.max_steps:
+                if stop.is_set():
+                    outcome.reason = "signal"
+                    break
+                k = step + 1
+                m = StepMetrics(block_size=drafter.config.block_size)
+                epoch = 0.0
+                for micro in range(cfg.grad_accum):
+                    item = next_micro()
+                    inject("drafter", consumed)
+                    consumed += 1
+                    batch = {n: t.to(cfg.device, non_blocking=True) for n, t in item.batch.items()}
+                    out = compute_loss_and_metrics(drafter, setup.target, batch,
+                                                   anchor_generator(cfg.seed, k, micro),
+                                                   features=item.features)
+                    # Backpropagate the unnormalised sum; dividing the accumulated gradient by the
+                    # step's total loss weight below gives the exact per-token mean over the step
+                    # (not a mean of micro-batch means) without knowing the total in advance.
+                    out.loss_sum.backward()
+                    m = m + out.metrics
+                    cursor, epoch = item.cursor, item.epoch
+                lr = setup.schedule.lr_at(k)
+                scale = 1.0 / m.weight_sum if m.weight_sum else 1.0
+                upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
+                step = outcome.step = k
+                if not upd.applied:
+                    if runlog.nonfinite(k, m.loss, upd.grad_norm):
+                        outcome.reason = "nonfinite"
+                        break
+                    continue
+                runlog.finite()
+                now = time.perf_counter()
+                tok_per_sec = m.n_tokens / (now - t_last) if now > t_last else 0.0
+                t_last = now
+                if k % cfg.log_every == 0:
+                    busy, fill = graph.sample()
+                    runlog.write(Metrics(
+                        step=k, time=time.time(), epoch=epoch, lr=lr, tok_per_sec=tok_per_sec,
+                        grad_norm=upd.grad_norm, stage_busy=busy, queue_fill=fill,
+                        **m.to_log_dict(),
+                    ))
+                bar.update(k, m.loss, m.acc, tok_per_sec)
+                if cfg.eval_every and k % cfg.eval_every == 0:
+                    runlog.write(run_eval(drafter, setup.target, setup.eval_prompts,
+                                          cfg.eval_new_tokens, step=k))
+                    drafter.train()
+                    t_last = time.perf_counter()  # keep eval time out of tok/s
+                if cfg.ckpt_every and k % cfg.ckpt_every == 0:
+                    runlog.checkpoint(k, cursor, SCRIPT)
+                    t_last = time.perf_counter()
+        if step > setup.start_step and runlog.last_ckpt_step != step:
+            runlog.checkpoint(step, cursor, SCRIPT)
+
+    stages = [Stage("loader", loader_stage, outputs=[ch_batches])]
+    for i, (dev, target) in enumerate(zip(cfg.target_devices, workers)):
+        name = f"target{i}"
+        stages.append(Stage(name, make_target_stage(name, target, dev),
+                            inputs=[ch_batches], outputs=[ch_features]))
+    stages.append(Stage("drafter", drafter_stage, inputs=[ch_features]))
+    graph = Graph(stages)
+    try:
+        graph.run()
+    except StageError as e:
+        runlog.stop(outcome.step, "error", str(e))
+        runlog.close()
+        return RunResult(step=outcome.step, reason="error", exit_code=1, error=str(e))
+    except BaseException as e:  # KeyboardInterrupt from a second signal: stages already stopped
+        runlog.stop(outcome.step, "signal", f"{type(e).__name__}: interrupted twice, no checkpoint")
+        runlog.close()
+        raise
+    runlog.stop(outcome.step, outcome.reason)
+    runlog.close()
+    return RunResult(step=outcome.step, reason=outcome.reason,
+                     exit_code=exit_code_for(outcome.reason, stop.signum))

@@ -1,0 +1,81 @@
+"""``dflash-train sync``: the lock-step trainer (the "old script" a team migrates from).
+
+One loop, one thing at a time: load a token-budget batch, run the target forward, the drafter
+forward and backward, the optimizer step. Nothing overlaps, which is what makes it the baseline the
+pipeline is measured against. It writes the plain legacy metrics record (``step, time, epoch, loss,
+acc, lr``: no ``tok_per_sec``), plus the run header, checkpoint, non-finite and stop events.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dflash import compute_loss_and_metrics
+
+from .config import TrainConfig
+from .csp import StopRequest
+from .log_schema import Metrics
+from .progress import StepProgress
+from .training import RunLog, RunResult, anchor_generator, apply_update, build_setup, exit_code_for
+
+SCRIPT = "sync"
+
+
+def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
+    """Train in lock-step until ``cfg.max_steps``, a stop request, or too many non-finite steps.
+
+    Args:
+        cfg: validated config.
+        stop: set (by a signal handler) to finish the current step, checkpoint and return.
+
+    Raises:
+        TrainingError: the run cannot start (bad target, data or checkpoint).
+    """
+    stop = stop or StopRequest()
+    setup = build_setup(cfg)
+    drafter, target, loader = setup.drafter, setup.target, setup.loader
+    runlog = RunLog(setup, SCRIPT, steps_per_epoch=float(loader.batches_per_epoch()))
+    step, reason = setup.start_step, "max_steps"
+    cursor = loader.state_dict()
+    drafter.train()
+    try:
+        with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
+            while step < cfg.max_steps:
+                if stop.is_set():
+                    reason = "signal"
+                    break
+                k = step + 1
+                batch = {n: t.to(cfg.device) for n, t in loader.next_batch().items()}
+                cursor = loader.state_dict()
+                out = compute_loss_and_metrics(drafter, target, batch, anchor_generator(cfg.seed, k, 0))
+                out.loss.backward()
+                m = out.metrics
+                lr = setup.schedule.lr_at(k)
+                upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss)
+                step = k  # a skipped update still consumed its batch: the count moves on
+                if not upd.applied:
+                    if runlog.nonfinite(k, m.loss, upd.grad_norm):
+                        reason = "nonfinite"
+                        break
+                    continue
+                runlog.finite()
+                if k % cfg.log_every == 0:
+                    runlog.write(Metrics(step=k, time=time.time(), epoch=loader.epoch_float,
+                                         loss=m.loss, acc=m.acc, lr=lr))
+                bar.update(k, m.loss, m.acc)
+                if cfg.ckpt_every and k % cfg.ckpt_every == 0:
+                    runlog.checkpoint(k, cursor, SCRIPT)
+        if step > setup.start_step and runlog.last_ckpt_step != step:
+            runlog.checkpoint(step, cursor, SCRIPT)
+    except Exception as e:  # noqa: BLE001 - any failure ends the run with a stop record
+        error = f"{type(e).__name__}: {e}"
+        runlog.stop(step, "error", error)
+        runlog.close()
+        return RunResult(step=step, reason="error", exit_code=1, error=error)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now, without a final checkpoint
+        runlog.stop(step, "signal", "interrupted twice: stopped without a final checkpoint")
+        runlog.close()
+        raise
+    runlog.stop(step, reason)
+    runlog.close()
+    return RunResult(step=step, reason=reason, exit_code=exit_code_for(reason, stop.signum))

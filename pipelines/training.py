@@ -1,0 +1,267 @@
+"""What both training programs share: building the models, the update rule, checkpoints, logging.
+
+The lock-step trainer and the CSP pipeline differ only in how batches reach the drafter; the
+drafter, its optimizer, the schedule, the non-finite guard and the checkpoint format are the same,
+so a run can move from one program to the other (``--resume``) and continue its step count.
+
+Reproducibility rules that make resumed runs match uninterrupted ones:
+
+* the data order depends only on (seed, cursor), and the cursor saved is the one after the last
+  batch the drafter CONSUMED (never a loader's read-ahead position);
+* the anchor draw of micro-batch ``i`` of step ``s`` uses a generator seeded from
+  (seed, s, i): no RNG state has to be carried across a restart.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dflash import DFlashConfig, DFlashDraftModel, TargetModel
+from dflash.data import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_TARGET_DIR,
+    Cursor,
+    TokenBudgetLoader,
+    load_dataset,
+    load_eval_prompts,
+)
+
+from .checkpoints import checkpoint_config, restore_training_checkpoint, save_training_checkpoint
+from .config import BUNDLED, TrainConfig
+from .errors import TrainingError
+from .log_schema import CheckpointRecord, NonFiniteRecord, RunStart, StopRecord
+from .logwriter import JsonlLog
+from .schedule import Schedule
+
+
+def resolve_target(target: str) -> str:
+    return str(DEFAULT_TARGET_DIR) if target == BUNDLED else target
+
+
+def resolve_data(data: str) -> str:
+    return str(DEFAULT_DATA_DIR) if data == BUNDLED else data
+
+
+def anchor_generator(seed: int, step: int, micro: int) -> torch.Generator:
+    """The CPU generator for the anchor draw of micro-batch ``micro`` of optimizer step ``step``.
+
+    A pure function of its arguments, so a resumed run draws the same anchors as an uninterrupted
+    one without saving RNG state.
+    """
+    return torch.Generator().manual_seed((seed * 1_000_003 + step) * 1_009 + micro)
+
+
+def dtype_of(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+@dataclass
+class Setup:
+    """Everything a training program needs, built (and possibly resumed) before any step runs."""
+
+    cfg: TrainConfig
+    target: TargetModel
+    drafter: DFlashDraftModel
+    optimizer: torch.optim.Optimizer
+    loader: TokenBudgetLoader
+    schedule: Schedule
+    start_step: int = 0
+    resumed_from: dict[str, Any] | None = None
+    eval_prompts: list[list[int]] = field(default_factory=list)
+
+    @property
+    def block_size(self) -> int:
+        return self.drafter.config.block_size
+
+
+def build_setup(cfg: TrainConfig, *, target_device: str | None = None) -> Setup:
+    """Load the target and data, build (or resume) the drafter and optimizer.
+
+    Args:
+        cfg: the validated config.
+        target_device: where to load the target (default ``cfg.device``).
+
+    Raises:
+        TrainingError: the target, data or checkpoint cannot be used.
+    """
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    dtype = dtype_of(cfg.dtype)
+    try:
+        target = TargetModel.from_pretrained(resolve_target(cfg.target),
+                                             device=target_device or cfg.device, dtype=dtype)
+        dataset = load_dataset(resolve_data(cfg.data))
+        prompts = load_eval_prompts(resolve_data(cfg.data), n=cfg.eval_prompts)
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+
+    if cfg.resume is not None:
+        # A resumed run keeps the checkpoint's architecture; it must still fit this target.
+        saved = checkpoint_config(cfg.resume)
+        dcfg = DFlashConfig.for_target(target.config, **_drafter_overrides(saved))
+        bad = [m for m in dcfg.mismatches(saved) if m != "target_name"]
+        if bad:
+            raise TrainingError(
+                f"checkpoint {cfg.resume} does not fit target {cfg.target}: fields {bad} differ"
+            )
+        dcfg = saved
+    else:
+        dcfg = DFlashConfig.for_target(target.config, **cfg.drafter)
+
+    torch.manual_seed(cfg.seed)  # drafter initialisation
+    drafter = DFlashDraftModel(dcfg).to(device=cfg.device, dtype=dtype)
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.peak_lr,
+                                  weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    start_step, cursor, resumed_from = 0, None, None
+    if cfg.resume is not None:
+        state = restore_training_checkpoint(cfg.resume, drafter, optimizer, device=cfg.device)
+        start_step = state["step"]
+        cursor = Cursor.from_json(state["cursor"]) if state.get("cursor") else None
+        resumed_from = {"path": str(cfg.resume), "step": start_step}
+    if start_step >= cfg.max_steps:
+        raise TrainingError(
+            f"checkpoint is at step {start_step}: --max-steps {cfg.max_steps} leaves nothing to do"
+        )
+    try:
+        loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor)
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+    schedule = Schedule.from_ratio(cfg.schedule_total_steps, peak_lr=cfg.peak_lr,
+                                   warmup_ratio=cfg.warmup_ratio, min_lr=cfg.min_lr)
+    return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
+                 schedule=schedule, start_step=start_step, resumed_from=resumed_from,
+                 eval_prompts=prompts)
+
+
+def _drafter_overrides(saved: DFlashConfig) -> dict[str, Any]:
+    """The saved drafter's hyper-parameters (a resumed run keeps its architecture)."""
+    keep = ("block_size", "num_draft_layers", "target_layer_ids", "mask_token_id",
+            "loss_decay_gamma", "num_anchors")
+    return {k: getattr(saved, k) for k in keep}
+
+
+# -- the update rule ------------------------------------------------------------------------------
+
+@dataclass
+class UpdateResult:
+    applied: bool
+    grad_norm: float
+
+
+def apply_update(drafter: torch.nn.Module, optimizer: torch.optim.Optimizer, lr: float,
+                 grad_clip: float, loss: float, grad_scale: float = 1.0) -> UpdateResult:
+    """Scale, clip and apply the accumulated gradients, unless the loss or the norm is not finite.
+
+    Args:
+        loss: the step's loss (only checked for finiteness).
+        grad_scale: multiplies the accumulated gradients first (1 / the step's loss weight when
+            the micro-batches backpropagated unnormalised sums).
+
+    Returns:
+        Whether the update was applied, and the gradient norm before clipping.
+    """
+    params = [p for p in drafter.parameters() if p.grad is not None]
+    if grad_scale != 1.0:
+        for p in params:
+            p.grad.mul_(grad_scale)
+    max_norm = grad_clip if grad_clip > 0 else math.inf
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+    applied = math.isfinite(loss) and math.isfinite(norm)
+    if applied:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return UpdateResult(applied=applied, grad_norm=norm)
+
+
+# -- run bookkeeping shared by both programs -------------------------------------------------------
+
+class RunLog:
+    """The log, the checkpoints and the non-finite guard of one launch.
+
+    Args:
+        setup: the run being logged.
+        script: "sync" or "pipeline" (the ``run_start`` header).
+        steps_per_epoch: optimizer steps per data epoch, for the header.
+        world_size: data-parallel ranks.
+    """
+
+    def __init__(self, setup: Setup, script: str, steps_per_epoch: float | None,
+                 world_size: int = 1, clock=time.time) -> None:
+        self.setup = setup
+        self.cfg = setup.cfg
+        self.clock = clock
+        self.log = JsonlLog(self.cfg.log)
+        self.nonfinite_in_a_row = 0
+        self.last_ckpt_step: int | None = None
+        self.log.write(RunStart(
+            script=script, time=clock(), config=self.cfg.to_dict(),
+            schedule=setup.schedule.to_dict(), block_size=setup.block_size,
+            steps_per_epoch=steps_per_epoch, world_size=world_size,
+            resumed_from=setup.resumed_from,
+        ))
+
+    def write(self, record: Any) -> None:
+        self.log.write(record)
+
+    def nonfinite(self, step: int, loss: float, grad_norm: float | None) -> bool:
+        """Record a skipped update; True when the run must stop (too many in a row)."""
+        self.nonfinite_in_a_row += 1
+        self.log.write(NonFiniteRecord(step=step, time=self.clock(), loss=loss,
+                                       grad_norm=grad_norm if grad_norm is not None else None,
+                                       consecutive=self.nonfinite_in_a_row))
+        return self.nonfinite_in_a_row >= self.cfg.max_nonfinite
+
+    def finite(self) -> None:
+        self.nonfinite_in_a_row = 0
+
+    def checkpoint(self, step: int, cursor: dict[str, Any], script: str) -> Path:
+        """Write ``step-NNNNNN/`` atomically, then its log record."""
+        s = self.setup
+        path = save_training_checkpoint(
+            Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
+            state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
+                   "script": script, "seed": self.cfg.seed},
+        )
+        self.last_ckpt_step = step
+        self.log.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))
+        return path
+
+    def stop(self, step: int, reason: str, error: str | None = None) -> None:
+        self.log.write(StopRecord(step=step, time=self.clock(), reason=reason, error=error))
+
+    def close(self) -> None:
+        self.log.close()
+
+
+@dataclass
+class RunResult:
+    """How a launch ended: the last step reached, why, and the process exit code."""
+
+    step: int
+    reason: str
+    exit_code: int
+    error: str | None = None
+
+
+def exit_code_for(reason: str, signum: int | None) -> int:
+    """Process exit code: 0 when the run finished, 128+signal after a graceful signal stop
+    (the shell convention, so a scheduler can tell a preempted run from a finished one),
+    1 after an error or too many non-finite steps."""
+    if reason == "max_steps":
+        return 0
+    if reason == "signal":
+        return 128 + (signum or 15)
+    return 1
+
+
+def stderr_line(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

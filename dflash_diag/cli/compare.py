@@ -1,0 +1,395 @@
+"""`dflash-diag compare LOG [LOG_B]`: training regimes in one log, or two runs side by side.
+
+Thin over dflash_diag.compare: load, resolve restarts, analyse, then draw the result as rich
+tables (a terminal), plain text (a pipe, ``NO_COLOR`` or ``--format plain``), JSON or markdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from dflash_diag.compare import (
+    CompareConfig,
+    RegimeComparison,
+    RunAlignment,
+    align_runs,
+    compare_regimes,
+)
+from dflash_diag.errors import DiagError
+from dflash_diag.phase import Phase, select_phase
+from dflash_diag.reader import load_log
+from dflash_diag.restarts import resolve_restarts
+from dflash_diag.safe_text import visible
+
+
+class CompareFormat(str, enum.Enum):
+    """Output formats of compare."""
+
+    AUTO = "auto"  #: rich on a terminal, plain text otherwise
+    PLAIN = "plain"
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
+class XAxis(str, enum.Enum):
+    """What two runs are aligned on."""
+
+    STEP = "step"
+    TOKENS = "tokens"
+
+
+# --------------------------------------------------------------------------------------------
+# analysis entry points (library-level, used by the command and by tests)
+
+
+def compare_log(path: str, config: CompareConfig, *, keep_all: bool = False) -> RegimeComparison:
+    """Load one log and compare its regimes (every record: regimes are what is compared).
+
+    Raises:
+        DiagError: a missing, unreadable or empty log.
+    """
+    log = load_log([path])
+    frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
+    comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
+    if restarts:
+        comparison.notes.append("restarts at steps " + ", ".join(str(r.step) for r in restarts))
+    if log.issues.malformed:
+        comparison.notes.append(f"{log.issues.malformed} malformed lines skipped")
+    if log.issues.nonfinite_total:
+        comparison.notes.append(f"{log.issues.nonfinite_total} NaN/Inf values left out of means")
+    return comparison
+
+
+def compare_two_runs(
+    path_a: str,
+    path_b: str,
+    config: CompareConfig,
+    *,
+    x: str = "step",
+    phase: str = "auto",
+) -> tuple[RunAlignment, list[RegimeComparison]]:
+    """Load two runs, align them on ``x`` and compare each one's own regimes.
+
+    Returns:
+        The side-by-side windows and, per run, its `RegimeComparison` (names prefixed by run).
+
+    Raises:
+        DiagError: unreadable logs, nothing selected, or tokens that cannot be counted.
+    """
+    names = _run_names(path_a, path_b)
+    frames, comparisons = [], []
+    for path, name in zip((path_a, path_b), names):
+        log = load_log([path])
+        frame, _ = resolve_restarts(log.metrics)
+        comparisons.append(
+            _prefixed(compare_regimes(frame, [e.fields for e in log.run_starts], config), name)
+        )
+        selected, selection = select_phase(frame, phase)
+        if selected.height == 0:
+            raise DiagError(f"{path}: no records selected ({selection.reason})")
+        frames.append(selected)
+    tokens = tuple(c.regimes[-1].tokens_per_step if c.regimes else None for c in comparisons)
+    try:
+        alignment = align_runs(
+            frames[0], frames[1], x=x, window=config.window, names=names, tokens_per_step=tokens
+        )
+    except ValueError as exc:
+        raise DiagError(str(exc)) from None
+    return alignment, comparisons
+
+
+def _run_names(path_a: str, path_b: str) -> tuple[str, str]:
+    a, b = Path(path_a).name, Path(path_b).name
+    return (path_a, path_b) if a == b else (a, b)
+
+
+def _prefixed(comparison: RegimeComparison, run: str) -> RegimeComparison:
+    from dataclasses import replace
+
+    regimes = [replace(r, name=f"{run}: {r.name}") for r in comparison.regimes]
+    return replace(comparison, regimes=regimes)
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+
+
+def _num(value: float | None, fmt: str = ".4f") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, fmt)
+
+
+def _slope(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3g}/1k"
+
+
+def _regime_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[str]]]:
+    head = [
+        "regime",
+        "steps",
+        "n",
+        "tokens/step",
+        "tok/s",
+        "loss",
+        "loss trend",
+        "acc",
+        "acc trend",
+    ]
+    rows = [
+        [
+            visible(r.name),
+            f"{r.start_step}-{r.end_step}",
+            str(r.n),
+            _num(r.tokens_per_step, ",.0f"),
+            _num(r.tok_per_sec, ",.0f"),
+            _num(r.loss),
+            _slope(r.loss_trend),
+            _num(r.acc),
+            _slope(r.acc_trend),
+        ]
+        for r in comparison.regimes
+    ]
+    return head, rows
+
+
+def _boundary_lines(comparison: RegimeComparison) -> list[str]:
+    lines = []
+    for b in comparison.boundaries:
+        line = (
+            f"boundary at step {b.step} (last/first {comparison.k} steps, "
+            f"{b.n_before}/{b.n_after} entries): loss {_num(b.loss_before)} -> "
+            f"{_num(b.loss_after)} (x{_num(b.loss_ratio, '.2f')}), acc {_num(b.acc_before)} -> "
+            f"{_num(b.acc_after)} ({_num(b.acc_delta, '+.4f')})"
+        )
+        if b.per_token_loss_ratio is not None:
+            line += f", per-token loss x{b.per_token_loss_ratio:.2f}"
+        lines.append(line)
+        lines.append(f"  {b.explanation}")
+    if not comparison.boundaries:
+        lines.append("no regime boundary: nothing to explain")
+    return lines
+
+
+def _si(value: float) -> str:
+    """A token count in short form: 950, 65.5k, 1.31M, 2.1G."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= div:
+            return f"{value / div:.3g}{suffix}"
+    return f"{value:.0f}"
+
+
+def _unit(alignment: RunAlignment) -> str:
+    return "steps" if alignment.x == "step" else "tokens"
+
+
+def _alignment_rows(alignment: RunAlignment) -> tuple[list[str], list[list[str]]]:
+    head = [_unit(alignment), "n A", "n B", "loss A", "loss B", "Δloss", "acc A", "acc B", "Δacc"]
+    rows = []
+    for w in alignment.windows:
+        if alignment.x == "step":
+            span = f"{w.start:.0f}-{w.end - 1:.0f}"
+        else:
+            span = f"{_si(w.start)}-{_si(w.end)}"
+        rows.append(
+            [
+                span,
+                str(w.n_a),
+                str(w.n_b),
+                _num(w.loss_a),
+                _num(w.loss_b),
+                _num(w.loss_diff, "+.4f"),
+                _num(w.acc_a),
+                _num(w.acc_b),
+                _num(w.acc_diff, "+.4f"),
+            ]
+        )
+    return head, rows
+
+
+def _legend(alignment: RunAlignment) -> str:
+    a, b = (visible(n) for n in alignment.names)
+    how = "tokens seen since each run's start" if alignment.x == "tokens" else "step"
+    return f"A = {a}, B = {b}; aligned on {how}; Δ = B - A"
+
+
+def _merged(comparisons: Sequence[RegimeComparison]) -> RegimeComparison:
+    """All runs' regimes in one table (boundaries stay per run)."""
+    first = comparisons[0]
+    return RegimeComparison(
+        regimes=[r for c in comparisons for r in c.regimes],
+        boundaries=[b for c in comparisons for b in c.boundaries],
+        split_on=first.split_on if len(comparisons) == 1 else None,
+        k=first.k,
+        notes=[n for c in comparisons for n in c.notes],
+    )
+
+
+def _rich_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for i, name in enumerate(head):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # Text: log text is never markup
+    return table
+
+
+def render_rich(
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+) -> RenderableType:
+    """Rich tables of the regimes, the boundary explanations and the aligned windows."""
+    parts: list[RenderableType] = []
+    for comparison in [_merged(comparisons)]:
+        head, rows = _regime_rows(comparison)
+        split = f" (split on {comparison.split_on})" if comparison.split_on else ""
+        parts.append(_rich_table(f"regimes{split}", head, rows))
+        for line in _boundary_lines(comparison):
+            style = "bold" if not line.startswith("  ") else ""
+            parts.append(Text(line, style=style))
+        for note in comparison.notes:
+            parts.append(Text(note, style="dim"))
+    if alignment is not None:
+        head, rows = _alignment_rows(alignment)
+        parts.append(
+            _rich_table(
+                f"two runs, windows of {_si(alignment.width)} {_unit(alignment)}", head, rows
+            )
+        )
+        parts.append(Text(_legend(alignment), style="dim"))
+    return Group(*parts)
+
+
+def render_markdown(
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+) -> str:
+    """The same content as markdown tables and paragraphs."""
+
+    def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|")
+
+        out = [
+            "| " + " | ".join(cell(h) for h in head) + " |",
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
+        ]
+        out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+        return out
+
+    lines: list[str] = []
+    for comparison in [_merged(comparisons)]:
+        lines += ["## Regimes", ""] + table(*_regime_rows(comparison)) + [""]
+        lines += ["## Boundaries", ""]
+        lines += [f"- {line.strip()}" for line in _boundary_lines(comparison)] + [""]
+        lines += [f"_{note}_" for note in comparison.notes]
+    if alignment is not None:
+        lines += ["## Two runs", "", _legend(alignment), ""] + table(*_alignment_rows(alignment))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_json(
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+) -> dict[str, Any]:
+    """The JSON contract: ``regimes`` and ``boundaries`` (all runs), plus ``alignment``."""
+    out: dict[str, Any] = {"regimes": [], "boundaries": [], "notes": []}
+    for comparison in comparisons:
+        d = comparison.to_dict()
+        out["regimes"] += d["regimes"]
+        out["boundaries"] += d["boundaries"]
+        out["notes"] += d["notes"]
+        out.setdefault("k", d["k"])
+        out.setdefault("split_on", d["split_on"])
+    if alignment is not None:
+        out["alignment"] = alignment.to_dict()
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def dump_json(data: dict[str, Any]) -> str:
+    """JSON text with NaN/Inf written as null (strict JSON for scripts)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(data), indent=2, default=_json_default, allow_nan=False)
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    try:
+        yield
+    except (DiagError, ValueError) as exc:
+        typer.echo(f"error: {visible(exc)}", err=True)
+        raise typer.Exit(2) from None
+
+
+def compare(
+    logs: Annotated[
+        list[str], typer.Argument(help="One log (its regimes) or two logs (two runs); '-' = stdin.")
+    ],
+    k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = 50,
+    x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
+        XAxis.STEP
+    ),
+    window: Annotated[int, typer.Option(help="Steps per window (trends, alignment).")] = 50,
+    phase: Annotated[Phase, typer.Option(help="Two runs: records to align.")] = Phase.AUTO,
+    keep_all: Annotated[
+        bool, typer.Option("--keep-all", help="Keep entries orphaned by restarts.")
+    ] = False,
+    output: Annotated[
+        CompareFormat, typer.Option("--format", help="auto (rich/plain), plain, json, markdown.")
+    ] = CompareFormat.AUTO,
+) -> None:
+    """Compare training regimes in one log (old script vs new pipeline), or two runs.
+
+    The jump at each regime boundary is measured over --k steps on each side and explained when
+    it matches a loss-normalisation factor of the configs (data-parallel size, gradient
+    accumulation, token budget).
+    """
+    with _user_errors():
+        if len(logs) not in (1, 2):
+            raise DiagError(f"compare takes one log or two, got {len(logs)}")
+        config = CompareConfig(k=k, window=window)
+        if len(logs) == 1:
+            comparisons, alignment = [compare_log(logs[0], config, keep_all=keep_all)], None
+        else:
+            alignment, comparisons = compare_two_runs(
+                logs[0], logs[1], config, x=x.value, phase=phase.value
+            )
+    if output is CompareFormat.JSON:
+        typer.echo(dump_json(to_json(comparisons, alignment)))
+    elif output is CompareFormat.MARKDOWN:
+        typer.echo(render_markdown(comparisons, alignment), nl=False)
+    else:
+        console = Console(highlight=False)
+        if output is CompareFormat.PLAIN or "NO_COLOR" in os.environ or not console.is_terminal:
+            # plain: no colour and no terminal width to fit, so wide enough for the tables
+            console = Console(color_system=None, force_terminal=False, highlight=False, width=140)
+        console.print(render_rich(comparisons, alignment))

@@ -51,8 +51,9 @@ from .training import (
 
 SCRIPT = "pipeline"
 
-#: Test hook: called as ``inject(stage_name, item_index)`` before a stage handles an item.
-FaultHook = Callable[[str, int], None]
+#: Test hook: ``inject(stage_name, item_index, item)`` runs before a stage handles an item (the
+#: loader's item is None); raising injects a failure, changing the item injects bad data.
+FaultHook = Callable[[str, int, "MicroBatch | None"], None]
 
 
 @dataclass
@@ -75,7 +76,7 @@ class _Outcome:
     extra: dict = field(default_factory=dict)
 
 
-def _no_fault(stage: str, i: int) -> None:
+def _no_fault(stage: str, i: int, item: MicroBatch | None = None) -> None:
     pass
 
 
@@ -123,7 +124,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
     def loader_stage() -> None:
         seq = 0
         while True:
-            inject("loader", seq)
+            inject("loader", seq, None)
             batch = loader.next_batch()
             ch_batches.put(MicroBatch(seq=seq, batch=batch, cursor=loader.state_dict(),
                                       epoch=loader.epoch_float))
@@ -134,7 +135,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
             i = 0
             while True:
                 item = ch_batches.get()
-                inject(name, i)
+                inject(name, i, item)
                 i += 1
                 ids = item.batch["input_ids"].to(device, non_blocking=True)
                 mask = item.batch["attention_mask"].to(device, non_blocking=True)
@@ -171,7 +172,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
                 epoch = 0.0
                 for micro in range(cfg.grad_accum):
                     item = next_micro()
-                    inject("drafter", consumed)
+                    inject("drafter", consumed, item)
                     consumed += 1
                     batch = {n: t.to(cfg.device, non_blocking=True) for n, t in item.batch.items()}
                     out = compute_loss_and_metrics(drafter, setup.target, batch,

@@ -426,7 +426,7 @@ def _split_records(frame: pl.DataFrame, issues: ParseIssues, consumed: int, sour
     is_header = (pl.col("event") == "run_start").fill_null(False)
     frame = frame.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("seq"),
-        (is_header.cum_sum() - 1).cast(pl.Int32).alias("run"),
+        (is_header.cast(pl.Int32).cum_sum() - 1).alias("run"),
         # The governing header's script, carried forward; "" marks a header without one.
         pl.when(is_header).then(pl.col("script").fill_null("")).otherwise(None)
         .forward_fill().replace("", None).alias("_header_script"),

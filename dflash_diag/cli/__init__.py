@@ -1,0 +1,32 @@
+"""The ``dflash-diag`` command line: one module per command, registered here.
+
+Only typer is imported at module level so ``dflash-diag --help`` starts fast; each command imports
+polars and the analysis inside its function.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from dflash_diag.cli.converge import converge
+
+app = typer.Typer(
+    name="dflash-diag",
+    help="Convergence diagnostics for DFlash drafter training logs (JSONL).",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Convergence diagnostics for DFlash drafter training logs (JSONL)."""
+
+
+app.command("converge")(converge)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,108 @@
+"""What every ``dflash-diag`` command shares: option types, output choice, error policy.
+
+Kept free of polars and of the analysis modules so that ``dflash-diag --help`` starts fast; the
+commands import the library inside their functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sys
+from collections.abc import Iterator
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from dflash_diag.errors import DiagError
+
+#: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
+EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE = 0, 1, 2
+
+
+class OutputFormat(str, enum.Enum):
+    """How a report is printed."""
+
+    AUTO = "auto"  #: rich on a terminal, plain text otherwise or with NO_COLOR set
+    RICH = "rich"
+    TEXT = "text"
+    JSON = "json"
+    MARKDOWN = "markdown"
+    CSV = "csv"
+
+
+class PhaseChoice(str, enum.Enum):
+    """``--phase`` values (mirrors :class:`dflash_diag.phase.Phase` without importing polars)."""
+
+    AUTO = "auto"
+    PIPELINE = "pipeline"
+    ALL = "all"
+
+
+class FailOn(str, enum.Enum):
+    """Verdicts that ``--fail-on`` turns into exit code 1."""
+
+    DIVERGING = "diverging"
+    PLATEAU = "plateau"
+
+
+# Reusable option declarations (the signature is the interface).
+LogsArgument = Annotated[
+    list[str],
+    typer.Argument(help="JSONL log(s): files, .gz files, or - for standard input. Several files "
+                   "(e.g. per-rank logs) are merged in step order.", metavar="LOG..."),
+]
+PhaseOption = Annotated[
+    PhaseChoice,
+    typer.Option("--phase", help="auto: the pipeline entries (tok_per_sec, or a run_start with "
+                 "script pipeline) when there are any, else all."),
+]
+FromStepOption = Annotated[int | None, typer.Option("--from-step", help="First step analysed; windows align to it.")]
+ToStepOption = Annotated[int | None, typer.Option("--to-step", help="Last step analysed (inclusive).")]
+FieldOption = Annotated[
+    list[str] | None,
+    typer.Option("--field", help="Map a log field onto a canonical one, NEW=OLD (e.g. acc=train/acc). "
+                 "Repeatable.", metavar="NEW=OLD"),
+]
+StrictOption = Annotated[bool, typer.Option("--strict", help="Malformed lines are an error, not skipped.")]
+FormatOption = Annotated[
+    OutputFormat,
+    typer.Option("--format", "-f", help="auto: rich on a terminal, plain text otherwise or when NO_COLOR is set."),
+]
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print ``dflash-diag: error: MESSAGE`` on one stderr line and exit with ``code``."""
+    one_line = " ".join(str(message).split())
+    print(f"dflash-diag: error: {one_line}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn :class:`DiagError` (and a broken output pipe) into the CLI's error policy."""
+    try:
+        yield
+    except DiagError as exc:
+        fail(str(exc))
+    except BrokenPipeError:
+        # `dflash-diag converge log | head` closing early is not an error worth a traceback.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the flush at exit
+        raise typer.Exit(EXIT_OK) from None
+
+
+def make_console(file=None) -> Console:
+    """A console that honours ``NO_COLOR`` and emits no escapes when not writing to a terminal."""
+    return Console(file=file, highlight=False, emoji=False, soft_wrap=False)
+
+
+def use_rich(fmt: OutputFormat, console: Console) -> bool:
+    """Whether ``fmt`` means rich output on this console."""
+    if fmt is OutputFormat.RICH:
+        return True
+    if fmt is OutputFormat.AUTO:
+        return console.is_terminal and not os.environ.get("NO_COLOR")
+    return False

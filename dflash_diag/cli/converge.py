@@ -1,0 +1,105 @@
+"""``dflash-diag converge LOG...``: is this DFlash training run converging? (thin over the library)"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from dflash_diag.cli.common import (
+    EXIT_FAIL_ON,
+    FailOn,
+    FieldOption,
+    FormatOption,
+    FromStepOption,
+    LogsArgument,
+    OutputFormat,
+    PhaseChoice,
+    PhaseOption,
+    StrictOption,
+    ToStepOption,
+    fail,
+    make_console,
+    use_rich,
+    user_errors,
+)
+
+
+def converge(
+    logs: LogsArgument,
+    phase: PhaseOption = PhaseChoice.AUTO,
+    from_step: FromStepOption = None,
+    to_step: ToStepOption = None,
+    window: Annotated[int, typer.Option("--window", "-w", min=1, help="Steps per window.")] = 50,
+    threshold: Annotated[float, typer.Option(
+        "--threshold", min=0.0, help="Accuracy change (absolute) within which the arrow is flat.")] = 0.005,
+    loss_threshold: Annotated[float, typer.Option(
+        "--loss-threshold", min=0.0, help="Loss change (fraction of the previous loss) within which "
+        "the arrow is flat.")] = 0.01,
+    noise_aware: Annotated[bool, typer.Option(
+        "--noise-aware", help="Flat within the standard error of the difference instead of the thresholds.")] = False,
+    peak_lr: Annotated[float | None, typer.Option(
+        "--peak-lr", help="Peak lr when the run_start header gives none (else the largest lr seen).")] = None,
+    block_size: Annotated[int | None, typer.Option(
+        "--block-size", help="Block size B (default: the header's, else 16).")] = None,
+    target_acc: Annotated[float, typer.Option("--target-acc", help="Target accuracy.")] = 0.27,
+    target_tau: Annotated[float | None, typer.Option(
+        "--target-tau", help="Target acceptance length (overrides --target-acc).")] = None,
+    baseline_tau: Annotated[float, typer.Option(
+        "--baseline-tau", help="Reference drafter's acceptance length to compare with.")] = 3.1,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the verdict's trend test.")] = 0.05,
+    keep_all: Annotated[bool, typer.Option(
+        "--keep-all", help="Keep entries orphaned by restarts (default: later entries replace them).")] = False,
+    fields: FieldOption = None,
+    strict: StrictOption = False,
+    fmt: FormatOption = OutputFormat.AUTO,
+    rows: Annotated[int, typer.Option(
+        "--rows", min=0, help="Newest windows shown in rich/text tables (0: all).")] = 40,
+    fail_on: Annotated[list[FailOn] | None, typer.Option(
+        "--fail-on", help="Exit 1 when the verdict is this (repeatable), for cron or CI watchdogs.")] = None,
+) -> None:
+    """Windows with trend arrows, lr schedule position, acceptance estimate and a verdict."""
+    with user_errors():
+        # Imported here so that `dflash-diag --help` does not pay for polars.
+        from dflash_diag.acceptance import AcceptanceConfig
+        from dflash_diag.reader import load_log
+        from dflash_diag.render import (
+            render_csv,
+            render_json,
+            render_markdown,
+            render_rich,
+            render_text,
+        )
+        from dflash_diag.report import ConvergeConfig, build_converge_report
+        from dflash_diag.schema import parse_field_map
+        from dflash_diag.trend import TrendConfig
+        from dflash_diag.verdict import VerdictConfig
+
+        try:
+            config = ConvergeConfig(
+                phase=phase.value, from_step=from_step, to_step=to_step, window=window,
+                keep_all=keep_all, peak_lr=peak_lr,
+                trend=TrendConfig(threshold, loss_threshold, noise_aware),
+                acceptance=AcceptanceConfig(block_size, target_acc, target_tau, baseline_tau),
+                verdict=VerdictConfig(alpha=alpha),
+            )
+        except ValueError as exc:
+            fail(str(exc))
+        log = load_log(logs, strict=strict, fields=parse_field_map(fields or []))
+        report = build_converge_report(log, config)
+
+        console = make_console()
+        if fmt is OutputFormat.JSON:
+            sys.stdout.write(render_json(report))
+        elif fmt is OutputFormat.MARKDOWN:
+            sys.stdout.write(render_markdown(report))
+        elif fmt is OutputFormat.CSV:
+            sys.stdout.write(render_csv(report))
+        elif use_rich(fmt, console):
+            render_rich(report, console, max_rows=rows or None)
+        else:
+            sys.stdout.write(render_text(report, max_rows=rows or None))
+        sys.stdout.flush()
+    if fail_on and report.verdict.status in {f.value for f in fail_on}:
+        raise typer.Exit(EXIT_FAIL_ON)

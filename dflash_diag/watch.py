@@ -223,6 +223,7 @@ class LiveLog:
         clock: wall clock, for the time since the last record.
         max_chunk_bytes: bound on bytes parsed per refresh (a huge backlog is read over a few
             refreshes); None reads everything at once.
+        fields: canonical name -> name in the log (``--field``), as for `parse_records`.
 
     Raises:
         DiagError: ``path`` is a ``.gz`` file or ``-``.
@@ -235,6 +236,7 @@ class LiveLog:
         *,
         clock: Clock = time.time,
         max_chunk_bytes: int | None = None,
+        fields: dict[str, str] | None = None,
     ) -> None:
         if str(path) == "-":
             raise DiagError("watch follows a file; standard input cannot be followed")
@@ -243,6 +245,7 @@ class LiveLog:
         self.path = Path(path)
         self.config = config or WatchConfig()
         self.clock = clock
+        self.fields = fields or None
         self.tail = LogTail(self.path, max_chunk_bytes=max_chunk_bytes)
         self._clear()
 
@@ -267,7 +270,7 @@ class LiveLog:
             self._clear()
         new_records = 0
         if chunk.data:
-            part = parse_records(chunk.data, first_line_no=chunk.first_line_no)
+            part = parse_records(chunk.data, first_line_no=chunk.first_line_no, fields=self.fields)
             new_records = part.metrics.height
             self._ingest(part)
             try:

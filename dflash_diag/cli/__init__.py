@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import typer
 
+from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
+from dflash_diag.cli.watch import watch
 
 app = typer.Typer(
     name="dflash-diag",
@@ -25,6 +27,8 @@ def _root() -> None:
 
 
 app.command("converge")(converge)
+app.command("compare")(compare)
+app.command("watch")(watch)
 
 
 def main() -> None:

@@ -6,14 +6,12 @@ tables (a terminal), plain text (a pipe, ``NO_COLOR`` or ``--format plain``), JS
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import math
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -21,27 +19,23 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dflash_diag.compare import (
-    CompareConfig,
-    RegimeComparison,
-    RunAlignment,
-    align_runs,
-    compare_regimes,
+from dflash_diag.cli.common import (
+    FieldOption,
+    FormatOption,
+    OutputFormat,
+    PhaseChoice,
+    PhaseOption,
+    StrictOption,
+    fail,
+    make_console,
+    use_rich,
+    user_errors,
 )
 from dflash_diag.errors import DiagError
-from dflash_diag.phase import Phase, select_phase
-from dflash_diag.reader import load_log
-from dflash_diag.restarts import resolve_restarts
 from dflash_diag.safe_text import visible
 
-
-class CompareFormat(str, enum.Enum):
-    """Output formats of compare."""
-
-    AUTO = "auto"  #: rich on a terminal, plain text otherwise
-    PLAIN = "plain"
-    JSON = "json"
-    MARKDOWN = "markdown"
+if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
+    from dflash_diag.compare import CompareConfig, RegimeComparison, RunAlignment
 
 
 class XAxis(str, enum.Enum):
@@ -55,13 +49,24 @@ class XAxis(str, enum.Enum):
 # analysis entry points (library-level, used by the command and by tests)
 
 
-def compare_log(path: str, config: CompareConfig, *, keep_all: bool = False) -> RegimeComparison:
+def compare_log(
+    path: str,
+    config: CompareConfig,
+    *,
+    keep_all: bool = False,
+    strict: bool = False,
+    fields: dict[str, str] | None = None,
+) -> RegimeComparison:
     """Load one log and compare its regimes (every record: regimes are what is compared).
 
     Raises:
         DiagError: a missing, unreadable or empty log.
     """
-    log = load_log([path])
+    from dflash_diag.compare import compare_regimes
+    from dflash_diag.reader import load_log
+    from dflash_diag.restarts import resolve_restarts
+
+    log = load_log([path], strict=strict, fields=fields)
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
     if restarts:
@@ -80,6 +85,8 @@ def compare_two_runs(
     *,
     x: str = "step",
     phase: str = "auto",
+    strict: bool = False,
+    fields: dict[str, str] | None = None,
 ) -> tuple[RunAlignment, list[RegimeComparison]]:
     """Load two runs, align them on ``x`` and compare each one's own regimes.
 
@@ -89,10 +96,15 @@ def compare_two_runs(
     Raises:
         DiagError: unreadable logs, nothing selected, or tokens that cannot be counted.
     """
+    from dflash_diag.compare import align_runs, compare_regimes
+    from dflash_diag.phase import select_phase
+    from dflash_diag.reader import load_log
+    from dflash_diag.restarts import resolve_restarts
+
     names = _run_names(path_a, path_b)
     frames, comparisons = [], []
     for path, name in zip((path_a, path_b), names):
-        log = load_log([path])
+        log = load_log([path], strict=strict, fields=fields)
         frame, _ = resolve_restarts(log.metrics)
         comparisons.append(
             _prefixed(compare_regimes(frame, [e.fields for e in log.run_starts], config), name)
@@ -230,6 +242,8 @@ def _legend(alignment: RunAlignment) -> str:
 
 def _merged(comparisons: Sequence[RegimeComparison]) -> RegimeComparison:
     """All runs' regimes in one table (boundaries stay per run)."""
+    from dflash_diag.compare import RegimeComparison
+
     first = comparisons[0]
     return RegimeComparison(
         regimes=[r for c in comparisons for r in c.regimes],
@@ -341,55 +355,72 @@ def dump_json(data: dict[str, Any]) -> str:
 # the command
 
 
-@contextlib.contextmanager
-def _user_errors() -> Iterator[None]:
-    try:
-        yield
-    except (DiagError, ValueError) as exc:
-        typer.echo(f"error: {visible(exc)}", err=True)
-        raise typer.Exit(2) from None
-
-
 def compare(
     logs: Annotated[
-        list[str], typer.Argument(help="One log (its regimes) or two logs (two runs); '-' = stdin.")
+        list[str],
+        typer.Argument(
+            help="One log (its regimes) or two logs (two runs); - for standard input.",
+            metavar="LOG [LOG_B]",
+        ),
     ],
     k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = 50,
     x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
         XAxis.STEP
     ),
-    window: Annotated[int, typer.Option(help="Steps per window (trends, alignment).")] = 50,
-    phase: Annotated[Phase, typer.Option(help="Two runs: records to align.")] = Phase.AUTO,
+    window: Annotated[
+        int, typer.Option("--window", "-w", help="Steps per window (trends, alignment).")
+    ] = 50,
+    phase: PhaseOption = PhaseChoice.AUTO,
     keep_all: Annotated[
         bool, typer.Option("--keep-all", help="Keep entries orphaned by restarts.")
     ] = False,
-    output: Annotated[
-        CompareFormat, typer.Option("--format", help="auto (rich/plain), plain, json, markdown.")
-    ] = CompareFormat.AUTO,
+    fields: FieldOption = None,
+    strict: StrictOption = False,
+    fmt: FormatOption = OutputFormat.AUTO,
 ) -> None:
     """Compare training regimes in one log (old script vs new pipeline), or two runs.
 
     The jump at each regime boundary is measured over --k steps on each side and explained when
     it matches a loss-normalisation factor of the configs (data-parallel size, gradient
-    accumulation, token budget).
+    accumulation, token budget). Two runs are aligned on --x (step or tokens seen) and shown
+    window by window with their difference; --phase selects their records.
     """
-    with _user_errors():
+    with user_errors():
+        from dflash_diag.compare import CompareConfig
+        from dflash_diag.schema import parse_field_map
+
         if len(logs) not in (1, 2):
-            raise DiagError(f"compare takes one log or two, got {len(logs)}")
-        config = CompareConfig(k=k, window=window)
+            fail(f"compare takes one log or two, got {len(logs)}")
+        if fmt is OutputFormat.CSV:
+            fail("compare has no csv output (use json, markdown, text or rich)")
+        try:
+            config = CompareConfig(k=k, window=window)
+        except ValueError as exc:
+            raise DiagError(str(exc)) from None
+        field_map = parse_field_map(fields or [])
         if len(logs) == 1:
-            comparisons, alignment = [compare_log(logs[0], config, keep_all=keep_all)], None
+            comparisons = [
+                compare_log(logs[0], config, keep_all=keep_all, strict=strict, fields=field_map)
+            ]
+            alignment = None
         else:
             alignment, comparisons = compare_two_runs(
-                logs[0], logs[1], config, x=x.value, phase=phase.value
+                logs[0],
+                logs[1],
+                config,
+                x=x.value,
+                phase=phase.value,
+                strict=strict,
+                fields=field_map,
             )
-    if output is CompareFormat.JSON:
-        typer.echo(dump_json(to_json(comparisons, alignment)))
-    elif output is CompareFormat.MARKDOWN:
-        typer.echo(render_markdown(comparisons, alignment), nl=False)
-    else:
-        console = Console(highlight=False)
-        if output is CompareFormat.PLAIN or "NO_COLOR" in os.environ or not console.is_terminal:
-            # plain: no colour and no terminal width to fit, so wide enough for the tables
+        if fmt is OutputFormat.JSON:
+            typer.echo(dump_json(to_json(comparisons, alignment)))
+            return
+        if fmt is OutputFormat.MARKDOWN:
+            typer.echo(render_markdown(comparisons, alignment), nl=False)
+            return
+        console = make_console()
+        if not use_rich(fmt, console):
+            # plain text: no colour, and no terminal width to fit, so wide enough for the tables
             console = Console(color_system=None, force_terminal=False, highlight=False, width=140)
         console.print(render_rich(comparisons, alignment))

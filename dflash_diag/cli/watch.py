@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.live import Live
 
-from dflash_diag.errors import DiagError
-from dflash_diag.phase import Phase
-from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view
+from dflash_diag.cli.common import (
+    FieldOption,
+    PhaseChoice,
+    PhaseOption,
+    fail,
+    make_console,
+    user_errors,
+)
+
+if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
+    from dflash_diag.watch import LiveLog
 
 QUIT_KEYS = (b"q", b"Q")
 
@@ -98,6 +104,10 @@ def run_watch(
     Returns:
         The exit code: 0.
     """
+    from rich.live import Live
+
+    from dflash_diag.watch import build_view, render_view
+
     interval = live.config.interval
     waiter = waiter or KeyWaiter(stream=_NoKeys())
 
@@ -136,15 +146,6 @@ class _NoKeys:
         raise OSError("no keyboard")
 
 
-@contextlib.contextmanager
-def _user_errors() -> Iterator[None]:
-    try:
-        yield
-    except (DiagError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
 def watch(
     log: Annotated[Path, typer.Argument(help="The JSONL log to follow (a plain file).")],
     interval: Annotated[
@@ -158,41 +159,46 @@ def watch(
     threshold: Annotated[float, typer.Option(help="Acc change below which an arrow is flat.")] = (
         0.005
     ),
-    phase: Annotated[Phase, typer.Option(help="Records to show: auto, pipeline or all.")] = (
-        Phase.AUTO
-    ),
+    phase: PhaseOption = PhaseChoice.AUTO,
     block_size: Annotated[
         int | None, typer.Option(help="Block size B for tau (default: header, else 16).")
     ] = None,
     target_acc: Annotated[float, typer.Option(help="Target accuracy for progress/ETA.")] = 0.27,
     once: Annotated[bool, typer.Option("--once", help="Draw one frame and exit.")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="Add line charts of loss and acc.")] = False,
+    fields: FieldOption = None,
 ) -> None:
     """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
 
     Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
     """
-    with _user_errors():
-        config = WatchConfig(
-            interval=interval,
-            stall=stall,
-            window=window,
-            history=history,
-            threshold=threshold,
-            phase=phase.value,
-            block_size=block_size,
-            target_acc=target_acc,
-            plot=plot,
-        )
+    with user_errors():
+        from dflash_diag.schema import parse_field_map
+        from dflash_diag.watch import LiveLog, WatchConfig
+
+        try:
+            config = WatchConfig(
+                interval=interval,
+                stall=stall,
+                window=window,
+                history=history,
+                threshold=threshold,
+                phase=phase.value,
+                block_size=block_size,
+                target_acc=target_acc,
+                plot=plot,
+            )
+        except ValueError as exc:
+            fail(str(exc))
         if not log.exists():
-            raise DiagError(f"no such file: {log}")
+            fail(f"no such file: {log}")
         if log.is_dir():
-            raise DiagError(f"is a directory, not a log: {log}")
-        live = LiveLog(log, config)
-    console = Console()
-    try:
-        with KeyWaiter() as waiter:
-            code = run_watch(live, console, once=once, plot=plot, waiter=waiter)
-    except KeyboardInterrupt:
-        code = 0
+            fail(f"is a directory, not a log: {log}")
+        live = LiveLog(log, config, fields=parse_field_map(fields or []))
+        console = make_console()
+        try:
+            with KeyWaiter() as waiter:
+                code = run_watch(live, console, once=once, plot=plot, waiter=waiter)
+        except KeyboardInterrupt:
+            code = 0
     raise typer.Exit(code)

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 PROG = "dflash-train"
@@ -165,19 +164,21 @@ def eval_(
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns (and, as a script, exits with) the process exit code."""
     try:
-        app(args=argv, prog_name=PROG, standalone_mode=False)
+        code = app(args=argv, prog_name=PROG, standalone_mode=False)
     except UsageFailure as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         print(f"{PROG}: aborted", file=sys.stderr)
         return 130
-    except click.ClickException as e:
-        print(f"{PROG}: error: {e.format_message()}", file=sys.stderr)
+    except typer.TyperException as e:  # typer's own usage errors (bad option, bad value)
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        hint = f" (see {PROG} --help)" if "--help" not in message else ""
+        print(f"{PROG}: error: {' '.join(message.split())}{hint}", file=sys.stderr)
         return 2
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

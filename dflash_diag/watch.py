@@ -29,7 +29,6 @@ from typing import Any
 import polars as pl
 from rich import box
 from rich.console import Group, RenderableType
-from rich.control import strip_control_codes
 from rich.table import Table
 from rich.text import Text
 
@@ -38,6 +37,7 @@ from dflash_diag.errors import DiagError
 from dflash_diag.phase import Phase, select_phase
 from dflash_diag.reader import ParsedLog, ParseIssues, parse_records
 from dflash_diag.restarts import Restart, resolve_restarts
+from dflash_diag.safe_text import visible
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.sparkline import sparkline
 from dflash_diag.tail import LogTail
@@ -537,7 +537,7 @@ def build_view(live: LiveLog) -> WatchView:
         Series("loss", [w.loss for w in windows], ".4f"),
         Series("acc", [w.acc for w in windows], ".4f"),
         Series(f"tau ({estimator})", tau_values, ".2f"),
-        Series("lr", [lr.get(w.index) for w in windows], ".3g"),
+        Series("lr", [lr.get(w.index) for w in windows], ".2e"),
     ]
     if tps:
         series.append(Series("tok/s", [tps.get(w.index) for w in windows], ",.0f"))
@@ -603,8 +603,8 @@ def _fmt(value: float | None, fmt: str) -> str:
 
 
 def _literal(text: str) -> Text:
-    """Text from a log or a path, shown as is: no markup, no escape sequences."""
-    return Text(strip_control_codes(text).replace("\x1b", "?"))
+    """Text from a log or a path, shown as is: no markup, control characters made visible."""
+    return Text(visible(text))
 
 
 _ARROW_STYLE = {"up": "green", "down": "red", "flat": "yellow", None: ""}
@@ -710,9 +710,9 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
 
     sched = view.schedule
     if sched is not None and sched.current is not None:
-        line = f"lr {sched.current:.3g}"
+        line = f"lr {sched.current:.2e}"
         if sched.peak is not None and sched.fraction_of_peak is not None:
-            line += f", {sched.fraction_of_peak:.0%} of peak {sched.peak:.3g} ({sched.peak_source})"
+            line += f", {sched.fraction_of_peak:.0%} of peak {sched.peak:.2e} ({sched.peak_source})"
         if sched.phase:
             line += f", {sched.phase}"
             if sched.phase == "warmup" and sched.warmup_fraction is not None:

@@ -1,0 +1,295 @@
+"""The live view's state, view model, alerts and rendering (no terminal needed)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+
+import pytest
+from rich.console import Console
+
+from dflash_diag.errors import DiagError
+from dflash_diag.watch import (
+    LiveLog,
+    WatchConfig,
+    build_view,
+    format_duration,
+    loss_spikes,
+    render_view,
+    stall_alert,
+)
+
+T0 = 1_700_000_000.0
+HEADER = {
+    "event": "run_start",
+    "schema": 1,
+    "script": "pipeline",
+    "time": T0,
+    "config": {"token_budget": 65536, "grad_accum": 4},
+    "schedule": {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 20000, "total_steps": 100000},
+    "block_size": 16,
+    "world_size": 1,
+}
+
+
+def record(step: int, acc: float, loss: float = 3.0, **extra) -> str:
+    rec = {
+        "step": step,
+        "time": T0 + step,
+        "loss": loss,
+        "acc": acc,
+        "lr": 6e-4 * step / 20000,
+        "tok_per_sec": 16000.0,
+        "n_pred": 30000,
+    }
+    rec.update(extra)
+    return json.dumps(rec) + "\n"
+
+
+def rising(start: int, stop: int, slope: float = 1e-4) -> str:
+    """Pipeline records whose acc rises ``slope`` per step (loss falls), noise-free."""
+    return "".join(
+        record(s, 0.15 + slope * (s - 15000), 3.1 - slope * (s - 15000)) for s in range(start, stop)
+    )
+
+
+def append(path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def log(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15300))
+    return path
+
+
+def test_refresh_parses_only_the_appended_lines(log):
+    clock = FakeClock(T0 + 15300)
+    live = LiveLog(log, WatchConfig(), clock=clock)
+    first = live.refresh()
+    assert (first.new_lines, first.new_records) == (301, 300)
+    assert live.total_records == 300 and live.last_step == 15299
+
+    assert live.refresh().new_lines == 0  # nothing appended: nothing parsed
+    append(log, rising(15300, 15350))
+    second = live.refresh()
+    assert (second.new_lines, second.new_records, second.reset) == (50, 50, False)
+    assert live.total_records == 350 and live.last_step == 15349
+    view = build_view(live)
+    assert view.windows[-1].start == 15300 and view.windows[-1].n == 50
+
+
+def test_a_torn_line_is_counted_once_complete(log):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    line = record(15300, 0.2)
+    append(log, line[:20])
+    assert live.refresh().new_records == 0
+    assert live.issues.malformed == 0  # held back, not a malformed line
+    append(log, line[20:])
+    assert live.refresh().new_records == 1
+    assert live.last_step == 15300
+
+
+def test_state_stays_the_size_of_the_view(tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 20000, slope=1e-5))
+    config = WatchConfig(window=50, history=10)
+    live = LiveLog(path, config)
+    live.refresh()
+    assert live.total_records == 5000
+    assert live.log.metrics.height <= (config.history + 1) * config.window
+    view = build_view(live)
+    assert len(view.series[0].values) == config.history
+    assert view.windows[-1].end == 19999
+    assert view.schedule.peak == 6e-4 and view.schedule.peak_source == "header"
+
+
+def test_truncation_rebuilds_the_state(log):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    log.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15100))
+    stats = live.refresh()
+    assert stats.reset
+    assert live.total_records == 100 and live.last_step == 15099
+    view = build_view(live)
+    assert any(a.kind == "reset" for a in view.alerts)
+
+
+def test_rotation_rebuilds_the_state(log, tmp_path):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    os.rename(log, tmp_path / "train.jsonl.1")
+    log.write_text(json.dumps(HEADER) + "\n" + rising(15300, 15700))
+    assert live.refresh().reset
+    assert live.total_records == 400 and live.last_step == 15699
+
+
+def test_restart_is_reported_and_the_later_entries_win(log):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    # resumed from a step-15200 checkpoint: steps 15200+ logged again, with another acc
+    append(log, "".join(record(s, 0.5) for s in range(15200, 15260)))
+    live.refresh()
+    view = build_view(live)
+    assert view.restarts == [15200]
+    assert view.windows[-1].start == 15250 and view.windows[-1].acc == pytest.approx(0.5)
+    assert view.windows[-1].n == 10
+
+
+def test_windows_realign_when_the_pipeline_phase_starts(tmp_path):
+    path = tmp_path / "migrating.jsonl"
+    legacy = "".join(
+        json.dumps({"step": s, "time": T0 + s, "loss": 1.57, "acc": 0.15, "lr": 1e-4}) + "\n"
+        for s in range(14963, 15000)
+    )
+    path.write_text(legacy)
+    live = LiveLog(path, WatchConfig())
+    live.refresh()
+    assert build_view(live).windows[0].start == 14963  # no pipeline yet: all entries
+    append(path, json.dumps(HEADER) + "\n" + rising(15000, 15100))
+    live.refresh()
+    view = build_view(live)
+    assert [w.start for w in view.windows] == [15000, 15050]
+    assert "pipeline entries" in view.selection
+
+
+def test_stall_alert_uses_the_injected_clock(log):
+    clock = FakeClock(T0 + 15299 + 299)
+    live = LiveLog(log, WatchConfig(stall=300), clock=clock)
+    live.refresh()
+    view = build_view(live)
+    assert view.since_last_record == pytest.approx(299)
+    assert not any(a.kind == "stall" for a in view.alerts)
+    clock.now += 2
+    view = build_view(live)
+    stall = [a for a in view.alerts if a.kind == "stall"]
+    assert len(stall) == 1 and "5 min 01 s" in stall[0].message
+
+
+def test_nan_alert(log):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    append(log, record(15300, 0.2, loss=math.nan))  # json writes the bare NaN token
+    live.refresh()
+    view = build_view(live)
+    alerts = [a for a in view.alerts if a.kind == "nonfinite"]
+    assert alerts and alerts[0].step == 15300
+    assert view.nonfinite >= 1
+
+
+def test_diverging_verdict_alert(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15500, slope=-1e-4))
+    live = LiveLog(path, WatchConfig())
+    live.refresh()
+    view = build_view(live)
+    assert view.verdict.status == "diverging"
+    assert any(a.kind == "diverging" for a in view.alerts)
+
+
+def test_loss_spike_alert(log):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    append(log, "".join(record(s, 0.18, loss=9.0) for s in range(15300, 15350)))
+    live.refresh()
+    spikes = [a for a in build_view(live).alerts if a.kind == "loss_spike"]
+    assert len(spikes) == 1 and spikes[0].step == 15300
+
+
+def test_loss_spikes_pure():
+    flat = [3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0]
+    assert loss_spikes(flat) == []
+    assert loss_spikes(flat[:3] + [4.5] + flat[3:]) == [3]
+    assert loss_spikes(flat + [6.0]) == [7]  # the newest window, with earlier neighbours only
+    assert loss_spikes([3.0, 2.9, 2.8, 2.7, 2.6]) == []  # a falling curve is not a spike
+    assert loss_spikes([3.0, None, math.nan, 3.0]) == []
+    assert loss_spikes([1.0, 9.0]) == []  # too few neighbours to judge
+
+
+def test_durations_and_stall_threshold():
+    assert format_duration(42) == "42 s"
+    assert format_duration(303) == "5 min 03 s"
+    assert format_duration(2 * 3600 + 7 * 60) == "2 h 07 min"
+    assert format_duration(3 * 86400 + 4 * 3600) == "3 d 4 h"
+    assert stall_alert(None, 300) is None
+    assert stall_alert(299.9, 300) is None
+    assert stall_alert(300, 300).kind == "stall"
+
+
+def test_waiting_for_a_log_that_does_not_exist_yet(tmp_path):
+    live = LiveLog(tmp_path / "later.jsonl", WatchConfig())
+    assert live.refresh().missing
+    view = build_view(live)
+    assert view.waiting and view.windows == []
+    assert "waiting" in _text(view)
+
+
+def test_rejects_compressed_logs_and_stdin(tmp_path):
+    with pytest.raises(DiagError, match="compressed"):
+        LiveLog(tmp_path / "x.jsonl.gz")
+    with pytest.raises(DiagError, match="standard input"):
+        LiveLog("-")
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="--interval"):
+        WatchConfig(interval=0)
+    with pytest.raises(ValueError, match="--stall"):
+        WatchConfig(stall=-1)
+    with pytest.raises(ValueError, match="phase"):
+        WatchConfig(phase="legacy")
+
+
+def _text(view, **kw) -> str:
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    console.print(render_view(view, **kw))
+    return console.file.getvalue()
+
+
+def test_render_shows_sparklines_arrows_schedule_and_verdict(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15300, slope=2e-4))
+    live = LiveLog(log, WatchConfig(), clock=FakeClock(T0 + 15300))
+    live.refresh()
+    text = _text(build_view(live))
+    assert "step 15299" in text and "300 records" in text
+    assert "last record 1 s ago" in text
+    spark = next(line for line in text.splitlines() if line.startswith("acc "))
+    assert "▁" in spark and "█" in spark  # a rising acc: lowest first, highest last
+    assert spark.index("▁") < spark.index("█")
+    last_row = next(line for line in text.splitlines() if "15250-15299" in line)
+    assert "+0.0100" in last_row and last_row.rstrip().endswith("↑")  # +0.01 > 0.005
+    assert "of peak 6.00e-04 (header)" in text and "warmup" in text
+    assert "verdict: converging" in text
+    assert "tau (linear)" in text
+
+
+def test_render_shows_a_path_literally(tmp_path):
+    path = tmp_path / "[bold red]x\x1b[2J.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15100))
+    live = LiveLog(path, WatchConfig())
+    live.refresh()
+    text = _text(build_view(live)).replace("\n", "")  # a long path wraps
+    assert "[bold red]x" in text
+    assert "\x1b" not in text and "\\x1b[2J" in text
+
+
+def test_plot_adds_line_charts(log):
+    live = LiveLog(log, WatchConfig())
+    live.refresh()
+    text = _text(build_view(live), plot=True, width=100)
+    assert "┤" in text  # plotext axes
+    assert text.count("loss") >= 2 and any(c in text for c in "⠁⠂⠄⡀⢀⠈⠐⠠")  # braille marks

@@ -1,0 +1,100 @@
+"""`dflash-diag watch` through typer's CliRunner (not a terminal: plain snapshots)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from dflash_diag.cli import app
+from dflash_diag.cli.watch import run_watch
+from dflash_diag.watch import LiveLog, WatchConfig
+
+from .test_watch import HEADER, rising
+
+runner = CliRunner()
+
+
+def _log(tmp_path, text: str | None = None):
+    path = tmp_path / "train.jsonl"
+    path.write_text(text if text is not None else json.dumps(HEADER) + "\n" + rising(15000, 15300))
+    return path
+
+
+def test_once_prints_one_plain_frame(tmp_path):
+    result = runner.invoke(app, ["watch", str(_log(tmp_path)), "--once"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b[" not in result.output  # not a terminal: no escape sequences
+    assert result.output.count("dflash-diag watch") == 1
+    assert "step 15299" in result.output and "verdict:" in result.output
+    assert "loss " in result.output and "█" in result.output
+
+
+def test_once_with_plot(tmp_path):
+    result = runner.invoke(app, ["watch", str(_log(tmp_path)), "--once", "--plot"])
+    assert result.exit_code == 0, result.output
+    assert "┤" in result.output
+
+
+def test_plain_snapshot_per_refresh_shows_the_update(tmp_path):
+    path = _log(tmp_path)
+    live = LiveLog(path, WatchConfig(interval=0.01))
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+
+    class AppendBetweenRefreshes:
+        """The waiter: instead of sleeping, the trainer writes 50 more steps."""
+
+        def __init__(self) -> None:
+            self.next = 15300
+
+        def wait(self, seconds: float) -> bool:
+            with open(path, "a") as f:
+                f.write(rising(self.next, self.next + 50))
+            self.next += 50
+            return False
+
+    assert run_watch(live, console, waiter=AppendBetweenRefreshes(), max_refreshes=3) == 0
+    frames = out.getvalue().split("dflash-diag watch")[1:]
+    assert len(frames) == 3
+    assert "step 15299" in frames[0]
+    assert "step 15349" in frames[1] and "15300-15349" in frames[1]
+    assert "step 15399" in frames[2] and "15350-15399" in frames[2]
+
+
+def test_quit_key_ends_the_loop(tmp_path):
+    live = LiveLog(_log(tmp_path), WatchConfig())
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+
+    class PressQ:
+        def wait(self, seconds: float) -> bool:
+            return True
+
+    assert run_watch(live, console, waiter=PressQ()) == 0
+    assert console.file.getvalue().count("dflash-diag watch") == 1
+
+
+def test_missing_file_is_one_line_and_exit_2(tmp_path):
+    result = runner.invoke(app, ["watch", str(tmp_path / "nope.jsonl"), "--once"])
+    assert result.exit_code == 2
+    assert "no such file" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_options_exit_2(tmp_path):
+    path = str(_log(tmp_path))
+    for args in (["--interval", "0"], ["--stall", "-5"], ["--window", "0"]):
+        result = runner.invoke(app, ["watch", path, "--once", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_compressed_log_is_refused(tmp_path):
+    path = tmp_path / "train.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"step": 1}\n'))
+    result = runner.invoke(app, ["watch", str(path), "--once"])
+    assert result.exit_code == 2
+    assert "compressed" in result.output

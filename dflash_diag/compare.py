@@ -434,14 +434,26 @@ def _match(ratio: float, factors: Sequence[tuple[str, float]], tol: float) -> st
     return None
 
 
+def _near_whole(ratio: float, tol: float) -> int | None:
+    """The whole number 2..16 that ``ratio`` (or its inverse) lies within ``tol`` of, if any."""
+    r = max(ratio, 1 / ratio)
+    n = round(r)
+    return n if 2 <= n <= 16 and abs(r - n) / n <= tol else None
+
+
 def explain_boundary(
     step: int,
     loss_ratio: float | None,
     acc_delta: float | None,
     factors: Sequence[tuple[str, float]],
     config: CompareConfig,
+    headerless: str | None = None,
 ) -> tuple[str, str | None]:
-    """The sentence describing a boundary jump, and the matched factor's label if any."""
+    """The sentence describing a boundary jump, and the matched factor's label if any.
+
+    ``headerless`` names a regime without a ``run_start`` header: its settings are unknown, so a
+    ratio close to a small whole number is reported as a likely, unconfirmed normalisation.
+    """
     if loss_ratio is None:
         acc_part = f"; acc {acc_delta:+.4f}" if acc_delta is not None else ""
         return f"not enough finite loss around step {step} to measure the jump{acc_part}", None
@@ -462,6 +474,14 @@ def explain_boundary(
             f"{acc_text}: the model changed as well"
         ), matched
     tried = ", ".join(f"{label} (x{f:.3g})" for label, f in factors) or "none known from headers"
+    whole = _near_whole(loss_ratio, config.factor_tolerance)
+    if headerless is not None and whole is not None and acc_small:
+        return (
+            f"{head} is close to x{whole}, a typical loss-normalisation factor (data-parallel size "
+            f"or gradient accumulation), but the {headerless} regime has no run_start header to "
+            f"confirm it; acc barely moved ({acc_text}), so most likely the two scripts normalise "
+            "the loss differently, not a change in the model"
+        ), None
     if acc_small:
         return (
             f"{head} matches no normalisation factor in the configs ({tried}); acc barely moved "
@@ -499,7 +519,8 @@ def measure_boundary(
         regime_before.tokens_per_step,
         regime_after.tokens_per_step,
     )
-    text, matched = explain_boundary(step, ratio, delta, factors, config)
+    headerless = next((r.name for r in (regime_before, regime_after) if r.config is None), None)
+    text, matched = explain_boundary(step, ratio, delta, factors, config, headerless)
     return Boundary(
         step=step,
         loss_ratio=ratio,

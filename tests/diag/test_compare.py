@@ -153,8 +153,14 @@ def test_field_signature_splits_headerless_logs():
     assert [r.name for r in result.regimes] == ["legacy", "pipeline"]
     (b,) = result.boundaries
     assert b.step == 100 and b.loss_ratio == pytest.approx(2.0)
-    assert b.matched is None  # no header, so no factor can be claimed
-    assert "headers do not record" in b.explanation
+    assert b.matched is None  # no header, so no factor can be confirmed ...
+    assert "close to x2" in b.explanation and "no run_start header" in b.explanation
+    assert "not a change in the model" in b.explanation  # ... but acc did not move
+
+    rows = [dict(r, loss=r["loss"] * 1.4 / 2) if r["step"] < 100 else r for r in rows]
+    (b,) = compare_regimes(_frame(rows)).boundaries
+    assert b.loss_ratio == pytest.approx(2 / 1.4)
+    assert "headers do not record" in b.explanation  # x1.43 is no whole factor
 
 
 def test_config_change_splits_when_the_script_is_the_same():

@@ -1,0 +1,191 @@
+"""`dflash-diag compare` end to end through typer's CliRunner, on log files."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dflash_diag.cli import app
+
+runner = CliRunner()
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_logs" / "train.jsonl"
+
+
+def header(script: str, world_size: int, **config) -> str:
+    return (
+        json.dumps(
+            {
+                "event": "run_start",
+                "schema": 1,
+                "script": script,
+                "time": 0.0,
+                "config": config,
+                "schedule": {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 20000},
+                "block_size": 16,
+                "world_size": world_size,
+                "resumed_from": None,
+            }
+        )
+        + "\n"
+    )
+
+
+def write_story(path: Path, seed: int = 0) -> Path:
+    """A dp=2 lock-step phase whose logged loss is half the pipeline's, then the pipeline."""
+    rng = random.Random(seed)
+    text = header("sync", 2, token_budget=8192)
+    for s in range(14800, 15000):
+        rec = {"step": s, "time": float(s), "loss": 1.57 + rng.gauss(0, 0.02), "acc": 0.150}
+        text += json.dumps(rec) + "\n"
+    text += header("pipeline", 1, token_budget=65536, grad_accum=4)
+    for s in range(15000, 15200):
+        rec = {
+            "step": s,
+            "time": float(s),
+            "loss": 3.12 + rng.gauss(0, 0.03),
+            "acc": 0.151 + rng.gauss(0, 0.003),
+            "tok_per_sec": 16000.0,
+            "n_tokens": 262144,
+            "n_pred": 30000,
+        }
+        text += json.dumps(rec) + "\n"
+    path.write_text(text)
+    return path
+
+
+def write_run(path: Path, tokens_per_step: int, steps: int, with_tokens: bool = True) -> Path:
+    text = header("pipeline", 1, token_budget=tokens_per_step)
+    for s in range(1, steps + 1):
+        seen = s * tokens_per_step
+        rec = {"step": s, "loss": 3.0 - 1e-6 * seen, "acc": 0.1 + 1e-7 * seen, "tok_per_sec": 1e4}
+        if with_tokens:
+            rec["n_tokens"] = tokens_per_step
+        text += json.dumps(rec) + "\n"
+    path.write_text(text)
+    return path
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, ["compare", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_dp2_boundary_json_contract(tmp_path):
+    data = run_json(str(write_story(tmp_path / "story.jsonl")))
+    assert [r["name"] for r in data["regimes"]] == ["sync", "pipeline"]
+    for regime in data["regimes"]:
+        for key in ("name", "start_step", "end_step", "n", "tokens_per_step", "tok_per_sec"):
+            assert key in regime
+        assert "loss" in regime and "acc" in regime
+    sync, pipe = data["regimes"]
+    assert (sync["start_step"], sync["end_step"], sync["n"]) == (14800, 14999, 200)
+    assert sync["tokens_per_step"] == 16384 and pipe["tokens_per_step"] == 262144
+    assert pipe["tok_per_sec"] == 16000.0
+    (b,) = data["boundaries"]
+    assert set(b) >= {"step", "loss_ratio", "acc_delta", "explanation"}
+    assert b["step"] == 15000
+    assert b["loss_ratio"] == pytest.approx(3.12 / 1.57, rel=0.02)
+    assert abs(b["acc_delta"]) < 0.01
+    assert "matches dp=2" in b["explanation"]
+    assert "not a change in the model" in b["explanation"]
+
+
+def test_k_option_changes_the_compared_span(tmp_path):
+    path = str(write_story(tmp_path / "story.jsonl"))
+    (b,) = run_json(path, "--k", "10")["boundaries"]
+    assert (b["n_before"], b["n_after"]) == (10, 10)
+
+
+def test_plain_and_markdown_outputs(tmp_path):
+    path = str(write_story(tmp_path / "story.jsonl"))
+    plain = runner.invoke(app, ["compare", path])
+    assert plain.exit_code == 0
+    assert "\x1b[" not in plain.output
+    assert "regimes (split on script)" in plain.output
+    assert "at step 15000 matches dp=2" in plain.output
+    md = runner.invoke(app, ["compare", path, "--format", "markdown"])
+    assert md.exit_code == 0
+    assert "| regime | steps |" in md.output and "|---|" in md.output
+    assert "- loss x" in md.output
+
+
+def test_no_boundary_log(tmp_path):
+    path = write_run(tmp_path / "one.jsonl", 1000, 300)
+    data = run_json(str(path))
+    assert len(data["regimes"]) == 1 and data["boundaries"] == []
+    plain = runner.invoke(app, ["compare", str(path)])
+    assert "no regime boundary" in plain.output
+
+
+def test_two_runs_aligned_by_tokens(tmp_path):
+    a = write_run(tmp_path / "small.jsonl", 1000, 400)
+    b = write_run(tmp_path / "big.jsonl", 2000, 200)
+    data = run_json(str(a), str(b), "--x", "tokens", "--window", "50")
+    alignment = data["alignment"]
+    assert alignment["x"] == "tokens" and alignment["runs"] == ["small.jsonl", "big.jsonl"]
+    windows = alignment["windows"]
+    assert len(windows) == 8
+    assert all(w["n_a"] == 50 and w["n_b"] == 25 for w in windows)
+    assert all(abs(w["acc_diff"]) < 0.003 for w in windows)  # same curve per token
+    by_step = run_json(str(a), str(b), "--x", "step", "--window", "50")["alignment"]["windows"]
+    assert by_step[0]["acc_diff"] > 0.002  # the bigger batch is ahead per step
+    assert [r["name"] for r in data["regimes"]] == ["small.jsonl: pipeline", "big.jsonl: pipeline"]
+
+
+def test_tokens_from_the_header_budget_when_n_tokens_is_missing(tmp_path):
+    a = write_run(tmp_path / "a.jsonl", 1000, 200, with_tokens=False)
+    b = write_run(tmp_path / "b.jsonl", 2000, 100, with_tokens=False)
+    alignment = run_json(str(a), str(b), "--x", "tokens")["alignment"]
+    assert alignment["tokens_source"] == ["tokens_per_step", "tokens_per_step"]
+    assert all(abs(w["acc_diff"]) < 0.003 for w in alignment["windows"])
+
+
+def test_sample_log_boundary_is_explained():
+    data = run_json(str(SAMPLE))
+    assert [r["name"] for r in data["regimes"]] == ["legacy", "pipeline"]
+    (b,) = data["boundaries"]
+    assert 14990 <= b["step"] <= 15010
+    assert b["loss_ratio"] == pytest.approx(2.0, rel=0.05)
+    assert "not a change in the model" in b["explanation"]
+
+
+def test_log_text_is_shown_literally(tmp_path):
+    text = header("[bold red]evil\x1b[2J", 2) + json.dumps({"step": 1, "loss": 1.0, "acc": 0.1})
+    text += "\n" + header("pipeline", 1) + json.dumps({"step": 2, "loss": 2.0, "acc": 0.1}) + "\n"
+    path = tmp_path / "evil.jsonl"
+    path.write_text(text)
+    result = runner.invoke(app, ["compare", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "[bold red]evil" in result.output
+    assert "\x1b" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.jsonl"], "no such file"),
+        (["a", "b", "c"], "one log or two"),
+        (["LOG", "--format", "csv"], "no csv"),
+        (["LOG", "--k", "0"], "--k"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(tmp_path, args, message):
+    log = str(write_story(tmp_path / "story.jsonl"))
+    args = [log if a == "LOG" else str(tmp_path / a) if a.endswith(".jsonl") else a for a in args]
+    result = runner.invoke(app, ["compare", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_tokens_axis_without_token_counts_is_an_error(tmp_path):
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps({"step": s, "loss": 1.0, "acc": 0.1}) + "\n" for s in range(9)))
+    result = runner.invoke(app, ["compare", str(a), str(a), "--x", "tokens"])
+    assert result.exit_code == 2
+    assert "cannot align on tokens" in result.output

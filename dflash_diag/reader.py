@@ -17,8 +17,8 @@ leniently (numeric strings become numbers and are counted). One bad line in a mi
 costs about two extra polars passes, not a Python pass.
 
 Python's ``json`` writes NaN and infinities as bare ``NaN``/``Infinity`` tokens, which polars
-rejects; they are swapped for sentinel numbers before parsing and back to NaN/inf after, so a log
-whose every line carries a NaN still parses at polars speed.
+rejects; the lines holding them are re-encoded with sentinel numbers before parsing, and the
+sentinels turned back into NaN/inf after (only those lines pay a Python pass).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _FIRST_N = 5
 _NAN_SENTINEL = 1.7976931348623155e308
 _POS_INF_SENTINEL = 1.7976931348623157e308
 _NEG_INF_SENTINEL = -1.7976931348623157e308
-_NONSTANDARD_TOKEN = re.compile(rb"(?<=[:,\[])(\s*)(-?)(NaN|Infinity)(?=\s*[,\]}])")
+_NONSTANDARD_WORD = re.compile(rb"NaN|Infinity")
 
 #: Columns of :attr:`ParsedLog.metrics` besides the metric fields.
 BOOKKEEPING_COLUMNS = ("source", "seq", "run", "script")
@@ -241,10 +241,7 @@ def parse_records(
         issues.torn_tail.append(source)
     body = data if body_end == len(data) else data[:body_end]
     # memoryview slicing in the bisection below never copies; polars needs bytes per call.
-    substituted = False
-    if b"NaN" in body or b"Infinity" in body:
-        body, n_subs = _NONSTANDARD_TOKEN.subn(_sentinel_for, body)
-        substituted = n_subs > 0
+    body, substituted = _replace_nonfinite_tokens(body)
     parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues)
     frame = parser.parse(first_line_no)
     issues.lines += parser.lines
@@ -267,13 +264,61 @@ def _complete_end(data: bytes, *, final: bool) -> int:
     return start
 
 
-def _sentinel_for(match: re.Match[bytes]) -> bytes:
-    space, minus, word = match.group(1), match.group(2), match.group(3)
-    if word == b"NaN":
-        value = _NAN_SENTINEL
-    else:
-        value = _NEG_INF_SENTINEL if minus else _POS_INF_SENTINEL
-    return space + repr(value).encode()
+def _replace_nonfinite_tokens(body: bytes) -> tuple[bytes, bool]:
+    """Rewrite lines holding bare NaN/Infinity tokens with sentinel numbers polars accepts.
+
+    Only lines containing the words are touched, each decoded by :func:`json.loads` (which knows
+    the tokens) and re-encoded, so a path like ``"runs/NaN"`` is never altered. Lines that do not
+    decode are left as they are: the parse will count them as malformed.
+    """
+    if b"NaN" not in body and b"Infinity" not in body:
+        return body, False
+    pieces: list[bytes] = []
+    copied = 0  # body[:copied] is already in pieces
+    changed = False
+    for match in _NONSTANDARD_WORD.finditer(body):
+        if match.start() < copied:
+            continue  # another word on a line already handled
+        line_start = body.rfind(b"\n", 0, match.start()) + 1
+        line_end = body.find(b"\n", match.end())
+        line_end = len(body) if line_end < 0 else line_end
+        rewritten = _sentinel_line(body[line_start:line_end])
+        if rewritten is not None:
+            pieces.append(body[copied:line_start])
+            pieces.append(rewritten)
+            copied = line_end
+            changed = True
+        else:
+            pieces.append(body[copied:line_end])
+            copied = line_end
+    if not changed:
+        return body, False
+    pieces.append(body[copied:])
+    return b"".join(pieces), True
+
+
+def _sentinel_line(line: bytes) -> bytes | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    found = False
+
+    def swap(value: Any) -> Any:
+        nonlocal found
+        if isinstance(value, float) and not math.isfinite(value):
+            found = True
+            if math.isnan(value):
+                return _NAN_SENTINEL
+            return _POS_INF_SENTINEL if value > 0 else _NEG_INF_SENTINEL
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+
+    record = swap(record)
+    return json.dumps(record).encode() if found else None
 
 
 class _ChunkParser:
@@ -486,7 +531,8 @@ def _event_from_row(row: dict[str, Any], source: int) -> LogEvent:
             continue
         if name in EVENT_JSON_FIELDS and isinstance(value, str):
             try:
-                value = json.loads(value)
+                # polars re-serialises nested values without escaping control characters.
+                value = json.loads(value, strict=False)
             except ValueError:
                 pass  # keep the text: a header with a plain-string schedule is still shown
         fields[name] = value

@@ -92,15 +92,15 @@ class SchedulePosition:
 
 
 def infer_phase(lrs: list[float]) -> str | None:
-    """Warmup if the lr rose over the given entries, decay if it fell, constant if unchanged."""
+    """Decay if the lr is below its recent maximum, else warmup if it rose, else constant."""
     if len(lrs) < 2:
         return None
-    first, last = lrs[0], lrs[-1]
-    scale = max(abs(first), abs(last), 1e-30)
+    first, last, top = lrs[0], lrs[-1], max(lrs)
+    scale = max(abs(top), 1e-30)
+    if (top - last) / scale > 1e-9:
+        return DECAY
     if (last - first) / scale > 1e-9:
         return WARMUP
-    if (first - last) / scale > 1e-9:
-        return DECAY
     return CONSTANT
 
 

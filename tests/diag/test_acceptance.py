@@ -1,0 +1,90 @@
+"""Acceptance-length estimators, target and progress, errors against a measured tau, mismatch."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from dflash_diag import (
+    AcceptanceConfig,
+    LogEvent,
+    chain_tau,
+    estimate_acceptance,
+    linear_tau,
+    prefix_tau,
+)
+from dflash_diag.acceptance import mean_positions
+
+
+def test_estimator_formulas():
+    assert linear_tau(0.168, 16) == pytest.approx(3.52)
+    assert chain_tau([0.5, 0.5, 0.5]) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert prefix_tau([0.6, 0.3, 0.1]) == pytest.approx(2.0)
+
+
+def _rows(acc_pos=None, accept_pos=None, n_blocks=None):
+    return pl.DataFrame({"acc_pos": acc_pos, "accept_pos": accept_pos, "n_blocks": n_blocks},
+                        schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
+                                "n_blocks": pl.Float64})
+
+
+def test_position_means_are_block_weighted():
+    rows = _rows(acc_pos=[[0.2, 0.1], [0.6, 0.5]], n_blocks=[1.0, 3.0])
+    assert mean_positions(rows, "acc_pos") == pytest.approx([0.5, 0.4])
+    rows = _rows(acc_pos=[[0.2, 0.1], [0.6, 0.5]], n_blocks=[1.0, None])
+    assert mean_positions(rows, "acc_pos") == pytest.approx([0.4, 0.3])
+
+
+def _eval(step, tau):
+    return LogEvent("eval", 0, 0, step, {"step": step, "tau": tau, "n_prompts": 8})
+
+
+def test_linear_only_progress_is_acc_over_target():
+    result = estimate_acceptance(0.1766, "last window", _rows([], []), [], AcceptanceConfig())
+    assert result.estimator == "linear"
+    assert result.tau == pytest.approx(1 + 15 * 0.1766)
+    assert result.progress == pytest.approx(0.1766 / 0.27)
+    assert result.vs_baseline == pytest.approx(1 + 15 * 0.1766 - 3.1)
+    assert (result.block_size, result.block_size_source) == (16, "default")
+
+
+def test_best_estimator_and_errors_against_measured():
+    rows = _rows(acc_pos=[[0.5, 0.5]], accept_pos=[[0.5, 0.4]])
+    result = estimate_acceptance(
+        0.5, "w", rows, [_eval(90, 1.5), _eval(100, 1.8), _eval(200, 9.0)],
+        AcceptanceConfig(block_size=3), up_to_step=150,
+    )
+    assert [e.name for e in result.estimates] == ["measured", "prefix", "chain", "linear"]
+    assert result.estimator == "measured" and result.tau == 1.8 and result.measured_step == 100
+    errors = {e.name: e.error for e in result.estimates}
+    assert errors["measured"] is None
+    assert errors["prefix"] == pytest.approx(1.9 - 1.8)
+    assert errors["chain"] == pytest.approx(1.75 - 1.8)
+    assert errors["linear"] == pytest.approx(2.0 - 1.8)
+    assert result.warnings == []
+
+
+def test_tau_train_beats_accept_pos_and_header_block_size():
+    rows = _rows(accept_pos=[[0.5, 0.4]])
+    result = estimate_acceptance(0.2, "w", rows, [], AcceptanceConfig(), header_block_size=8,
+                                 tau_train=2.5)
+    assert (result.estimator, result.tau) == ("prefix", 2.5)
+    assert (result.block_size, result.block_size_source) == (8, "header")
+
+
+def test_target_tau_sets_target_acc_through_linear_inverse():
+    result = estimate_acceptance(0.2, "w", _rows(), [], AcceptanceConfig(target_tau=4.0))
+    assert result.target_acc == pytest.approx(0.2)
+    assert result.progress == pytest.approx(1.0)
+
+
+def test_mismatch_warning_high_accuracy_low_measured_tau():
+    result = estimate_acceptance(0.95, "w", _rows(), [_eval(10, 1.1)], AcceptanceConfig())
+    assert result.tau == 1.1
+    assert result.warnings and "mismatch" in result.warnings[0]
+
+
+def test_config_validation():
+    for bad in ({"block_size": 1}, {"target_acc": 0.0}, {"target_tau": 1.0}, {"baseline_tau": 0.5}):
+        with pytest.raises(ValueError):
+            AcceptanceConfig(**bad)

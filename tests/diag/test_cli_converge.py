@@ -1,0 +1,159 @@
+"""`dflash-diag converge` through typer's CliRunner: formats, JSON contract, exit codes, inputs."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dflash_diag.cli import app
+
+from .logs import ORIGINAL_MEANS, dumps, original_analysis, write
+from .make_sample_log import generate
+
+runner = CliRunner()
+
+JSON_KEYS = {"windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite"}
+WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend"}
+LR_KEYS = {"current", "peak", "peak_source", "fraction_of_peak", "phase"}
+ACCEPTANCE_KEYS = {"acc", "tau", "estimator", "block_size", "target_acc", "target_tau", "progress",
+                   "baseline_tau"}
+VERDICT_KEYS = {"status", "slope_per_1k_steps", "p_value", "eta_steps"}
+
+
+def invoke(*args, input=None):
+    return runner.invoke(app, ["converge", *map(str, args)], input=input)
+
+
+@pytest.fixture
+def sample(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(generate(seed=1))
+    return path
+
+
+def test_json_contract_keys_exactly(sample):
+    result = invoke(sample, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == JSON_KEYS
+    assert all(set(w) == WINDOW_KEYS for w in data["windows"])
+    assert set(data["lr"]) == LR_KEYS
+    assert set(data["acceptance"]) == ACCEPTANCE_KEYS
+    assert set(data["verdict"]) == VERDICT_KEYS
+    assert data["windows"][0]["trend"] is None
+    assert {w["trend"] for w in data["windows"][1:]} <= {"up", "down", "flat"}
+    assert data["restarts"] == [15602]
+    assert data["skipped_lines"] == 0  # the torn last line is not a skipped line
+    assert data["nonfinite"] == 1  # the NaN grad_norm
+    assert data["acceptance"]["estimator"] == "measured"
+    assert data["lr"]["peak_source"] == "header" and data["lr"]["phase"] == "warmup"
+    assert data["verdict"]["status"] in {"converging", "plateau", "diverging", "not enough data"}
+
+
+def test_plain_text_when_not_a_terminal(sample):
+    result = invoke(sample)
+    assert result.exit_code == 0
+    out = result.stdout
+    assert "\x1b" not in out and "╭" not in out  # no colour, no box drawing
+    for label in ("steps", "schedule", "acceptance", "verdict", "restarts", "nonfinite"):
+        assert label in out
+    assert "15602 (after 15740)" in out
+
+
+def test_rich_format_renders_table_and_panel(sample):
+    result = invoke(sample, "--format", "rich")
+    assert result.exit_code == 0
+    assert "summary" in result.stdout and "verdict" in result.stdout
+
+
+def test_markdown_and_csv(tmp_path):
+    log = write(tmp_path / "a.jsonl", original_analysis())
+    md = invoke(log, "--format", "markdown")
+    assert md.exit_code == 0 and "| steps |" in md.stdout and "| 15000-15049 | 50 |" in md.stdout
+    out = invoke(log, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert [float(r["acc"]) for r in rows] == pytest.approx(ORIGINAL_MEANS)
+    assert [r["trend"] for r in rows] == ["", "up", "flat", "up", "flat", "flat", "up"]
+
+
+def test_options_reach_the_analysis(tmp_path):
+    log = write(tmp_path / "a.jsonl", original_analysis())
+    data = json.loads(invoke(log, "-f", "json", "--window", "100", "--from-step", "15100",
+                             "--target-tau", "6", "--block-size", "11").stdout)
+    assert [w["start"] for w in data["windows"]] == [15100, 15200, 15300]
+    assert data["acceptance"]["block_size"] == 11 and data["acceptance"]["target_tau"] == 6
+    every = json.loads(invoke(log, "-f", "json", "--phase", "all").stdout)
+    assert every["windows"][0]["start"] == 14000
+
+
+def test_fail_on_exit_codes(tmp_path):
+    rising = write(tmp_path / "a.jsonl", original_analysis())
+    assert invoke(rising, "--fail-on", "diverging", "--fail-on", "plateau").exit_code == 0
+    falling = [dict(r, acc=0.3 - r["acc"]) if "acc" in r else r for r in original_analysis()]
+    log = write(tmp_path / "b.jsonl", falling)
+    result = invoke(log, "--fail-on", "diverging", "-f", "json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["verdict"]["status"] == "diverging"  # the report is still printed
+    assert invoke(log, "--fail-on", "plateau").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "message"),
+    [
+        (None, [], "no such file"),
+        (b"", [], "empty log"),
+        (b'{"loss": 1.0}\n', [], "no record has a 'step'"),
+        (dumps([{"step": 1, "acc": 0.1}]), ["--phase", "pipeline"], "nothing selected"),
+        (dumps([{"step": 1, "acc": 0.1}]), ["--from-step", "10"], "nothing selected"),
+        (dumps([{"step": 1, "acc": 0.1}]), ["--target-acc", "2"], "target accuracy"),
+        (dumps([{"step": 1, "acc": 0.1}]), ["--field", "acc"], "NEW=OLD"),
+        (b'{"step": 1}\nbad\n{"step": 2}\n', ["--strict"], "malformed line 2"),
+    ],
+)
+def test_input_errors_exit_2_with_one_line(tmp_path, content, args, message):
+    path = tmp_path / "log.jsonl"
+    if content is not None:
+        path.write_bytes(content)
+    result = invoke(path, *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_stdin_and_gz(tmp_path):
+    data = dumps(original_analysis())
+    from_stdin = invoke("-", "-f", "json", input=data)
+    assert from_stdin.exit_code == 0
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(data))
+    from_gz = invoke(gz, "-f", "json")
+    assert json.loads(from_gz.stdout) == json.loads(from_stdin.stdout)
+
+
+def test_field_mapping_reads_another_trainers_log(tmp_path):
+    records = [{"global_step": s, "train/acc": 0.1 + 0.001 * s, "train/loss": 2.0} for s in range(200)]
+    log = write(tmp_path / "other.jsonl", records)
+    assert invoke(log).exit_code == 2  # no step field
+    result = invoke(log, "-f", "json", "--field", "step=global_step", "--field", "acc=train/acc",
+                    "--field", "loss=train/loss")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"]["status"] == "not enough data"  # 4 windows
+    assert data["windows"][-1]["loss"] == 2.0
+
+
+def test_skipped_lines_are_reported(tmp_path):
+    log = write(tmp_path / "a.jsonl", original_analysis(), tail=b"")
+    lines = log.read_bytes().split(b"\n")
+    lines[200] = b"{broken"
+    log.write_bytes(b"\n".join(lines))
+    data = json.loads(invoke(log, "-f", "json").stdout)
+    assert data["skipped_lines"] == 1
+    text = invoke(log).stdout
+    assert "1 malformed line(s), first at line 201" in text

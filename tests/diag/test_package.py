@@ -1,0 +1,51 @@
+"""Packaging promises: no torch/transformers/dflash in dflash_diag, a fast --help, the sample log."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dflash_diag.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ["dflash_diag", "dflash_diag.reader", "dflash_diag.report", "dflash_diag.render",
+           "dflash_diag.cli", "dflash_diag.cli.converge"]
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=ROOT).stdout
+
+
+def test_no_heavy_imports():
+    code = ("import sys, importlib\n"
+            f"for m in {MODULES!r}: importlib.import_module(m)\n"
+            "import dflash_diag\n"
+            "dflash_diag.build_converge_report\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'dflash') if m in sys.modules))")
+    assert _run(code).strip() == "[]"
+
+
+def test_cli_import_does_not_load_polars():
+    code = "import sys, dflash_diag.cli\nprint('polars' in sys.modules)"
+    assert _run(code).strip() == "False"
+
+
+def test_help_lists_converge():
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0 and "converge" in result.stdout
+    options = CliRunner().invoke(app, ["converge", "--help"]).stdout
+    for flag in ("--phase", "--window", "--threshold", "--target-acc", "--target-tau", "--fail-on",
+                 "--keep-all", "--strict", "--format", "--field", "--peak-lr", "--block-size"):
+        assert flag in options
+
+
+def test_smoke_committed_sample_log():
+    """Only this test reads sample_logs/ (it may be replaced by a real run's log)."""
+    result = CliRunner().invoke(app, ["converge", str(ROOT / "sample_logs" / "train.jsonl")])
+    assert result.exit_code == 0, result.output
+    for label in ("schedule", "acceptance", "verdict"):
+        assert label in result.stdout

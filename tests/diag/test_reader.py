@@ -1,0 +1,183 @@
+"""The reader: torn and malformed lines, NaN/Inf, types, events, gz, stdin, bisection, appending."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+
+import polars as pl
+import pytest
+
+from dflash_diag import DiagError, load_log, parse_records
+
+from .logs import dumps, write
+
+
+def test_torn_last_line_is_ignored_quietly():
+    log = parse_records(b'{"step": 1, "acc": 0.5}\n{"step": 2, "acc": 0.6}\n{"step": 3, "ac')
+    assert log.metrics["step"].to_list() == [1, 2]
+    assert log.issues.malformed == 0
+    assert log.issues.torn_tail == [0]
+    assert log.consumed_bytes == len(b'{"step": 1, "acc": 0.5}\n{"step": 2, "acc": 0.6}\n')
+
+
+def test_complete_last_record_without_newline_is_kept_only_when_final():
+    data = b'{"step": 1}\n{"step": 2}'
+    assert parse_records(data).metrics["step"].to_list() == [1, 2]
+    partial = parse_records(data, final=False)
+    assert partial.metrics["step"].to_list() == [1]
+    assert partial.consumed_bytes == len(b'{"step": 1}\n')
+
+
+def test_malformed_lines_are_counted_with_line_numbers():
+    lines = [json.dumps({"step": s, "acc": 0.1}) for s in range(1, 11)]
+    lines[2] = "not json"
+    lines[6] = '{"step": 7, "acc": '
+    lines[8] = "[1, 2, 3]"  # valid JSON, not an object
+    log = parse_records(("\n".join(lines) + "\n").encode())
+    assert log.issues.malformed == 3
+    assert [line for _, line in log.issues.malformed_lines] == [3, 7, 9]
+    assert log.metrics["step"].to_list() == [1, 2, 4, 5, 6, 8, 10]
+
+
+def test_strict_makes_a_malformed_line_an_error():
+    with pytest.raises(DiagError, match="line 2"):
+        parse_records(b'{"step": 1}\n{oops\n{"step": 3}\n', strict=True)
+    # ... but a torn tail is still only a writer that is mid-line.
+    assert parse_records(b'{"step": 1}\n{"st', strict=True).metrics.height == 1
+
+
+def test_bisection_keeps_every_good_line_of_a_large_buffer():
+    records = [{"step": s, "loss": 2.0 - s / 1e4, "acc": s / 1e4, "acc_pos": [0.5, 0.25]}
+               for s in range(3000)]
+    clean = parse_records(dumps(records)).metrics
+    lines = dumps(records).split(b"\n")
+    lines[1234] = b'{"step": 1234, "loss": '  # one bad line in the middle
+    dirty = parse_records(b"\n".join(lines))
+    assert dirty.issues.malformed == 1 and dirty.issues.malformed_lines == [(0, 1235)]
+    expected = clean.filter(pl.col("step") != 1234).drop("seq")
+    assert dirty.metrics.drop("seq").equals(expected)
+
+
+def test_nan_and_infinity_tokens_are_parsed_and_counted():
+    data = dumps([
+        {"step": 1, "loss": float("nan"), "acc": 0.5, "acc_pos": [0.5, float("-inf")]},
+        {"step": 2, "loss": float("inf"), "acc": 0.6, "grad_norm": float("nan")},
+        {"step": 3, "loss": 1.0, "acc": 0.7},
+    ])
+    assert b"NaN" in data and b"Infinity" in data
+    log = parse_records(data)
+    loss = log.metrics["loss"].to_list()
+    assert math.isnan(loss[0]) and loss[1] == math.inf and loss[2] == 1.0
+    assert log.metrics["acc_pos"][0].to_list() == [0.5, -math.inf]
+    assert log.issues.nonfinite == {"loss": 2, "acc_pos": 1, "grad_norm": 1}
+    assert log.issues.nonfinite_total == 4
+
+
+def test_nan_inside_a_string_is_left_alone():
+    log = parse_records(b'{"event": "checkpoint", "step": 5, "path": "runs/NaN,Infinity]"}\n{"step": 5}\n')
+    assert log.events[0].fields["path"] == "runs/NaN,Infinity]"
+
+
+def test_strings_where_numbers_belong_are_converted_or_counted():
+    log = parse_records(dumps([
+        {"step": 1, "loss": "1.5", "acc": "nan"},
+        {"step": "2", "loss": "abc", "acc": True},
+        {"step": 3, "loss": 1.0, "acc": {"x": 1}, "acc_pos": "0.5"},
+    ]))
+    frame = log.metrics
+    assert frame["step"].to_list() == [1, 2, 3]
+    assert frame["loss"].to_list() == [1.5, None, 1.0]
+    assert math.isnan(frame["acc"][0]) and frame["acc"][1] is None and frame["acc"][2] is None
+    assert log.issues.coerced == 3  # "1.5", "nan", "2"
+    assert log.issues.nonnumeric == 4  # "abc", true, {"x": 1}, "0.5" for a list
+    assert [line for _, line in log.issues.nonnumeric_lines] == [2, 3]
+    assert log.issues.nonfinite == {"acc": 1}
+
+
+def test_float_steps_blank_lines_and_crlf():
+    log = parse_records(b'{"step": 1.0, "acc": 0.1}\r\n\r\n   \n{"step": 2, "acc": 0.2}\r\n')
+    assert log.metrics["step"].dtype == pl.Int64
+    assert log.metrics["step"].to_list() == [1, 2]
+    assert log.issues.malformed == 0
+
+
+def test_mixed_record_kinds():
+    log = parse_records(dumps([
+        {"step": 1, "acc": 0.1},
+        {"event": "run_start", "script": "pipeline", "schedule": {"kind": "cosine", "peak_lr": 1e-3},
+         "config": {"a": [1, 2]}, "resumed_from": {"path": "ck", "step": 1}, "block_size": 8},
+        {"step": 2, "acc": 0.2, "tok_per_sec": 100.0},
+        {"event": "metrics", "step": 3, "acc": 0.3},
+        {"event": "eval", "step": 3, "tau": 2.5, "tau_hist": [0, 1, 1], "n_prompts": 4},
+        {"event": "checkpoint", "step": 3, "path": "ck3"},
+        {"hello": "a record with neither step nor event"},
+        {"event": "run_start", "script": "sync"},
+        {"step": 4, "acc": 0.4},
+    ]))
+    assert log.metrics["step"].to_list() == [1, 2, 3, 4]
+    assert log.metrics["run"].to_list() == [-1, 0, 0, 1]
+    assert log.metrics["script"].to_list() == [None, "pipeline", "pipeline", "sync"]
+    assert [e.kind for e in log.events] == ["run_start", "eval", "checkpoint", "run_start"]
+    header = log.run_starts[0]
+    assert header.step == 1
+    assert header.fields["schedule"] == {"kind": "cosine", "peak_lr": 1e-3}
+    assert header.fields["config"] == {"a": [1, 2]}
+    assert header.fields["block_size"] == 8
+    assert log.evals[0].fields["tau"] == 2.5 and log.evals[0].fields["tau_hist"] == [0, 1, 1]
+    assert log.issues.without_step == 1
+
+
+def test_field_map_renames_other_trainers_fields():
+    data = dumps([{"global_step": s, "train/acc": 0.1 * s, "acc": 99.0} for s in (1, 2)])
+    log = parse_records(data, fields={"step": "global_step", "acc": "train/acc"})
+    assert log.metrics["step"].to_list() == [1, 2]
+    assert log.metrics["acc"].to_list() == pytest.approx([0.1, 0.2])
+
+
+def test_append_continues_runs_and_positions():
+    records = [{"event": "run_start", "script": "pipeline"}] + [{"step": s, "acc": 0.1} for s in range(6)]
+    data = dumps(records)
+    cut = data.index(b'{"step": 3')
+    first = parse_records(data[: cut + 5], final=False)
+    rest = data[first.consumed_bytes:]
+    joined = first.append(parse_records(rest))
+    whole = parse_records(data)
+    assert joined.metrics.equals(whole.metrics)
+    assert joined.consumed_bytes == len(data)
+
+
+def test_load_log_gz_and_several_files_in_step_order(tmp_path):
+    a = write(tmp_path / "rank0.jsonl.gz", [{"step": s, "acc": 0.1} for s in (1, 3, 5)], gz=True)
+    b = write(tmp_path / "rank1.jsonl", [{"step": s, "acc": 0.2} for s in (2, 4)])
+    log = load_log([a, b])
+    assert log.sources == [str(a), str(b)]
+    assert sorted(log.metrics["step"].to_list()) == [1, 2, 3, 4, 5]
+    assert set(log.metrics["source"].to_list()) == {0, 1}
+
+
+def test_load_log_stdin(monkeypatch):
+    fake = io.TextIOWrapper(io.BytesIO(gzip.compress(b'{"step": 7, "acc": 0.3}\n')))
+    monkeypatch.setattr("sys.stdin", fake)
+    assert load_log("-").metrics["step"].to_list() == [7]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", "empty log"), (b"\n\n", "empty log"), (b'{"acc": 0.1}\n', "no record has a 'step'"),
+     (b'{"event": "run_start"}\n', "no metric records")],
+)
+def test_load_log_input_errors(tmp_path, content, message):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(DiagError, match=message):
+        load_log(path)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(DiagError, match="no such file"):
+        load_log(tmp_path / "nope.jsonl")
+    with pytest.raises(DiagError, match="directory"):
+        load_log(tmp_path)

@@ -44,6 +44,7 @@ from .training import (
     anchor_generator,
     apply_update,
     build_setup,
+    compute_precision,
     dtype_of,
     exit_code_for,
     resolve_target,
@@ -161,6 +162,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
         step = setup.start_step
         cursor = loader.state_dict()  # what a checkpoint before any step would store
         drafter.train()
+        precision = compute_precision(cfg.device, cfg.dtype)
         t_last = time.perf_counter()
         with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
             while step < cfg.max_steps:
@@ -175,9 +177,10 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
                     inject("drafter", consumed, item)
                     consumed += 1
                     batch = {n: t.to(cfg.device, non_blocking=True) for n, t in item.batch.items()}
-                    out = compute_loss_and_metrics(drafter, setup.target, batch,
-                                                   anchor_generator(cfg.seed, k, micro),
-                                                   features=item.features)
+                    with precision:
+                        out = compute_loss_and_metrics(drafter, setup.target, batch,
+                                                       anchor_generator(cfg.seed, k, micro),
+                                                       features=item.features)
                     # Backpropagate the unnormalised sum; dividing the accumulated gradient by the
                     # step's total loss weight below gives the exact per-token mean over the step
                     # (not a mean of micro-batch means) without knowing the total in advance.

@@ -16,7 +16,15 @@ from .config import TrainConfig
 from .csp import StopRequest
 from .log_schema import Metrics
 from .progress import StepProgress
-from .training import RunLog, RunResult, anchor_generator, apply_update, build_setup, exit_code_for
+from .training import (
+    RunLog,
+    RunResult,
+    anchor_generator,
+    apply_update,
+    build_setup,
+    compute_precision,
+    exit_code_for,
+)
 
 SCRIPT = "sync"
 
@@ -38,6 +46,7 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
     step, reason = setup.start_step, "max_steps"
     cursor = loader.state_dict()
     drafter.train()
+    precision = compute_precision(cfg.device, cfg.dtype)
     try:
         with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
             while step < cfg.max_steps:
@@ -47,7 +56,9 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
                 k = step + 1
                 batch = {n: t.to(cfg.device) for n, t in loader.next_batch().items()}
                 cursor = loader.state_dict()
-                out = compute_loss_and_metrics(drafter, target, batch, anchor_generator(cfg.seed, k, 0))
+                with precision:
+                    out = compute_loss_and_metrics(drafter, target, batch,
+                                                   anchor_generator(cfg.seed, k, 0))
                 out.loss.backward()
                 m = out.metrics
                 lr = setup.schedule.lr_at(k)

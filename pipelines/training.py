@@ -14,6 +14,7 @@ Reproducibility rules that make resumed runs match uninterrupted ones:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -60,6 +61,14 @@ def anchor_generator(seed: int, step: int, micro: int) -> torch.Generator:
 
 def dtype_of(name: str) -> torch.dtype:
     return getattr(torch, name)
+
+
+def compute_precision(device: str, dtype: str) -> contextlib.AbstractContextManager:
+    """Mixed precision for the drafter's forward: its parameters (and AdamW state) stay float32,
+    matmuls run in the target's dtype under autocast. float32 needs nothing."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype_of(dtype))
 
 
 @dataclass
@@ -116,7 +125,8 @@ def build_setup(cfg: TrainConfig, *, target_device: str | None = None) -> Setup:
         dcfg = DFlashConfig.for_target(target.config, **cfg.drafter)
 
     torch.manual_seed(cfg.seed)  # drafter initialisation
-    drafter = DFlashDraftModel(dcfg).to(device=cfg.device, dtype=dtype)
+    # float32 master weights whatever the target's dtype (see compute_precision).
+    drafter = DFlashDraftModel(dcfg).to(device=cfg.device)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.peak_lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     start_step, cursor, resumed_from = 0, None, None

@@ -170,3 +170,12 @@ def test_logs_read_back_by_dflash_diag(make_cfg, tmp_path):
     assert [e.step for e in log.evals] == [6]
     report = build_converge_report(log)
     assert report.verdict.status
+
+
+def test_bfloat16_target_trains_a_float32_drafter(make_cfg, tmp_path):
+    res = run_pipeline(make_cfg(max_steps=2, dtype="bfloat16", eval_every=2))
+    assert (res.reason, res.exit_code) == ("max_steps", 0)
+    weights = load_file(str(step_dir(tmp_path / "ck", 2) / "model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    records = read_log(tmp_path / "train.jsonl")
+    assert all(math.isfinite(r["loss"]) for r in metrics_of(records))

@@ -1,0 +1,152 @@
+"""Lock-step trainer vs CSP pipeline: tokens/s side by side, interleaved, in one run.
+
+Both programs train the same drafter on the same data (same seed, same token budget, so the same
+micro-batches in the same order). The pipeline runs ``--steps`` optimizer steps of
+``--grad-accum`` micro-batches; the lock-step trainer runs ``steps * grad_accum`` steps of one
+micro-batch, so both process exactly the same tokens. Throughput is measured between the first and
+the last metric record (start-up and the first step excluded) from the logs' timestamps.
+
+Two settings (issue 4, section 8):
+
+  (a) one core per stage: torch limited to one intra-op thread in every stage and in the sync loop
+      (stands in for one device per stage, the setting the pipeline exists for);
+  (b) the whole machine: torch's default thread count for both programs.
+
+Printed per setting: tokens/s of each program, their ratio, the pipeline's per-stage busy fractions
+and the ideal overlap bound = sum of the stage times / the largest stage time (the best speed-up
+over running the same stages one after another), and the ratio as a fraction of that bound.
+The machine is shared, so the load average is printed with the figures.
+
+    python benchmarks/bench_pipeline.py                 # bundled tiny target, CPU
+    python benchmarks/bench_pipeline.py --steps 20 --rounds 3
+    python benchmarks/bench_pipeline.py --device cuda:0 --target-devices cuda:1 \\
+        --target /path/to/qwen3 --token-budget 8192 --num-anchors 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dflash.data import TokenBudgetLoader, load_dataset  # noqa: E402
+from pipelines.async_pipeline import run_pipeline  # noqa: E402
+from pipelines.config import BUNDLED, PipelineConfig, TrainConfig  # noqa: E402
+from pipelines.sync_trainer import run_sync  # noqa: E402
+from pipelines.training import resolve_data  # noqa: E402
+
+
+def micro_batch_tokens(data: str, token_budget: int, seed: int, n: int) -> list[int]:
+    """Real (non-padding) tokens of the first ``n`` micro-batches both programs consume."""
+    loader = TokenBudgetLoader(load_dataset(resolve_data(data)), token_budget, seed=seed)
+    return [int(loader.next_batch()["attention_mask"].sum()) for _ in range(n)]
+
+
+def metric_records(log: Path) -> list[dict]:
+    return [r for r in map(json.loads, log.read_text().splitlines()) if "event" not in r]
+
+
+def run_one(program: str, args: argparse.Namespace, threads: int, workdir: Path,
+            tokens: list[int]) -> dict:
+    """Run one program once; return its tokens/s (and the pipeline's stage busy fractions)."""
+    torch.set_num_threads(threads)
+    tag = f"{program}-{threads}t-{time.monotonic_ns()}"
+    common = dict(target=args.target, data=args.data, device=args.device, seed=args.seed,
+                  token_budget=args.token_budget, log=str(workdir / f"{tag}.jsonl"),
+                  ckpt_dir=str(workdir / tag), ckpt_every=0, progress=False,
+                  drafter={"num_anchors": args.num_anchors, "block_size": args.block_size},
+                  dtype=args.dtype)
+    ga = args.grad_accum
+    if program == "sync":
+        res = run_sync(TrainConfig(max_steps=args.steps * ga, **common))
+        per_step = 1
+    else:
+        res = run_pipeline(PipelineConfig(max_steps=args.steps, grad_accum=ga, eval_every=0,
+                                          target_devices=args.target_devices or [args.device],
+                                          **common))
+        per_step = ga
+    if res.exit_code != 0:
+        raise SystemExit(f"{program} failed: {res.error or res.reason}")
+    recs = metric_records(workdir / f"{tag}.jsonl")
+    first, last = recs[0], recs[-1]
+    # Tokens of the micro-batches consumed after the first record, up to the last one.
+    n_tok = sum(tokens[first["step"] * per_step: last["step"] * per_step])
+    out = {"tok_per_sec": n_tok / (last["time"] - first["time"])}
+    if program == "pipeline":
+        busy = [r["stage_busy"] for r in recs[1:]]
+        out["stage_busy"] = {k: statistics.fmean(b[k] for b in busy) for k in busy[0]}
+    return out
+
+
+def overlap_bound(busy: dict[str, float]) -> float:
+    """Sum of the stage times over the largest: the speed-up of perfect overlap."""
+    return sum(busy.values()) / max(busy.values())
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=12, help="pipeline optimizer steps per run")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved repetitions")
+    p.add_argument("--grad-accum", type=int, default=4)
+    p.add_argument("--token-budget", type=int, default=TrainConfig.token_budget)
+    p.add_argument("--num-anchors", type=int, default=None, help="drafter blocks per sequence")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--target", default=BUNDLED)
+    p.add_argument("--data", default=BUNDLED)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--target-devices", type=lambda s: s.split(","), default=None)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--settings", default="a,b", help="comma list of a (1 thread) and b (all)")
+    args = p.parse_args(argv)
+    defaults = TrainConfig().drafter
+    if args.num_anchors is None:
+        args.num_anchors = defaults.get("num_anchors", 512)
+    if args.block_size is None:
+        args.block_size = defaults.get("block_size", 16)
+
+    whole = torch.get_num_threads()
+    settings = {"a": 1, "b": whole}
+    chosen = [s for s in args.settings.split(",") if s]
+    tokens = micro_batch_tokens(args.data, args.token_budget, args.seed,
+                                (args.steps + 1) * args.grad_accum)
+    print(f"# bench_pipeline: {args.steps} pipeline steps x grad_accum {args.grad_accum} "
+          f"(= {args.steps * args.grad_accum} sync steps), budget {args.token_budget}, "
+          f"anchors {args.num_anchors}, block {args.block_size}, rounds {args.rounds}, "
+          f"torch default threads {whole}, cpus {os.cpu_count()}")
+    print(f"# load average before: {os.getloadavg()}")
+    results: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
+        for rnd in range(args.rounds):
+            for s in chosen:
+                for program in ("sync", "pipeline") if rnd % 2 == 0 else ("pipeline", "sync"):
+                    r = run_one(program, args, settings[s], Path(tmp), tokens)
+                    results.setdefault((s, program), []).append(r)
+                    print(f"  round {rnd} setting ({s}) {program:8s} {r['tok_per_sec']:9.0f} tok/s",
+                          flush=True)
+    print(f"# load average after: {os.getloadavg()}")
+    names = {"a": "(a) one thread per stage", "b": "(b) whole machine"}
+    for s in chosen:
+        sync = statistics.median(r["tok_per_sec"] for r in results[(s, "sync")])
+        pipe = statistics.median(r["tok_per_sec"] for r in results[(s, "pipeline")])
+        runs = results[(s, "pipeline")]
+        busy = {k: statistics.fmean(r["stage_busy"][k] for r in runs) for k in runs[0]["stage_busy"]}
+        bound = overlap_bound(busy)
+        ratio = pipe / sync
+        print(f"{names[s]}: sync {sync:,.0f} tok/s, pipeline {pipe:,.0f} tok/s, "
+              f"ratio {ratio:.2f}x; ideal overlap bound {bound:.2f}x; "
+              f"ratio/bound {ratio / bound:.0%}")
+        print("    stage busy: " + ", ".join(f"{k} {v:.2f}" for k, v in busy.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -38,11 +38,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dflash.data import TokenBudgetLoader, load_dataset  # noqa: E402
-from pipelines.async_pipeline import run_pipeline  # noqa: E402
-from pipelines.config import BUNDLED, PipelineConfig, TrainConfig  # noqa: E402
-from pipelines.sync_trainer import run_sync  # noqa: E402
-from pipelines.training import resolve_data  # noqa: E402
+from dflash.data import TokenBudgetLoader, load_dataset
+from pipelines.async_pipeline import run_pipeline
+from pipelines.config import BUNDLED, PipelineConfig, TrainConfig
+from pipelines.sync_trainer import run_sync
+from pipelines.training import resolve_data
 
 
 def micro_batch_tokens(data: str, token_budget: int, seed: int, n: int) -> list[int]:
@@ -60,11 +60,11 @@ def run_one(program: str, args: argparse.Namespace, threads: int, workdir: Path,
     """Run one program once; return its tokens/s (and the pipeline's stage busy fractions)."""
     torch.set_num_threads(threads)
     tag = f"{program}-{threads}t-{time.monotonic_ns()}"
-    common = dict(target=args.target, data=args.data, device=args.device, seed=args.seed,
-                  token_budget=args.token_budget, log=str(workdir / f"{tag}.jsonl"),
-                  ckpt_dir=str(workdir / tag), ckpt_every=0, progress=False,
-                  drafter={"num_anchors": args.num_anchors, "block_size": args.block_size},
-                  dtype=args.dtype)
+    common = {"target": args.target, "data": args.data, "device": args.device, "seed": args.seed,
+                  "token_budget": args.token_budget, "log": str(workdir / f"{tag}.jsonl"),
+                  "ckpt_dir": str(workdir / tag), "ckpt_every": 0, "progress": False,
+                  "drafter": {"num_anchors": args.num_anchors, "block_size": args.block_size},
+                  "dtype": args.dtype}
     ga = args.grad_accum
     if program == "sync":
         res = run_sync(TrainConfig(max_steps=args.steps * ga, **common))

@@ -38,6 +38,9 @@ _EXPORTS = {
     "ConvergeConfig": "report", "ConvergeReport": "report", "build_converge_report": "report",
     "render_rich": "render", "render_text": "render", "render_markdown": "render",
     "render_csv": "render", "render_json": "render",
+    "CompareConfig": "compare", "RegimeComparison": "compare", "compare_regimes": "compare",
+    "align_runs": "compare", "LogTail": "tail",
+    "LiveLog": "watch", "WatchConfig": "watch", "build_view": "watch", "render_view": "watch",
 }
 
 __all__ = list(_EXPORTS)
@@ -66,6 +69,12 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         linear_tau,
         prefix_tau,
     )
+    from dflash_diag.compare import (  # noqa: F401
+        CompareConfig,
+        RegimeComparison,
+        align_runs,
+        compare_regimes,
+    )
     from dflash_diag.errors import DiagError  # noqa: F401
     from dflash_diag.phase import Phase, Selection, select_phase  # noqa: F401
     from dflash_diag.reader import (  # noqa: F401
@@ -88,6 +97,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from dflash_diag.robust_trend import mann_kendall, theil_sen_slope  # noqa: F401
     from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position  # noqa: F401
     from dflash_diag.schema import parse_field_map  # noqa: F401
+    from dflash_diag.tail import LogTail  # noqa: F401
     from dflash_diag.trend import Trend, TrendConfig, compute_trends  # noqa: F401
     from dflash_diag.verdict import Verdict, VerdictConfig, judge  # noqa: F401
+    from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view  # noqa: F401
     from dflash_diag.windows import Window, compute_windows  # noqa: F401

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, safe_open, save_file
 from torch import nn
 
 from .config import DFlashConfig
-from .model import DFlashDraftModel
+from .model import DFlashDraftModel, unwrap_drafter
 
 FORMAT_VERSION = 1
 MODEL_FILE = "model.safetensors"
@@ -117,13 +117,6 @@ def restore_rng(rng: Mapping[str, torch.Tensor],
             g.set_state(rng[f"gen.{name}"])
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The drafter inside a DDP / compiled wrapper."""
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return getattr(model, "_orig_mod", model)
-
-
 def save_checkpoint(path: str | os.PathLike, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None = None,
                     state: Mapping[str, Any] | None = None,
@@ -141,7 +134,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
     Returns:
         The checkpoint path.
     """
-    drafter = _unwrap(model)
+    drafter = unwrap_drafter(model)
     cfg: DFlashConfig = drafter.config
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +235,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     p = Path(path)
     cfg, target = read_checkpoint_config(p)
     if model is not None:
-        drafter = _unwrap(model)
+        drafter = unwrap_drafter(model)
         diff = drafter.config.mismatches(cfg)
         if diff:
             detail = ", ".join(f"{f}: checkpoint {getattr(cfg, f)!r} vs model {getattr(drafter.config, f)!r}"

@@ -157,20 +157,44 @@ class DFlashDraftModel(nn.Module):
         return [layer.self_attn.context_kv(ctx, cos, sin) for layer in self.layers]
 
     def forward(self, block_embeds: torch.Tensor, block_positions: torch.Tensor,
-                ctx_kv: ContextKV, ctx_mask: torch.Tensor | None = None) -> torch.Tensor:
+                ctx_features: torch.Tensor | None = None, ctx_positions: torch.Tensor | None = None,
+                ctx_mask: torch.Tensor | None = None, seq_idx: torch.Tensor | None = None,
+                ctx_kv: ContextKV | None = None) -> torch.Tensor:
         """Hidden states of the block positions (final-normed; apply the target's lm_head).
+
+        The context comes either as target features (projected here, in this call, so that a
+        DDP wrapper sees every parameter used in its forward) or as precomputed keys/values
+        (the decoding cache).
 
         Args:
             block_embeds: [M, B, H] target embeddings of [x_a, MASK, ..., MASK].
             block_positions: [M, B] positions a..a+B-1.
-            ctx_kv: per-layer context keys/values, each [M, g, Tc, d].
+            ctx_features: [N, Tc, K*H] target features of the context.
+            ctx_positions: [N, Tc] or [1, Tc] their positions.
             ctx_mask: [M, Tc] bool, True where block m may see the context position; None = all.
                 Training passes (position < anchor): a block never sees its anchor's own state.
+            seq_idx: [M] the context row (sequence) of each block; None when N == M.
+            ctx_kv: precomputed per-layer context keys/values ([M, g, Tc, d] each) instead of
+                ctx_features.
         Returns:
             [M, B, H].
         """
+        if ctx_kv is None:
+            if ctx_features is None or ctx_positions is None:
+                raise ValueError("pass ctx_features and ctx_positions, or ctx_kv")
+            ctx_kv = self.context_kv(ctx_features, ctx_positions)
+        if seq_idx is not None:
+            # Each block reads its own sequence's context (a gather: [N, ...] -> [M, ...]).
+            ctx_kv = [(k[seq_idx], v[seq_idx]) for k, v in ctx_kv]
         x = block_embeds
         cos, sin = self.rotary_emb(x, block_positions)
         for layer, (k, v) in zip(self.layers, ctx_kv):
             x = layer(x, cos, sin, k, v, ctx_mask)
         return self.norm(x)
+
+
+def unwrap_drafter(model: nn.Module) -> DFlashDraftModel:
+    """The DFlashDraftModel inside a DDP / torch.compile wrapper (or the model itself)."""
+    while hasattr(model, "module") and isinstance(model.module, nn.Module):
+        model = model.module
+    return getattr(model, "_orig_mod", model)

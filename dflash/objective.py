@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .metrics import StepMetrics
-from .model import DFlashDraftModel
+from .model import DFlashDraftModel, unwrap_drafter
 from .target import TargetModel
 
 
@@ -97,22 +97,22 @@ def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids
     Returns:
         [M, B-1, V] logits for block positions 1..B-1.
     """
-    cfg = drafter.config
+    cfg = unwrap_drafter(drafter).config
     B = cfg.block_size
     M = anchors.shape[0]
     device = input_ids.device
     # Positions at or after the last anchor are never visible: drop them from the context.
     Tc = int(anchors.max()) if M else 0
     pos = torch.arange(Tc, device=device)
-    ctx_kv_seq = drafter.context_kv(features[:, :Tc], pos[None])
-    ctx_kv = [(k[seq_idx], v[seq_idx]) for k, v in ctx_kv_seq]  # [M, g, Tc, d]
     ctx_mask = context_visibility(pos, anchors)
     block_ids = torch.full((M, B), cfg.mask_token_id, dtype=input_ids.dtype, device=device)
     block_ids[:, 0] = input_ids[seq_idx, anchors]
     block_pos = anchors[:, None] + torch.arange(B, device=device)
     with torch.no_grad():
         embeds = target.embed_tokens(block_ids)
-    hidden = drafter(embeds.to(features.dtype), block_pos, ctx_kv, ctx_mask)
+    # One call through the (possibly DDP-wrapped) drafter: context projection included.
+    hidden = drafter(embeds.to(features.dtype), block_pos, ctx_features=features[:, :Tc],
+                     ctx_positions=pos[None], ctx_mask=ctx_mask, seq_idx=seq_idx)
     return target.lm_head(hidden[:, 1:])
 
 
@@ -147,7 +147,7 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         ObjectiveOutput with loss = sum_k w_k CE_k / sum_k w_k over all blocks,
         w_k = exp(-(k-1)/gamma).
     """
-    cfg = drafter.config
+    cfg = unwrap_drafter(drafter).config
     B = cfg.block_size
     input_ids = batch["input_ids"]
     loss_mask = batch["loss_mask"].bool() & batch["attention_mask"].bool()
@@ -161,8 +161,14 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         seq_idx, anchor_pos = anchors
     M = int(anchor_pos.shape[0])
     if M == 0:
-        # Keep a graph so every rank/micro-batch can call backward (DDP needs all params used).
-        zero = sum(p.sum() for p in drafter.parameters()) * 0.0
+        # No block fits (responses shorter than B): run a dummy block through the drafter's
+        # forward anyway and return 0 * it, so backward works and a DDP wrapper sees every
+        # parameter used, as on the other ranks.
+        embeds = target.embed_tokens(input_ids[:1, :1]).expand(1, B, -1).to(features.dtype)
+        hidden = drafter(embeds, torch.arange(B, device=input_ids.device)[None],
+                         ctx_features=features[:1, :1], ctx_positions=torch.zeros(1, 1, dtype=torch.long,
+                                                                                   device=input_ids.device))
+        zero = hidden.sum() * 0.0
         return ObjectiveOutput(zero, zero, StepMetrics(block_size=B, n_tokens=n_tokens))
 
     logits = draft_block_logits(drafter, target, input_ids, features, seq_idx, anchor_pos)

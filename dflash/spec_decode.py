@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .model import DFlashDraftModel
+from .model import DFlashDraftModel, unwrap_drafter
 from .target import TargetModel
 
 
@@ -62,7 +62,7 @@ class DFlashSession:
         ids[0, 0] = anchor
         pos = torch.arange(position, position + B, device=device)[None]
         # The context holds exactly the positions before the anchor: nothing to mask.
-        h = self.drafter(self.target.embed_tokens(ids).to(self._dtype), pos, self.ctx_kv, None)
+        h = self.drafter(self.target.embed_tokens(ids).to(self._dtype), pos, ctx_kv=self.ctx_kv)
         return self.target.lm_head(h[0, 1:].to(self.target.dtype)).float()
 
 
@@ -103,15 +103,17 @@ def start_session(drafter: Any, target: TargetModel) -> DraftSession:
     """A drafting session for a DFlashDraftModel or any object with ``start_session(target)``."""
     if hasattr(drafter, "start_session"):
         return drafter.start_session(target)
-    return DFlashSession(drafter, target)
+    return DFlashSession(unwrap_drafter(drafter), target)
 
 
 def _block_size(drafter: Any) -> int:
-    return drafter.config.block_size if hasattr(drafter, "config") else drafter.block_size
+    d = unwrap_drafter(drafter) if isinstance(drafter, torch.nn.Module) else drafter
+    return d.config.block_size if hasattr(d, "config") else d.block_size
 
 
 def _layer_ids(drafter: Any) -> tuple[int, ...]:
-    return drafter.config.target_layer_ids if hasattr(drafter, "config") else drafter.target_layer_ids
+    d = unwrap_drafter(drafter) if isinstance(drafter, torch.nn.Module) else drafter
+    return d.config.target_layer_ids if hasattr(d, "config") else d.target_layer_ids
 
 
 def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:

@@ -40,9 +40,9 @@ def reference_block(target, drafter, ids_row, feats_row, a):
     mask, no packing; returns logits [B-1, V] and labels x_{a+1} .. x_{a+B-1}."""
     cfg = drafter.config
     B = cfg.block_size
-    kv = drafter.context_kv(feats_row[None, :a], torch.arange(a)[None])
     block = torch.tensor([[int(ids_row[a])] + [cfg.mask_token_id] * (B - 1)])
-    h = drafter(target.embed_tokens(block), torch.arange(a, a + B)[None], kv, None)
+    h = drafter(target.embed_tokens(block), torch.arange(a, a + B)[None],
+                ctx_features=feats_row[None, :a], ctx_positions=torch.arange(a)[None])
     return target.lm_head(h[0, 1:]), ids_row[a + 1:a + B]
 
 

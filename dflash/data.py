@@ -27,9 +27,9 @@ Only torch, safetensors and json are imported here (no transformers).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -84,7 +84,7 @@ class Dataset:
         return Example(self.tokens[lo:hi].to(torch.long), int(self.response_starts[i]))
 
     @classmethod
-    def from_examples(cls, examples: list[tuple[list[int], list[int]]], meta: dict) -> "Dataset":
+    def from_examples(cls, examples: list[tuple[list[int], list[int]]], meta: dict) -> Dataset:
         """Build from ``(prompt_ids, response_ids)`` pairs."""
         flat: list[int] = []
         offsets = [0]
@@ -107,8 +107,7 @@ def save_dataset(directory: Path, dataset: Dataset, eval_prompts: list[list[int]
                "response_starts": dataset.response_starts.contiguous()},
               str(directory / TRAIN_FILE), metadata={"meta": json.dumps(dataset.meta)})
     with open(directory / EVAL_FILE, "w") as f:
-        for ids in eval_prompts:
-            f.write(json.dumps({"input_ids": list(map(int, ids))}) + "\n")
+        f.writelines(json.dumps({"input_ids": list(map(int, ids))}) + "\n" for ids in eval_prompts)
 
 
 def load_dataset(directory: Path | str = DEFAULT_DATA_DIR) -> Dataset:
@@ -153,7 +152,7 @@ class Cursor:
         return {"epoch": self.epoch, "position": self.position}
 
     @classmethod
-    def from_json(cls, d: dict) -> "Cursor":
+    def from_json(cls, d: dict) -> Cursor:
         return cls(epoch=int(d["epoch"]), position=int(d["position"]))
 
 

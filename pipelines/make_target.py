@@ -115,7 +115,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     )
 
 
-def encode_corpus(tokenizer, texts: list[str]) -> "torch.Tensor":  # noqa: F821
+def encode_corpus(tokenizer, texts: list[str]) -> torch.Tensor:  # noqa: F821
     """One flat token stream: every file followed by ``<|endoftext|>``."""
     import torch
 

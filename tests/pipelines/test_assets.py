@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from dflash.data import DEFAULT_DATA_DIR, DEFAULT_TARGET_DIR, load_dataset  # noqa: E402
-from pipelines.make_data import DataRecipe  # noqa: E402
-from pipelines.make_target import (  # noqa: E402
+from dflash.data import DEFAULT_DATA_DIR, DEFAULT_TARGET_DIR, load_dataset
+from pipelines.make_data import DataRecipe
+from pipelines.make_target import (
     EOS_TOKEN,
     MASK_TOKEN,
     PAD_TOKEN,

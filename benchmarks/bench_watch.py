@@ -88,7 +88,7 @@ def full_reread(path: Path, config: WatchConfig, console: Console) -> None:
     """What a watch without an offset would do per refresh: read everything, then analyse."""
     live = LiveLog(path, config)
     live.refresh()
-    render_view(build_view(live), console)
+    console.print(render_view(build_view(live)))
 
 
 def main() -> None:
@@ -113,7 +113,7 @@ def main() -> None:
         live = LiveLog(path, config)
         t0 = time.perf_counter()
         live.refresh()
-        render_view(build_view(live), console)
+        console.print(render_view(build_view(live)))
         first = time.perf_counter() - t0
         print(
             f"first frame (the one full read): {first * 1e3:.0f} ms, "
@@ -129,7 +129,7 @@ def main() -> None:
             t0 = time.perf_counter()
             stats = live.refresh()
             t1 = time.perf_counter()
-            render_view(build_view(live), console)
+            console.print(render_view(build_view(live)))
             t2 = time.perf_counter()
             assert stats.new_records == 100, stats
             incremental.append(t2 - t0)

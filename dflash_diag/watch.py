@@ -260,7 +260,7 @@ class LiveLog:
         self.max_lr: float | None = None
         self.origin: int | None = None  # first selected step: windows align to it
         self._origin_phase: str | None = None
-        self.nonfinite_steps: list[int] = []  # steps of the latest records carrying NaN/Inf
+        self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
 
     def refresh(self) -> RefreshStats:
         """Read and parse the lines appended since the previous refresh and update the state."""
@@ -302,11 +302,15 @@ class LiveLog:
         if lr.len():
             top = float(lr.max())
             self.max_lr = top if self.max_lr is None else max(self.max_lr, top)
-        bad = metrics.filter(
-            ~pl.col("loss").is_finite().fill_null(True) | ~pl.col("acc").is_finite().fill_null(True)
-        )
-        if bad.height:
-            self.nonfinite_steps = (self.nonfinite_steps + bad["step"].to_list())[-5:]
+        for name in part.issues.nonfinite:  # the reader counted them; find where they are
+            if name in metrics.columns and metrics.schema[name] == pl.Float64:
+                bad = metrics.filter(~pl.col(name).is_finite().fill_null(True))["step"]
+            else:  # a list field (acc_pos, ...): any non-finite element
+                bad = metrics.filter(
+                    pl.col(name).list.eval(~pl.element().is_finite()).list.any().fill_null(False)
+                )["step"]
+            if bad.len():
+                self.nonfinite_last[name] = int(bad[-1])
         self._prune()
 
     def records(self) -> pl.DataFrame:
@@ -482,15 +486,11 @@ def build_view(live: LiveLog) -> WatchView:
         alerts.append(
             Alert("reset", f"the log was truncated or replaced {live.tail.resets}x; re-read it")
         )
-    if live.nonfinite_steps:
-        steps = ", ".join(str(s) for s in live.nonfinite_steps)
-        alerts.append(
-            Alert(
-                "nonfinite",
-                f"NaN/Inf in loss or acc (latest at step {steps})",
-                live.nonfinite_steps[-1],
-            )
+    if live.nonfinite_last:
+        where = ", ".join(
+            f"{name} (last at step {step})" for name, step in live.nonfinite_last.items()
         )
+        alerts.append(Alert("nonfinite", f"NaN/Inf in {where}", max(live.nonfinite_last.values())))
     stall = stall_alert(since, config.stall)
     if stall is not None:
         alerts.append(stall)

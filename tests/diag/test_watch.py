@@ -182,12 +182,18 @@ def test_stall_alert_uses_the_injected_clock(log):
 def test_nan_alert(log):
     live = LiveLog(log, WatchConfig())
     live.refresh()
+    assert not any(a.kind == "nonfinite" for a in build_view(live).alerts)
     append(log, record(15300, 0.2, loss=math.nan))  # json writes the bare NaN token
+    append(log, record(15301, 0.2, grad_norm=math.inf))
+    append(log, record(15302, 0.2, acc_pos=[0.5, math.nan, 0.1]))
     live.refresh()
     view = build_view(live)
-    alerts = [a for a in view.alerts if a.kind == "nonfinite"]
-    assert alerts and alerts[0].step == 15300
-    assert view.nonfinite >= 1
+    (alert,) = [a for a in view.alerts if a.kind == "nonfinite"]
+    assert alert.step == 15302
+    assert "acc_pos (last at step 15302)" in alert.message
+    assert "loss (last at step 15300)" in alert.message
+    assert "grad_norm (last at step 15301)" in alert.message
+    assert view.nonfinite == 3
 
 
 def test_diverging_verdict_alert(tmp_path):

@@ -147,14 +147,16 @@ class _NoKeys:
 
 
 def watch(
-    log: Annotated[Path, typer.Argument(help="The JSONL log to follow (a plain file).")],
+    log: Annotated[
+        Path, typer.Argument(help="The JSONL log to follow (a plain file).", metavar="LOG")
+    ],
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes.", show_default=True)
     ] = 2.0,
     stall: Annotated[
         float, typer.Option(help="Alert when no record arrives for this many seconds.")
     ] = 300.0,
-    window: Annotated[int, typer.Option(help="Steps per window.")] = 50,
+    window: Annotated[int, typer.Option("--window", "-w", help="Steps per window.")] = 50,
     history: Annotated[int, typer.Option(help="Windows shown in the sparklines.")] = 40,
     threshold: Annotated[float, typer.Option(help="Acc change below which an arrow is flat.")] = (
         0.005

@@ -43,7 +43,8 @@ def sparkline(
     high = max(finite) if hi is None else hi
     if low > high:
         raise ValueError(f"lo ({low}) must not exceed hi ({high})")
-    span = high - low
+    # Halves keep the span finite even for values near the float maximum.
+    half_low, span = low / 2, high / 2 - low / 2
     top = len(BLOCKS) - 1
     out = []
     for v in values:
@@ -54,6 +55,6 @@ def sparkline(
         elif span == 0:
             out.append(BLOCKS[top // 2])
         else:
-            level = round((min(max(v, low), high) - low) / span * top)
+            level = round((min(max(v, low), high) / 2 - half_low) / span * top)
             out.append(BLOCKS[level])
     return "".join(out)

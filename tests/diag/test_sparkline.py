@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from dflash_diag.sparkline import BLOCKS, sparkline
+from dflash_diag.sparkline import BLOCKS, MISSING, NONFINITE, sparkline
 
 
 def test_linear_ramp_uses_every_level_in_order():
@@ -48,3 +50,22 @@ def test_bad_arguments():
         sparkline([1], width=-1)
     with pytest.raises(ValueError, match="lo"):
         sparkline([1], lo=2, hi=1)
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), max_size=60),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=80)),
+)
+@example([-1.7e308, 1.7e308, 0.0], None)  # a span that overflows to inf
+def test_any_series_draws_one_known_character_per_value(values, width):
+    line = sparkline(values, width=width)
+    kept = values if width is None else values[max(0, len(values) - width) :]
+    assert len(line) == len(kept)
+    assert set(line) <= set(BLOCKS) | {MISSING, NONFINITE}
+    for v, c in zip(kept, line):
+        if v is None:
+            assert c == MISSING
+        elif not math.isfinite(v):
+            assert c == NONFINITE
+        else:
+            assert c in BLOCKS

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dflash_diag.tail import LogTail
 
@@ -131,3 +133,39 @@ def test_max_chunk_bytes_consumes_a_backlog_in_pieces(tmp_path):
 def test_rejects_a_nonpositive_chunk_bound(tmp_path):
     with pytest.raises(ValueError, match="max_chunk_bytes"):
         LogTail(tmp_path / "x", max_chunk_bytes=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(
+        st.binary(min_size=0, max_size=30).map(lambda b: b.replace(b"\n", b"")),
+        min_size=0,
+        max_size=20,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+    bound=st.one_of(st.none(), st.integers(min_value=1, max_value=50)),
+)
+def test_any_append_pattern_hands_out_each_complete_line_once(tmp_path_factory, lines, cuts, bound):
+    """Whatever the writer's chunking and the reader's bound, the lines handed out are exactly
+    the complete lines written, in order, with consistent line numbers."""
+    data = b"".join(line + b"\n" for line in lines) + b"torn"
+    log = tmp_path_factory.mktemp("tail") / "train.jsonl"
+    log.write_bytes(b"")
+    tail = LogTail(log, max_chunk_bytes=bound)
+    got, next_line = b"", 1
+    pieces = sorted({min(c, len(data)) for c in cuts} | {len(data)})
+    start = 0
+    for end in pieces:
+        _append(log, data[start:end])
+        start = end
+        for _ in range(len(data) + 2):  # enough reads to drain a bounded tail
+            chunk = tail.read_new()
+            assert not chunk.reset
+            if chunk.data:
+                assert chunk.first_line_no == next_line
+                next_line += chunk.n_lines
+                got += chunk.data
+            if tail.offset == log.stat().st_size:
+                break
+    assert got == b"".join(line + b"\n" for line in lines)
+    assert tail.pending_bytes == len(b"torn")

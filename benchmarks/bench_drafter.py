@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--anchors", type=int, default=64, help="blocks per sequence")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--layers", type=int, default=1, help="draft layers")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

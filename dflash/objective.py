@@ -164,10 +164,10 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         # No block fits (responses shorter than B): run a dummy block through the drafter's
         # forward anyway and return 0 * it, so backward works and a DDP wrapper sees every
         # parameter used, as on the other ranks.
+        device = input_ids.device
         embeds = target.embed_tokens(input_ids[:1, :1]).expand(1, B, -1).to(features.dtype)
-        hidden = drafter(embeds, torch.arange(B, device=input_ids.device)[None],
-                         ctx_features=features[:1, :1], ctx_positions=torch.zeros(1, 1, dtype=torch.long,
-                                                                                   device=input_ids.device))
+        hidden = drafter(embeds, torch.arange(B, device=device)[None], ctx_features=features[:1, :1],
+                         ctx_positions=torch.zeros(1, 1, dtype=torch.long, device=device))
         zero = hidden.sum() * 0.0
         return ObjectiveOutput(zero, zero, StepMetrics(block_size=B, n_tokens=n_tokens))
 

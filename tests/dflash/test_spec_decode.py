@@ -155,3 +155,23 @@ def test_sampling_runs_and_records_an_eval(target):
     assert d["event"] == "eval" and d["step"] == 5 and d["n_prompts"] == 2
     assert d["new_tokens"] == 24 and len(d["tau_hist"]) == 4 and d["temperature"] == 0.7
     assert sum((i + 1) * c for i, c in enumerate(d["tau_hist"])) / sum(d["tau_hist"]) == d["tau"]
+
+
+@pytest.mark.slow
+def test_sampled_tokens_follow_the_target_distribution(target):
+    """End to end (slow): the second generated token, which comes from a verify step (accepted
+    draft or residual draw), has the target's exact marginal, computed by enumerating the first."""
+    T, n = 0.5, 1500
+    prompt = torch.tensor([5, 17, 42, 9])
+    with torch.no_grad():
+        p1 = torch.softmax(target.model(prompt[None]).logits[0, -1] / T, -1)
+        seqs = torch.cat([prompt.expand(VOCAB, 4), torch.arange(VOCAB)[:, None]], 1)
+        p2 = (p1[:, None] * torch.softmax(target.model(seqs).logits[:, -1] / T, -1)).sum(0)
+    oracle = GreedyOracleDrafter(target, 3)  # q = a point mass: both accept and reject happen
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(VOCAB)
+    for _ in range(n):
+        counts[spec_generate(target, oracle, prompt, 2, temperature=T, generator=g).tokens[1]] += 1
+    tv = 0.5 * (counts / n - p2).abs().sum()
+    tv_wrong = 0.5 * (counts / n - p1).abs().sum()  # what a misaligned rule would produce
+    assert tv < 0.1 < tv_wrong

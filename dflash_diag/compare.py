@@ -459,6 +459,9 @@ def explain_boundary(
         return f"not enough finite loss around step {step} to measure the jump{acc_part}", None
     acc_small = acc_delta is None or abs(acc_delta) < config.acc_tolerance
     acc_text = "n/a" if acc_delta is None else f"{acc_delta:+.4f}"
+    if not (math.isfinite(loss_ratio) and loss_ratio > 0):
+        # a zero, negative or overflowing mean loss: no normalisation factor can explain it
+        return f"loss ratio {loss_ratio:g} at step {step} (acc {acc_text}): not comparable", None
     if abs(loss_ratio - 1) <= config.factor_tolerance:
         return f"no loss jump at step {step} (x{loss_ratio:.2f}, acc {acc_text})", None
     matched = _match(loss_ratio, factors, config.factor_tolerance)

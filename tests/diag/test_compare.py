@@ -7,12 +7,15 @@ import random
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dflash_diag.compare import (
     CompareConfig,
     RunConfig,
     align_runs,
     compare_regimes,
+    explain_boundary,
     normalisation_factors,
     tokens_seen,
 )
@@ -134,12 +137,9 @@ def test_single_regime_log_has_no_boundary():
 
 
 def test_plain_restart_is_not_a_regime_change():
-    rows = [
-        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 0} for s in range(100)
-    ]
+    rows = [{"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 0} for s in range(100)]
     rows += [
-        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 1}
-        for s in range(100, 200)
+        {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 1} for s in range(100, 200)
     ]
     result = compare_regimes(_frame(rows), [PIPE, dict(PIPE, resumed_from={"step": 99})])
     assert result.boundaries == [] and len(result.regimes) == 1
@@ -166,12 +166,9 @@ def test_field_signature_splits_headerless_logs():
 def test_config_change_splits_when_the_script_is_the_same():
     a = {"event": "run_start", "script": "pipeline", "world_size": 1, "config": {"grad_accum": 1}}
     b = {"event": "run_start", "script": "pipeline", "world_size": 1, "config": {"grad_accum": 4}}
-    rows = [
-        {"step": s, "loss": 2.0, "acc": 0.2, "tok_per_sec": 1.0, "run": 0} for s in range(60)
-    ]
+    rows = [{"step": s, "loss": 2.0, "acc": 0.2, "tok_per_sec": 1.0, "run": 0} for s in range(60)]
     rows += [
-        {"step": s, "loss": 0.5, "acc": 0.2, "tok_per_sec": 1.0, "run": 1}
-        for s in range(60, 120)
+        {"step": s, "loss": 0.5, "acc": 0.2, "tok_per_sec": 1.0, "run": 1} for s in range(60, 120)
     ]
     result = compare_regimes(_frame(rows), [a, b])
     assert result.split_on == "config"
@@ -279,3 +276,53 @@ def test_align_rejects_bad_arguments():
         align_runs(run, run, window=0)
     with pytest.raises(ValueError, match="at least one"):
         align_runs(run, run.clear())
+
+
+def test_degenerate_loss_ratios_do_not_crash():
+    config = CompareConfig()
+    for ratio in (0.0, -2.0, math.inf):
+        text, matched = explain_boundary(100, ratio, 0.0, [("dp=2", 2.0)], config)
+        assert "not comparable" in text and matched is None
+    text, _ = explain_boundary(100, None, 0.01, [], config)
+    assert "not enough finite loss" in text
+
+
+_value = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True, width=32), st.just(0.0)
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 30), _value, _value, st.booleans(), st.integers(-1, 2)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(1, 60),
+)
+def test_any_log_shape_gives_regimes_and_explanations(records, k):
+    """Gaps, NaN/Inf/zero/None values, any header pattern: regimes cover every row, in order,
+    and every boundary has an explanation; nothing raises."""
+    step, rows = 0, []
+    for gap, loss, acc, pipeline, run in records:
+        step += gap
+        row = {"step": step, "loss": loss, "acc": acc, "run": run}
+        if pipeline:
+            row["tok_per_sec"] = 1.0
+        rows.append(row)
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "step": pl.Int64,
+            "loss": pl.Float64,
+            "acc": pl.Float64,
+            "run": pl.Int32,
+            "tok_per_sec": pl.Float64,
+        },
+    )
+    result = compare_regimes(frame, [SYNC, PIPE, dict(SYNC, world_size=4)], CompareConfig(k=k))
+    assert sum(r.n for r in result.regimes) == len(rows)
+    assert [r.start_step for r in result.regimes] == sorted(r.start_step for r in result.regimes)
+    assert len(result.boundaries) == len(result.regimes) - 1
+    assert all(b.explanation for b in result.boundaries)

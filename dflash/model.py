@@ -77,23 +77,19 @@ class DFlashAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 ctx_k: torch.Tensor, ctx_v: torch.Tensor,
-                ctx_mask: torch.Tensor | None) -> torch.Tensor:
-        """x [M, B, H] block hidden; ctx_k/ctx_v [M, g, Tc, d]; ctx_mask [M, Tc] bool (True =
-        visible) or None (all visible). Returns [M, B, H]."""
-        M, B, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(M, B, self.h, self.d)).transpose(1, 2)
+                attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """x [R, S, H] block hidden (R rows of S block positions); ctx_k/ctx_v [R, g, Tc, d];
+        attn_mask [R, 1, S, Tc+S] bool over [context ; blocks] (True = visible) or None (all
+        visible). Returns [R, S, H]."""
+        R, S, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(R, S, self.h, self.d)).transpose(1, 2)
         q, _ = apply_rotary_pos_emb(q, q, cos, sin)
         k_blk, v_blk = self._kv(x, cos, sin)
         k = torch.cat([ctx_k, k_blk], dim=2)
         v = torch.cat([ctx_v, v_blk], dim=2)
-        mask = None
-        if ctx_mask is not None:
-            Tc = ctx_k.shape[2]
-            # Context visibility per block; every block position sees its whole block.
-            blk = torch.ones(M, B, dtype=torch.bool, device=x.device)
-            mask = torch.cat([ctx_mask[:, :Tc], blk], dim=1)[:, None, None, :].expand(M, 1, B, Tc + B)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.h != self.g)
-        return self.o_proj(out.transpose(1, 2).reshape(M, B, self.h * self.d))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             enable_gqa=self.h != self.g)
+        return self.o_proj(out.transpose(1, 2).reshape(R, S, self.h * self.d))
 
 
 class DFlashDecoderLayer(nn.Module):
@@ -106,8 +102,8 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, ctx_k, ctx_v, ctx_mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, ctx_mask)
+    def forward(self, x, cos, sin, ctx_k, ctx_v, attn_mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, attn_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -159,25 +155,32 @@ class DFlashDraftModel(nn.Module):
     def forward(self, block_embeds: torch.Tensor, block_positions: torch.Tensor,
                 ctx_features: torch.Tensor | None = None, ctx_positions: torch.Tensor | None = None,
                 ctx_mask: torch.Tensor | None = None, seq_idx: torch.Tensor | None = None,
-                ctx_kv: ContextKV | None = None) -> torch.Tensor:
+                ctx_kv: ContextKV | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states of the block positions (final-normed; apply the target's lm_head).
 
         The context comes either as target features (projected here, in this call, so that a
         DDP wrapper sees every parameter used in its forward) or as precomputed keys/values
-        (the decoding cache).
+        (the decoding cache). Two layouts:
+
+        * one block per row: block_embeds [M, B, H]; ``ctx_mask`` [M, Tc] says which context
+          positions each block sees, and every block position sees its whole block;
+        * several blocks per row (all blocks of a sequence): block_embeds [N, S, H] with an
+          explicit ``attn_mask`` [N, 1, S, Tc+S] over [context ; block positions].
 
         Args:
-            block_embeds: [M, B, H] target embeddings of [x_a, MASK, ..., MASK].
-            block_positions: [M, B] positions a..a+B-1.
+            block_embeds: [R, S, H] target embeddings of the blocks [x_a, MASK, ..., MASK].
+            block_positions: [R, S] their positions (a..a+B-1 per block).
             ctx_features: [N, Tc, K*H] target features of the context.
             ctx_positions: [N, Tc] or [1, Tc] their positions.
-            ctx_mask: [M, Tc] bool, True where block m may see the context position; None = all.
+            ctx_mask: [R, Tc] bool, True where the row's block may see the context position.
                 Training passes (position < anchor): a block never sees its anchor's own state.
-            seq_idx: [M] the context row (sequence) of each block; None when N == M.
-            ctx_kv: precomputed per-layer context keys/values ([M, g, Tc, d] each) instead of
+            seq_idx: [R] the context row of each block row (a gather); None when N == R.
+            ctx_kv: precomputed per-layer context keys/values ([R, g, Tc, d] each) instead of
                 ctx_features.
+            attn_mask: [R, 1, S, Tc+S] bool, the full mask (instead of ctx_mask).
         Returns:
-            [M, B, H].
+            [R, S, H].
         """
         if ctx_kv is None:
             if ctx_features is None or ctx_positions is None:
@@ -187,9 +190,18 @@ class DFlashDraftModel(nn.Module):
             # Each block reads its own sequence's context (a gather: [N, ...] -> [M, ...]).
             ctx_kv = [(k[seq_idx], v[seq_idx]) for k, v in ctx_kv]
         x = block_embeds
+        R, S, _ = x.shape
+        if ctx_mask is not None:
+            if attn_mask is not None:
+                raise ValueError("pass ctx_mask or attn_mask, not both")
+            Tc = ctx_kv[0][0].shape[2]
+            # Context visibility per block; every block position sees its whole block.
+            own = torch.ones(R, S, dtype=torch.bool, device=x.device)
+            attn_mask = torch.cat([ctx_mask[:, :Tc], own], dim=1)[:, None, None, :]
+            attn_mask = attn_mask.expand(R, 1, S, Tc + S)
         cos, sin = self.rotary_emb(x, block_positions)
         for layer, (k, v) in zip(self.layers, ctx_kv):
-            x = layer(x, cos, sin, k, v, ctx_mask)
+            x = layer(x, cos, sin, k, v, attn_mask)
         return self.norm(x)
 
 

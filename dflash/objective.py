@@ -85,18 +85,66 @@ def block_labels(input_ids: torch.Tensor, seq_idx: torch.Tensor, anchors: torch.
     return input_ids[seq_idx[:, None], anchors[:, None] + offs]
 
 
+LAYOUTS = ("auto", "per_block", "per_sequence")
+
+
+def _sequence_layout(seq_idx: torch.Tensor, anchors: torch.Tensor, n_seq: int, block_size: int,
+                     n_ctx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Places the M blocks row by row, all blocks of sequence n in row n.
+
+    Returns:
+        rows_cols: [M, B] flat index (n * S + column) of each block position in the [N, S] grid,
+            S = (most blocks in one sequence) * B; unused slots stay padding.
+        positions: [N, S] RoPE positions (a..a+B-1 per block; 0.. on padding slots).
+        mask: [N, 1, S, Tc+S] bool: block i sees context j < a_i and its own B positions, never
+            another block (padding slots see only themselves, so no row is empty).
+    """
+    device = anchors.device
+    M, B = anchors.shape[0], block_size
+    counts = torch.bincount(seq_idx, minlength=n_seq)
+    first = torch.cumsum(counts, 0) - counts
+    slot = torch.arange(M, device=device) - first[seq_idx]  # blocks are sorted by sequence
+    n_slots = int(counts.max())
+    S = n_slots * B
+    offs = torch.arange(B, device=device)
+    cols = slot[:, None] * B + offs  # [M, B]
+    positions = torch.arange(S, device=device).remainder(B).repeat(n_seq, 1)
+    positions[seq_idx[:, None], cols] = anchors[:, None] + offs
+    # Anchor of every slot (-1 for padding slots: sees no context).
+    slot_anchor = torch.full((n_seq, n_slots), -1, dtype=anchors.dtype, device=device)
+    slot_anchor[seq_idx, slot] = anchors
+    q_anchor = slot_anchor.repeat_interleave(B, dim=1)  # [N, S]
+    ctx = context_visibility(torch.arange(n_ctx, device=device), q_anchor.reshape(-1))
+    ctx = ctx.view(n_seq, S, n_ctx)
+    slot_of = torch.arange(S, device=device) // B
+    own = slot_of[:, None] == slot_of[None, :]  # [S, S] block-diagonal
+    mask = torch.cat([ctx, own.expand(n_seq, S, S)], dim=2)[:, None]
+    rows_cols = seq_idx[:, None] * S + cols
+    return rows_cols, positions, mask
+
+
 def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids: torch.Tensor,
                        features: torch.Tensor, seq_idx: torch.Tensor,
-                       anchors: torch.Tensor) -> torch.Tensor:
+                       anchors: torch.Tensor, layout: str = "auto") -> torch.Tensor:
     """Logits of the B-1 predicted positions of M packed blocks, in one drafter pass.
 
     Args:
         input_ids: [N, T]; only the anchor tokens x_a are read.
         features: [N, T, K*H] target features of the same sequences.
-        seq_idx, anchors: [M] which sequence each block comes from and its anchor position.
+        seq_idx, anchors: [M] which sequence each block comes from and its anchor position
+            (sorted by sequence, as sample_anchors returns them).
+        layout: "per_block": one block per attention row, each with a copy of its sequence's
+            context keys/values (least attention work; the copies cost memory: M x Tc per
+            layer). "per_sequence": all blocks of a sequence in one row against one context and
+            a block-diagonal mask (no copies; scores grow with blocks^2). "auto": per_sequence on
+            CUDA, per_block elsewhere. Both give the same logits.
     Returns:
         [M, B-1, V] logits for block positions 1..B-1.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "auto":
+        layout = "per_sequence" if features.is_cuda else "per_block"
     cfg = unwrap_drafter(drafter).config
     B = cfg.block_size
     M = anchors.shape[0]
@@ -104,15 +152,25 @@ def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids
     # Positions at or after the last anchor are never visible: drop them from the context.
     Tc = int(anchors.max()) if M else 0
     pos = torch.arange(Tc, device=device)
-    ctx_mask = context_visibility(pos, anchors)
     block_ids = torch.full((M, B), cfg.mask_token_id, dtype=input_ids.dtype, device=device)
     block_ids[:, 0] = input_ids[seq_idx, anchors]
     block_pos = anchors[:, None] + torch.arange(B, device=device)
     with torch.no_grad():
-        embeds = target.embed_tokens(block_ids)
+        embeds = target.embed_tokens(block_ids).to(features.dtype)
+    ctx = features[:, :Tc]
     # One call through the (possibly DDP-wrapped) drafter: context projection included.
-    hidden = drafter(embeds.to(features.dtype), block_pos, ctx_features=features[:, :Tc],
-                     ctx_positions=pos[None], ctx_mask=ctx_mask, seq_idx=seq_idx)
+    if layout == "per_block":
+        hidden = drafter(embeds, block_pos, ctx_features=ctx, ctx_positions=pos[None],
+                         ctx_mask=context_visibility(pos, anchors), seq_idx=seq_idx)
+    else:
+        N = input_ids.shape[0]
+        rows_cols, positions, mask = _sequence_layout(seq_idx, anchors, N, B, Tc)
+        S = positions.shape[1]
+        grid = embeds.new_zeros(N * S, embeds.shape[-1])
+        grid[rows_cols.reshape(-1)] = embeds.reshape(M * B, -1)
+        out = drafter(grid.view(N, S, -1), positions, ctx_features=ctx, ctx_positions=pos[None],
+                      attn_mask=mask)
+        hidden = out.reshape(N * S, -1)[rows_cols]  # back to [M, B, H]
     return target.lm_head(hidden[:, 1:])
 
 
@@ -132,7 +190,7 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
                              batch: dict[str, torch.Tensor], generator: torch.Generator,
                              features: torch.Tensor | None = None,
                              anchors: tuple[torch.Tensor, torch.Tensor] | None = None,
-                             ) -> ObjectiveOutput:
+                             layout: str = "auto") -> ObjectiveOutput:
     """The DFlash loss and metrics of one token-budget batch.
 
     Args:
@@ -142,7 +200,9 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
             [N, T] bool (True on supervised response tokens).
         generator: CPU generator for the anchor draw.
         features: [N, T, K*H] target features, when a separate stage computed them.
-        anchors: explicit (seq_idx, anchors) instead of a random draw (tests, evaluation).
+        anchors: explicit (seq_idx, anchors) instead of a random draw (tests, evaluation),
+            sorted by sequence.
+        layout: attention layout of the packed blocks (see :func:`draft_block_logits`).
     Returns:
         ObjectiveOutput with loss = sum_k w_k CE_k / sum_k w_k over all blocks,
         w_k = exp(-(k-1)/gamma).
@@ -171,7 +231,7 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         zero = hidden.sum() * 0.0
         return ObjectiveOutput(zero, zero, StepMetrics(block_size=B, n_tokens=n_tokens))
 
-    logits = draft_block_logits(drafter, target, input_ids, features, seq_idx, anchor_pos)
+    logits = draft_block_logits(drafter, target, input_ids, features, seq_idx, anchor_pos, layout)
     labels = block_labels(input_ids, seq_idx, anchor_pos, B)
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
                          reduction="none").view(M, B - 1)

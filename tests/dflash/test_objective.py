@@ -61,13 +61,19 @@ def reference_loss(target, drafter, batch, seq, anc):
     return num / den, n_correct
 
 
-def test_packed_objective_matches_one_block_at_a_time(target):
+LAYOUTS = ["per_block", "per_sequence"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_packed_objective_matches_one_block_at_a_time(target, layout):
     torch.manual_seed(0)
     drafter = make_drafter(target)
     batch = make_batch()
     seq, anc = sample_anchors(batch["loss_mask"], 8, 4, torch.Generator().manual_seed(1))
+    seq, anc = seq[1:], anc[1:]  # sequences with different block counts
     with torch.no_grad():
-        out = compute_loss_and_metrics(drafter, target, batch, None, anchors=(seq, anc))
+        out = compute_loss_and_metrics(drafter, target, batch, None, anchors=(seq, anc),
+                                       layout=layout)
     ref, ref_correct = reference_loss(target, drafter, batch, seq, anc)
     assert float(out.loss) == pytest.approx(ref, abs=1e-5)
     assert out.metrics.loss == pytest.approx(ref, abs=1e-5)
@@ -96,19 +102,20 @@ def test_a_shifted_label_is_caught(target, monkeypatch, shift):
     assert abs(float(out.loss) - ref) > 1e-2
 
 
-def block_logits(target, drafter, ids, feats, seq, anc):
+def block_logits(target, drafter, ids, feats, seq, anc, layout):
     with torch.no_grad():
-        return draft_block_logits(drafter, target, ids, feats, seq, anc)
+        return draft_block_logits(drafter, target, ids, feats, seq, anc, layout)
 
 
-def test_no_leak_from_context_at_or_after_the_anchor(target):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_leak_from_context_at_or_after_the_anchor(target, layout):
     drafter = make_drafter(target)
     b = make_batch()
     ids = b["input_ids"]
     seq = torch.tensor([0, 0, 2])
     anc = torch.tensor([12, 25, 12])
     feats = features_of(target, drafter, ids)
-    base = block_logits(target, drafter, ids, feats, seq, anc)
+    base = block_logits(target, drafter, ids, feats, seq, anc, layout)
     # Re-draw every token of sequence 0 from position 12 (the first block's anchor) on, and
     # recompute the target features from the changed text; the block keeps its anchor token.
     g = torch.Generator().manual_seed(9)
@@ -116,35 +123,55 @@ def test_no_leak_from_context_at_or_after_the_anchor(target):
     ids2[0, 12:] = torch.randint(0, VOCAB - 1, (ids.shape[1] - 12,), generator=g)
     feats2 = features_of(target, drafter, ids2)
     assert not torch.allclose(feats2[0, 12], feats[0, 12])  # the anchor's own state changed
-    out = block_logits(target, drafter, ids, feats2, seq, anc)
+    out = block_logits(target, drafter, ids, feats2, seq, anc, layout)
     torch.testing.assert_close(out[0], base[0], rtol=0, atol=1e-6)
     torch.testing.assert_close(out[2], base[2], rtol=0, atol=1e-6)  # other sequence
     # The block anchored later does see positions 12..24: the check is sensitive.
     assert not torch.allclose(out[1], base[1], atol=1e-4)
 
 
-def test_no_leak_between_blocks(target):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_leak_between_blocks(target, layout):
     drafter = make_drafter(target)
     ids = make_batch()["input_ids"]
     seq = torch.tensor([0, 0, 0])
     anc = torch.tensor([10, 11, 20])
     feats = features_of(target, drafter, ids)
-    base = block_logits(target, drafter, ids, feats, seq, anc)
+    base = block_logits(target, drafter, ids, feats, seq, anc, layout)
     for j in range(3):
         ids2 = ids.clone()
         ids2[0, anc[j]] = (ids[0, anc[j]] + 1) % (VOCAB - 1)  # block j's input token only
-        out = block_logits(target, drafter, ids2, feats, seq, anc)
+        out = block_logits(target, drafter, ids2, feats, seq, anc, layout)
         for i in range(3):
             if i != j:
                 torch.testing.assert_close(out[i], base[i], rtol=0, atol=1e-6)
         assert not torch.allclose(out[j], base[j], atol=1e-4)
 
 
-def test_a_leaky_mask_is_caught(target, monkeypatch):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_leaky_mask_is_caught(target, monkeypatch, layout):
     """Mutation check: a context visible up to AND including the anchor fails the no-leak test."""
     monkeypatch.setattr(objective, "context_visibility", lambda pos, anc: pos[None] <= anc[:, None])
     with pytest.raises(AssertionError):
-        test_no_leak_from_context_at_or_after_the_anchor(target)
+        test_no_leak_from_context_at_or_after_the_anchor(target, layout)
+
+
+def test_both_layouts_give_the_same_loss_and_gradients(target):
+    b = make_batch()
+    seq, anc = sample_anchors(b["loss_mask"], 8, 5, torch.Generator().manual_seed(4))
+    seq, anc = seq[2:], anc[2:]
+    grads, losses = [], []
+    for layout in LAYOUTS:
+        drafter = make_drafter(target)
+        out = compute_loss_and_metrics(drafter, target, b, None, anchors=(seq, anc), layout=layout)
+        out.loss.backward()
+        losses.append(float(out.loss))
+        grads.append([p.grad for p in drafter.parameters()])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    for a, g in zip(*grads):
+        torch.testing.assert_close(a, g, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="layout"):
+        compute_loss_and_metrics(drafter, target, b, None, anchors=(seq, anc), layout="diagonal")
 
 
 def test_decay_weights_enter_the_loss(target):

@@ -140,9 +140,10 @@ def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu",
         "n_examples": len(examples),
         "n_tokens": sum(len(p) + len(r) for p, r in examples),
         "mean_response_len": round(sum(response_lens) / len(response_lens), 2),
-        "seconds": seconds,
     }
+    # The timing goes to the side file only, so the data files are byte-identical across runs.
     save_dataset(out, Dataset.from_examples(examples, meta), eval_prompts)
+    meta = {**meta, "seconds": seconds}
     (out / "make_data.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
 
@@ -160,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         recipe = DataRecipe(**{k: getattr(args, k) for k in asdict(DataRecipe())})
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.target.startswith(("/", ".", "~")) and not Path(args.target).expanduser().is_dir():
+        print(f"error: target directory {args.target} does not exist", file=sys.stderr)
         return 2
     try:
         meta = make_data(args.target, args.out, recipe, device=args.device)

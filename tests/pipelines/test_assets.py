@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from dflash.data import DEFAULT_DATA_DIR, DEFAULT_TARGET_DIR, load_dataset
+from dflash.data import DEFAULT_DATA_DIR, DEFAULT_TARGET_DIR, load_dataset, load_eval_prompts
 from pipelines.make_data import DataRecipe
 from pipelines.make_target import (
     EOS_TOKEN,
@@ -103,3 +103,32 @@ def test_recipes_validate():
         TargetRecipe(num_hidden_layers=4)
     with pytest.raises(ValueError):
         DataRecipe(prompt_len_min=64, prompt_len_max=32)
+
+
+SMALL = DataRecipe(n_train=6, n_eval=2, new_tokens=5, batch_size=4, threads=1)
+
+
+def test_make_data_round_trips(tmp_path):
+    """A small regeneration: loadable, prompt lengths in range, responses of the asked size."""
+    from pipelines.make_data import make_data
+
+    meta = make_data(str(DEFAULT_TARGET_DIR), tmp_path, SMALL, log=lambda _: None)
+    assert meta["n_examples"] == 6
+    ds = load_dataset(tmp_path)
+    for i in range(len(ds)):
+        ex = ds[i]
+        assert SMALL.prompt_len_min <= ex.response_start <= SMALL.prompt_len_max
+        assert 1 <= ex.input_ids.numel() - ex.response_start <= SMALL.new_tokens
+    # one prompt length per generation batch
+    assert ds[0].response_start == ds[3].response_start
+    assert len(load_eval_prompts(tmp_path)) == 2
+
+
+@pytest.mark.slow
+def test_make_data_is_deterministic(tmp_path):
+    from pipelines.make_data import make_data
+
+    for name in ("a", "b"):
+        make_data(str(DEFAULT_TARGET_DIR), tmp_path / name, SMALL, log=lambda _: None)
+    for f in ("train.safetensors", "eval_prompts.jsonl"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()

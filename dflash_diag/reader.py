@@ -5,16 +5,21 @@ Layers (each usable alone, so a watch loop can feed new bytes as they arrive):
 1. :func:`parse_records` turns bytes into a :class:`ParsedLog`: a frame of metric records with a
    declared schema, the event records (``run_start``, ``eval``, ``checkpoint``, ...) and a
    :class:`ParseIssues` account of torn, malformed and non-numeric lines and of NaN/Inf values.
-2. :func:`load_log` reads files, ``.gz`` files and ``-`` (standard input) and merges them.
+2. :func:`load_log` streams files, ``.gz`` files and ``-`` (standard input) through
+   :func:`parse_records` in chunks of a few MiB and merges them.
 3. :func:`dflash_diag.restarts.resolve_restarts` and :func:`dflash_diag.phase.select_phase`
    work on the resulting frame.
 
-How the parse stays fast on clean logs and robust on dirty ones: the whole buffer goes to polars'
-NDJSON reader with an explicit schema (only the declared fields are materialised). polars rejects a
-buffer as a whole when any line is bad, so on failure the buffer is bisected on line boundaries until
-the bad lines sit in small chunks, which are parsed line by line with :func:`json.loads` and coerced
+How the parse stays fast on clean logs and robust on dirty ones: a whole chunk goes to polars'
+NDJSON reader with an explicit schema of the metric fields (only those are materialised; every
+declared column costs time on every line, so event-only fields are not in it). polars rejects a
+chunk as a whole when any line is bad, so on failure the chunk is bisected on line boundaries until
+the bad lines sit in small pieces, which are parsed line by line with :func:`json.loads` and coerced
 leniently (numeric strings become numbers and are counted). One bad line in a million therefore
-costs about two extra polars passes, not a Python pass.
+costs a few extra polars passes over small pieces, not a Python pass.
+
+Event lines are rare: a byte search finds them (``"event": "`` not followed by ``metrics"``) and
+:func:`json.loads` decodes them whole, so headers keep every field (``config``, ``schedule``...).
 
 Python's ``json`` writes NaN and infinities as bare ``NaN``/``Infinity`` tokens, which polars
 rejects; the lines holding them are re-encoded with sentinel numbers before parsing, and the
@@ -23,36 +28,39 @@ sentinels turned back into NaN/inf after (only those lines pay a Python pass).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.schema import (
-    EVENT_JSON_FIELDS,
-    EVENT_TEXTS,
-    read_schema,
-)
+from dflash_diag.schema import read_schema
 
-#: Lines per chunk below which a failing chunk is parsed line by line in Python.
+#: Lines per piece below which a failing piece is parsed line by line in Python.
 _LEAF_LINES = 64
 #: How many offending line numbers a report keeps (the count is always exact).
 _FIRST_N = 5
+#: Bytes per read when streaming a file: big enough for polars' threads, small enough that the
+#: raw text never dominates memory (the parsed columns are what a report keeps).
+CHUNK_BYTES = 16 * 2**20
 
 # Sentinels for Python-json's non-standard tokens. Values this close to the float maximum never
 # occur in training metrics, and each parses back to exactly the same double.
 _NAN_SENTINEL = 1.7976931348623155e308
 _POS_INF_SENTINEL = 1.7976931348623157e308
 _NEG_INF_SENTINEL = -1.7976931348623157e308
+_SENTINELS = {_NAN_SENTINEL: math.nan, _POS_INF_SENTINEL: math.inf, _NEG_INF_SENTINEL: -math.inf}
 _NONSTANDARD_WORD = re.compile(rb"NaN|Infinity")
+_BLANK_LINE_HINTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r")
 
 #: Columns of :attr:`ParsedLog.metrics` besides the metric fields.
 BOOKKEEPING_COLUMNS = ("source", "seq", "run", "script")
@@ -111,9 +119,10 @@ class LogEvent:
     Attributes:
         kind: the record's ``event`` value.
         source: index of the file it came from.
-        seq: position of the record among all records of its source (metric records included).
+        seq: its line number in that file (1-based), comparable with the metrics' ``seq``.
         step: its ``step`` (for ``run_start``: ``resumed_from.step``), or None.
-        fields: the declared fields it carries, JSON objects decoded (``schedule``, ``config``...).
+        fields: every field of the record but ``event``, decoded by :mod:`json` (field maps
+            applied; NaN/Inf as floats).
     """
 
     kind: str
@@ -129,15 +138,18 @@ class ParsedLog:
 
     Attributes:
         metrics: one row per metric record in file order, columns ``source`` (file index),
-            ``seq`` (record position in its source), ``run`` (index into :attr:`run_starts` of the
-            header governing the record, -1 before any), ``script`` (that header's ``script``),
-            ``step`` (Int64) and the metric fields of :data:`dflash_diag.schema.METRIC_NUMBERS`
-            and :data:`~dflash_diag.schema.METRIC_LISTS` (Float64 / List(Float64)).
+            ``seq`` (the record's 1-based line number in its source), ``run`` (index into
+            :attr:`run_starts` of the header governing the record, -1 before any), ``script``
+            (that header's ``script``), ``step`` (Int64) and the metric fields of
+            :data:`dflash_diag.schema.METRIC_NUMBERS` (Float64) and
+            :data:`~dflash_diag.schema.METRIC_LISTS` (List(Float64)), plus any ``extra`` fields.
         events: the event records in file order.
         issues: the parse account.
-        consumed_bytes: bytes up to and including the last complete line of the (last) buffer; a
-            watch loop keeps ``data[consumed_bytes:]`` and prepends it to the next read.
+        consumed_bytes: bytes up to and including the last complete line; a watch loop keeps
+            ``data[consumed_bytes:]`` and prepends it to the next read.
         sources: the names of the inputs, by ``source`` index.
+        first_line_no: line number of the first line parsed.
+        next_line_no: line number of the first line after the consumed bytes.
     """
 
     metrics: pl.DataFrame
@@ -145,6 +157,8 @@ class ParsedLog:
     issues: ParseIssues
     consumed_bytes: int = 0
     sources: list[str] = field(default_factory=list)
+    first_line_no: int = 1
+    next_line_no: int = 1
 
     @property
     def run_starts(self) -> list[LogEvent]:
@@ -159,39 +173,53 @@ class ParsedLog:
     def append(self, later: ParsedLog) -> ParsedLog:
         """Join ``later``, parsed from the bytes that follow this log's in the SAME source.
 
-        Records of ``later`` written before its first header belong to this log's last header, and
-        its ``run`` indices and ``seq`` positions are shifted to follow this log's. For watch loops.
+        Records of ``later`` written before its first header belong to this log's last header;
+        its ``run`` indices are shifted to follow this log's headers. Line numbers (``seq``) are
+        shifted too when ``later`` was parsed without ``first_line_no`` (it then starts at 1).
         """
-        n_runs = len(self.run_starts)
-        last_run = n_runs - 1
-        last_script = self.run_starts[-1].fields.get("script") if n_runs else None
-        seq_offset = _next_seq(self)
-        metrics = later.metrics.with_columns(
-            pl.col("seq") + seq_offset,
-            pl.when(pl.col("run") < 0).then(last_run).otherwise(pl.col("run") + n_runs)
-            .cast(pl.Int32).alias("run"),
-            pl.when(pl.col("run") < 0).then(pl.lit(last_script, pl.String))
-            .otherwise(pl.col("script")).alias("script"),
-        )
-        events = self.events + [
-            LogEvent(e.kind, e.source, e.seq + seq_offset, e.step, e.fields) for e in later.events
-        ]
-        issues = ParseIssues()
-        issues.merge(self.issues)
-        issues.merge(later.issues)
-        return ParsedLog(
-            metrics=pl.concat([self.metrics, metrics], how="vertical"),
-            events=events,
-            issues=issues,
-            consumed_bytes=self.consumed_bytes + later.consumed_bytes,
-            sources=self.sources or later.sources,
-        )
+        return join_sequential([self, later])
 
 
-def _next_seq(log: ParsedLog) -> int:
-    last_metric = log.metrics["seq"].max() if log.metrics.height else -1
-    last_event = max((e.seq for e in log.events), default=-1)
-    return int(max(last_metric if last_metric is not None else -1, last_event)) + 1
+def join_sequential(parts: Sequence[ParsedLog]) -> ParsedLog:
+    """Join logs parsed from consecutive pieces of one source (see :meth:`ParsedLog.append`)."""
+    assert parts, "nothing to join"
+    frames: list[pl.DataFrame] = []
+    events: list[LogEvent] = []
+    issues = ParseIssues()
+    n_runs = 0
+    last_script: str | None = None
+    next_line = parts[0].first_line_no
+    consumed = 0
+    for part in parts:
+        shift = max(0, next_line - part.first_line_no) if frames or events else 0
+        metrics = part.metrics
+        if n_runs or shift:
+            metrics = metrics.with_columns(
+                (pl.col("seq") + shift).alias("seq"),
+                pl.when(pl.col("run") < 0).then(n_runs - 1).otherwise(pl.col("run") + n_runs)
+                .cast(pl.Int32).alias("run"),
+                pl.when(pl.col("run") < 0).then(pl.lit(last_script, pl.String))
+                .otherwise(pl.col("script")).alias("script"),
+            )
+        frames.append(metrics)
+        for e in part.events:
+            events.append(LogEvent(e.kind, e.source, e.seq + shift, e.step, e.fields) if shift else e)
+            if e.kind == "run_start":
+                n_runs += 1
+                script = e.fields.get("script")
+                last_script = script if isinstance(script, str) else None
+        issues.merge(part.issues)
+        consumed += part.consumed_bytes
+        next_line = part.next_line_no + shift
+    return ParsedLog(
+        metrics=frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False),
+        events=events,
+        issues=issues,
+        consumed_bytes=consumed,
+        sources=next((p.sources for p in parts if p.sources), []),
+        first_line_no=parts[0].first_line_no,
+        next_line_no=next_line,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,18 +263,21 @@ def parse_records(
     schema, rename = read_schema(fields, extra)
     issues = ParseIssues()
     body_end = _complete_end(data, final=final)
-    tail = data[body_end:]
-    if tail.strip():
+    if data[body_end:].strip():
         issues.lines += 1
         issues.torn_tail.append(source)
     body = data if body_end == len(data) else data[:body_end]
-    # memoryview slicing in the bisection below never copies; polars needs bytes per call.
     body, substituted = _replace_nonfinite_tokens(body)
     parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues)
     frame = parser.parse(first_line_no)
     issues.lines += parser.lines
-    frame = _canonicalise(frame, schema, rename, extra, substituted)
-    return _split_records(frame, issues, body_end, source)
+    frame = _canonicalise(frame, rename, extra, substituted)
+    events = _scan_events(body, first_line_no, source, fields or {})
+    log = _split_records(frame, events, issues, source)
+    log.consumed_bytes = body_end
+    log.first_line_no = first_line_no
+    log.next_line_no = first_line_no + data.count(b"\n", 0, body_end)
+    return log
 
 
 def _complete_end(data: bytes, *, final: bool) -> int:
@@ -338,12 +369,13 @@ class _ChunkParser:
         self.lines = 0
 
     def parse(self, first_line_no: int) -> pl.DataFrame:
+        """The records of the buffer, with their line numbers in a ``_line`` column."""
         self._chunk(0, len(self.body), first_line_no)
         if not self.frames:
-            return pl.DataFrame(schema=self.schema)
+            return pl.DataFrame(schema={**self.schema, "_line": pl.Int64})
         if len(self.frames) == 1:
             return self.frames[0]
-        return pl.concat(self.frames, how="vertical")
+        return pl.concat(self.frames, how="vertical", rechunk=False)
 
     def _chunk(self, start: int, end: int, line_no: int) -> None:
         chunk = self.body if (start == 0 and end == len(self.body)) else self.view[start:end].tobytes()
@@ -354,7 +386,7 @@ class _ChunkParser:
         except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
             frame = None
         if frame is not None:
-            self.frames.append(frame)
+            self.frames.append(frame.with_columns(_line_numbers(chunk, line_no, frame.height)))
             self.lines += frame.height
             return
         n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
@@ -373,6 +405,7 @@ class _ChunkParser:
 
     def _lines_one_by_one(self, chunk: bytes, line_no: int) -> None:
         columns: dict[str, list[Any]] = {name: [] for name in self.schema}
+        line_numbers: list[int] = []
         for offset, raw in enumerate(chunk.split(b"\n")):
             if not raw.strip():
                 continue
@@ -390,12 +423,14 @@ class _ChunkParser:
                     self.issues.malformed_lines.append(where)
                 continue
             bad_before = self.issues.nonnumeric
+            line_numbers.append(where[1])
             for name, dtype in self.schema.items():
                 columns[name].append(self._coerce(record.get(name), dtype))
             if self.issues.nonnumeric > bad_before and len(self.issues.nonnumeric_lines) < _FIRST_N:
                 self.issues.nonnumeric_lines.append(where)
-        if columns and next(iter(columns.values())):
-            self.frames.append(pl.DataFrame(columns, schema=self.schema))
+        if line_numbers:
+            frame = pl.DataFrame(columns, schema=self.schema)
+            self.frames.append(frame.with_columns(pl.Series("_line", line_numbers, dtype=pl.Int64)))
 
     def _coerce(self, value: Any, dtype: pl.DataType) -> Any:
         if value is None:
@@ -431,9 +466,17 @@ class _ChunkParser:
         return None
 
 
+def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
+    """Line numbers of the ``rows`` records polars read from ``chunk`` (it skips blank lines)."""
+    if not chunk[:1].isspace() and not any(hint in chunk for hint in _BLANK_LINE_HINTS):
+        return pl.int_range(first, first + rows, dtype=pl.Int64, eager=True).alias("_line")
+    numbers = [first + i for i, line in enumerate(chunk.split(b"\n")) if line.strip()]
+    assert len(numbers) == rows, "polars and the line split disagree on blank lines"
+    return pl.Series("_line", numbers, dtype=pl.Int64)
+
+
 def _canonicalise(
     frame: pl.DataFrame,
-    schema: Mapping[str, pl.DataType],
     rename: Mapping[str, str],
     extra: Mapping[str, pl.DataType] | None,
     substituted: bool,
@@ -465,44 +508,39 @@ def _unsentinel(expr: pl.Expr) -> pl.Expr:
     )
 
 
-def _split_records(frame: pl.DataFrame, issues: ParseIssues, consumed: int, source: int) -> ParsedLog:
-    """Separate metric records from events and stamp bookkeeping columns."""
-    is_event = pl.col("event").is_not_null() & (pl.col("event") != "metrics")
-    is_header = (pl.col("event") == "run_start").fill_null(False)
-    frame = frame.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("seq"),
-        (is_header.cast(pl.Int32).cum_sum() - 1).alias("run"),
-        # The governing header's script, carried forward; "" marks a header without one.
-        pl.when(is_header).then(pl.col("script").fill_null("")).otherwise(None)
-        .forward_fill().replace("", None).alias("_header_script"),
-        is_event.fill_null(False).alias("_is_event"),
-    )
-    metric_columns = [name for name in frame.columns
-                      if name not in EVENT_TEXTS and not name.startswith("_")
-                      and name not in ("seq", "run") and name not in _EVENT_ONLY]
+def _split_records(
+    frame: pl.DataFrame, events: list[LogEvent], issues: ParseIssues, source: int
+) -> ParsedLog:
+    """Keep the metric records and stamp the bookkeeping columns from the event list."""
+    is_event = (pl.col("event").is_not_null() & (pl.col("event") != "metrics")).fill_null(False)
+    headers = [e for e in events if e.kind == "run_start"]
+    header_lines = pl.Series([e.seq for e in headers], dtype=pl.Int64)
+    scripts = {i: e.fields["script"] for i, e in enumerate(headers)
+               if isinstance(e.fields.get("script"), str)}
+    metric_columns = [c for c in frame.columns if c not in ("event", "_line", "step")]
+    issues.without_step += int(frame.select((~is_event & pl.col("step").is_null()).sum()).item())
+    metrics = frame.filter(~is_event & pl.col("step").is_not_null())
+    if headers:
+        # the header governing a record: the last run_start line before it
+        runs = header_lines.search_sorted(metrics["_line"], side="right").cast(pl.Int32) - 1
+    else:
+        runs = pl.repeat(-1, metrics.height, dtype=pl.Int32, eager=True)
     metrics = (
-        frame.filter(~pl.col("_is_event") & pl.col("step").is_not_null())
-        .select(
+        metrics.select(
             pl.lit(source, pl.Int32).alias("source"),
-            "seq",
-            "run",
-            pl.col("_header_script").alias("script"),
+            pl.col("_line").alias("seq"),
+            runs.alias("run"),
             pl.col("step").cast(pl.Int64, strict=False),
-            *[c for c in metric_columns if c != "step"],
+            *metric_columns,
         )
         .filter(pl.col("step").is_not_null())
-    )
-    issues.without_step += int(
-        frame.select((~pl.col("_is_event") & pl.col("step").is_null()).sum()).item()
+        .with_columns(
+            pl.col("run").replace_strict(scripts, default=None, return_dtype=pl.String).alias("script")
+        )
+        .select("source", "seq", "run", "script", "step", *metric_columns)
     )
     _count_nonfinite(metrics, issues)
-    event_rows = frame.filter(pl.col("_is_event")).drop("_is_event", "_header_script")
-    events = [_event_from_row(row, source) for row in event_rows.iter_rows(named=True)]
-    return ParsedLog(metrics=metrics, events=events, issues=issues, consumed_bytes=consumed)
-
-
-_EVENT_ONLY = frozenset(("tau", "n_prompts", "new_tokens", "temperature", "block_size",
-                         "steps_per_epoch", "world_size"))
+    return ParsedLog(metrics=metrics, events=events, issues=issues)
 
 
 def _count_nonfinite(metrics: pl.DataFrame, issues: ParseIssues) -> None:
@@ -521,57 +559,146 @@ def _count_nonfinite(metrics: pl.DataFrame, issues: ParseIssues) -> None:
             issues.nonfinite[name] = issues.nonfinite.get(name, 0) + int(count)
 
 
-def _event_from_row(row: dict[str, Any], source: int) -> LogEvent:
-    kind = str(row.pop("event"))
-    seq = int(row.pop("seq"))
-    row.pop("run", None)
-    fields: dict[str, Any] = {}
-    for name, value in row.items():
-        if value is None or (isinstance(value, list) and not value):
+def _event_pattern(event_key: str) -> re.Pattern[bytes]:
+    key = re.escape(json.dumps(event_key).encode())
+    return re.compile(key + rb'\s*:\s*"(?!metrics")')
+
+
+def _scan_events(body: bytes, first_line_no: int, source: int, fields: Mapping[str, str]) -> list[LogEvent]:
+    """Find and decode the event lines of ``body`` (rare, so Python's json is fine here)."""
+    event_key = fields.get("event", "event")
+    to_canonical = {log: canonical for canonical, log in fields.items()}
+    events: list[LogEvent] = []
+    line_no, counted_to = first_line_no, 0
+    next_start = 0
+    for match in _event_pattern(event_key).finditer(body):
+        if match.start() < next_start:
+            continue  # a second match on a line already decoded
+        start = body.rfind(b"\n", 0, match.start()) + 1
+        end = body.find(b"\n", match.end())
+        end = len(body) if end < 0 else end
+        next_start = end
+        line_no += body.count(b"\n", counted_to, start)
+        counted_to = start
+        try:
+            record = json.loads(body[start:end])
+        except ValueError:
+            continue  # counted as malformed by the metric parse
+        if not isinstance(record, dict):
             continue
-        if name in EVENT_JSON_FIELDS and isinstance(value, str):
-            try:
-                # polars re-serialises nested values without escaping control characters.
-                value = json.loads(value, strict=False)
-            except ValueError:
-                pass  # keep the text: a header with a plain-string schedule is still shown
-        fields[name] = value
-    step = fields.get("step")
-    if step is None and isinstance(fields.get("resumed_from"), dict):
-        step = fields["resumed_from"].get("step")
-    step_int = int(step) if isinstance(step, (int, float)) and math.isfinite(step) else None
-    return LogEvent(kind=kind, source=source, seq=seq, step=step_int, fields=fields)
+        record = {to_canonical.get(k, k): _restore_nonfinite(v) for k, v in record.items()}
+        kind = record.pop("event", None)
+        if kind is None or kind == "metrics":
+            continue  # the match was inside a nested object or a string
+        events.append(_make_event(str(kind) if not isinstance(kind, str) else kind, record, source, line_no))
+    return events
+
+
+def _restore_nonfinite(value: Any) -> Any:
+    if isinstance(value, float):
+        return _SENTINELS.get(value, value)
+    if isinstance(value, list):
+        return [_restore_nonfinite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _restore_nonfinite(v) for k, v in value.items()}
+    return value
+
+
+def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) -> LogEvent:
+    step = record.get("step")
+    if step is None and isinstance(record.get("resumed_from"), dict):
+        step = record["resumed_from"].get("step")
+    finite = isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step)
+    return LogEvent(kind=kind, source=source, seq=line_no, step=int(step) if finite else None,
+                    fields=record)
 
 
 # --------------------------------------------------------------------------------------------
 # files
 
 
-def read_input(path: str) -> bytes:
-    """The bytes of a log: a file, a ``.gz`` file, or ``-`` for standard input.
+@contextlib.contextmanager
+def open_input(path: str | Path) -> Iterator[IO[bytes]]:
+    """A binary stream of a log: a file, a ``.gz`` file (by its magic bytes), or ``-`` for stdin.
 
     Raises:
-        DiagError: the file is missing, unreadable, or a corrupt ``.gz``.
+        DiagError: the file is missing or unreadable.
     """
+    name = str(path)
     try:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-            if data[:2] == b"\x1f\x8b":
-                data = gzip.decompress(data)
-            return data
-        file = Path(path)
+        if name == "-":
+            raw: IO[bytes] = sys.stdin.buffer
+            if not hasattr(raw, "peek"):
+                raw = io.BufferedReader(raw)  # e.g. a BytesIO standing in for stdin
+            peek = raw.peek(2)[:2]
+            if peek == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=raw) as handle:
+                    yield handle
+            else:
+                yield raw
+            return
+        file = Path(name)
         if not file.exists():
-            raise DiagError(f"no such file: {path}")
+            raise DiagError(f"no such file: {name}")
         if file.is_dir():
-            raise DiagError(f"is a directory, not a log: {path}")
+            raise DiagError(f"is a directory, not a log: {name}")
         with file.open("rb") as handle:
-            magic = handle.read(2)
-        if magic == b"\x1f\x8b":
-            with gzip.open(file, "rb") as handle:
-                return handle.read()
-        return file.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise DiagError(f"cannot read {path}: {exc}") from None
+            if handle.read(2) == b"\x1f\x8b":
+                handle.seek(0)
+                with gzip.GzipFile(fileobj=handle) as unzipped:
+                    yield unzipped
+            else:
+                handle.seek(0)
+                yield handle
+    except OSError as exc:
+        raise DiagError(f"cannot read {name}: {exc}") from None
+
+
+def read_input(path: str | Path) -> bytes:
+    """All bytes of a log (see :func:`open_input`); a corrupt ``.gz`` is a :class:`DiagError`."""
+    with open_input(path) as handle:
+        try:
+            return handle.read()
+        except (OSError, EOFError) as exc:
+            raise DiagError(f"cannot read {path}: {exc}") from None
+
+
+def parse_stream(
+    handle: IO[bytes],
+    *,
+    source: int = 0,
+    strict: bool = False,
+    fields: Mapping[str, str] | None = None,
+    extra: Mapping[str, pl.DataType] | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> ParsedLog:
+    """Parse a whole stream in chunks of about ``chunk_bytes``, cut at line ends.
+
+    Only one chunk of raw text is held at a time, so memory is the parsed columns plus a chunk.
+    """
+    parts: list[ParsedLog] = []
+    pending = b""
+    line_no = 1
+    while True:
+        try:
+            block = handle.read(chunk_bytes)
+        except (OSError, EOFError) as exc:
+            raise DiagError(f"cannot read input: {exc}") from None
+        if not block:
+            break
+        buffer = pending + block if pending else block
+        cut = buffer.rfind(b"\n") + 1
+        if cut == 0:
+            pending = buffer  # no complete line yet
+            continue
+        part = parse_records(buffer if cut == len(buffer) else buffer[:cut], first_line_no=line_no,
+                             strict=strict, final=False, source=source, fields=fields, extra=extra)
+        parts.append(part)
+        line_no = part.next_line_no
+        pending = buffer[cut:]
+    parts.append(parse_records(pending, first_line_no=line_no, strict=strict, final=True,
+                               source=source, fields=fields, extra=extra))
+    return parts[0] if len(parts) == 1 else join_sequential(parts)
 
 
 def load_log(
@@ -600,20 +727,23 @@ def load_log(
         raise DiagError("standard input ('-') can be read only once")
     parts = []
     for index, name in enumerate(names):
-        parts.append(parse_records(read_input(name), strict=strict, source=index, fields=fields,
-                                   extra=extra))
+        with open_input(name) as handle:
+            parts.append(parse_stream(handle, source=index, strict=strict, fields=fields, extra=extra))
     issues = ParseIssues()
     events: list[LogEvent] = []
     frames = []
     for part in parts:
         # Header indices become global: offset by the headers of the files before.
-        frames.append(part.metrics.with_columns(
-            pl.when(pl.col("run") >= 0).then(pl.col("run") + len([e for e in events
-                                                                   if e.kind == "run_start"]))
-            .otherwise(-1).cast(pl.Int32).alias("run")))
+        offset = sum(1 for e in events if e.kind == "run_start")
+        metrics = part.metrics
+        if offset:
+            metrics = metrics.with_columns(
+                pl.when(pl.col("run") >= 0).then(pl.col("run") + offset).otherwise(-1)
+                .cast(pl.Int32).alias("run"))
+        frames.append(metrics)
         events.extend(part.events)
         issues.merge(part.issues)
-    metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+    metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
                     consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names)
     shown = ", ".join(names)

@@ -21,26 +21,23 @@ METRIC_NUMBERS: tuple[str, ...] = (
 )
 #: Per-block-position lists of a pipeline metric record (index 0 is block position 1).
 METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos")
-#: Scalar numbers that only event records carry.
-EVENT_NUMBERS: tuple[str, ...] = (
-    "tau", "n_prompts", "new_tokens", "temperature", "block_size", "steps_per_epoch", "world_size",
+#: Fields of event records (``run_start``, ``eval``, ...). Events are rare, so they are not part of
+#: the polars schema (every declared column costs parse time on every line); their lines are found
+#: by a byte search and decoded whole with :mod:`json`. These names can still be mapped.
+EVENT_FIELDS: tuple[str, ...] = (
+    "event", "script", "schema", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature",
+    "block_size", "steps_per_epoch", "world_size", "schedule", "resumed_from", "config", "path",
+    "reason",
 )
-#: Text fields of events. Objects and lists (``config``, ``schedule``, ``resumed_from``,
-#: ``tau_hist``) are read as their JSON text and decoded only for the few event rows.
-EVENT_TEXTS: tuple[str, ...] = (
-    "event", "script", "schema", "path", "reason", "schedule", "resumed_from", "config", "tau_hist",
-)
-#: Event fields holding JSON text that is decoded into Python objects.
-EVENT_JSON_FIELDS: frozenset[str] = frozenset({"schedule", "resumed_from", "config", "tau_hist"})
 
 #: Every canonical field that a map may rename.
-CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + EVENT_NUMBERS + EVENT_TEXTS)
+CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + EVENT_FIELDS)
 
 
 def read_schema(
     fields: Mapping[str, str] | None = None, extra: Mapping[str, pl.DataType] | None = None
 ) -> tuple[dict[str, pl.DataType], dict[str, str]]:
-    """The schema to parse with, in the log's names, and the renaming back to canonical names.
+    """The polars schema of metric records, in the log's names, and the renaming to canonical ones.
 
     Args:
         fields: canonical name -> name in the log (see :func:`parse_field_map`). A mapped field
@@ -53,20 +50,17 @@ def read_schema(
         to canonical names where they differ.
     """
     fields = dict(fields or {})
-    canonical: dict[str, pl.DataType] = {}
-    for name in METRIC_NUMBERS + EVENT_NUMBERS:
-        canonical[name] = pl.Float64()
+    canonical: dict[str, pl.DataType] = {name: pl.Float64() for name in METRIC_NUMBERS}
     for name in METRIC_LISTS:
         canonical[name] = pl.List(pl.Float64())
-    for name in EVENT_TEXTS:
-        canonical[name] = pl.String()
+    canonical["event"] = pl.String()  # to tell metric records from events
     canonical.update(extra or {})
-    taken = {fields.get(name, name) for name in canonical}
+    mapped_log_names = set(fields.values())
     schema: dict[str, pl.DataType] = {}
     rename: dict[str, str] = {}
     for name, dtype in canonical.items():
         log_name = fields.get(name, name)
-        if name not in fields and name in taken and log_name in fields.values():
+        if name not in fields and log_name in mapped_log_names:
             continue  # the log's field of this name was mapped onto another canonical field
         schema[log_name] = dtype
         if log_name != name:

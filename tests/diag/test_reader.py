@@ -181,3 +181,27 @@ def test_missing_file_and_directory(tmp_path):
         load_log(tmp_path / "nope.jsonl")
     with pytest.raises(DiagError, match="directory"):
         load_log(tmp_path)
+
+
+def test_streaming_in_small_chunks_matches_one_parse():
+    from dflash_diag.reader import parse_stream
+
+    from .make_sample_log import generate
+
+    data = generate(seed=2, pipeline_steps=200)
+    lines = data.split(b"\n")
+    lines[300] = b"{garbage"
+    data = b"\n".join(lines)
+    whole = parse_records(data)
+    streamed = parse_stream(io.BytesIO(data), chunk_bytes=4096)
+    assert streamed.metrics.equals(whole.metrics)
+    assert [(e.kind, e.seq, e.step) for e in streamed.events] == [(e.kind, e.seq, e.step) for e in whole.events]
+    assert streamed.issues == whole.issues
+    assert streamed.issues.malformed_lines == [(0, 301)]
+    assert streamed.issues.torn_tail == [0]
+
+
+def test_event_and_record_line_numbers():
+    log = parse_records(b'{"step": 1}\n\n{"event": "eval", "step": 1, "tau": 2.0}\n  \n{"step": 2}\n')
+    assert log.metrics["seq"].to_list() == [1, 5]
+    assert log.events[0].seq == 3

@@ -9,6 +9,7 @@ sequences of fixed length with a short unsupervised prompt. Prints medians and t
 
     python benchmarks/bench_drafter.py                        # budgets 2048 and 8192
     python benchmarks/bench_drafter.py --budgets 4096 16384 --anchors 128 --threads 2
+    python benchmarks/bench_drafter.py --layouts per_block per_sequence   # compare layouts
 
 Uses the bundled tiny target (pipelines/assets/tiny_target) when present, else a random Qwen3 of
 the same shape.
@@ -53,7 +54,8 @@ def make_batch(budget: int, seq_len: int, prompt_len: int, vocab: int, seed: int
             "loss_mask": loss_mask}
 
 
-def time_steps(drafter, target, batch, opt, rounds: int, with_target: bool) -> tuple[float, int]:
+def time_steps(drafter, target, batch, opt, rounds: int, with_target: bool,
+               layout: str) -> tuple[float, int]:
     """Median seconds per step and blocks per step."""
     feats = None
     if not with_target:
@@ -63,7 +65,7 @@ def time_steps(drafter, target, batch, opt, rounds: int, with_target: bool) -> t
     for r in range(rounds + 1):  # round 0 warms up (allocator, lazy init)
         t0 = time.perf_counter()
         out = compute_loss_and_metrics(drafter, target, batch, torch.Generator().manual_seed(r),
-                                       features=feats)
+                                       features=feats, layout=layout)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         opt.step()
@@ -84,6 +86,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=1, help="draft layers")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--layouts", nargs="+", default=["per_block"],
+                    choices=["per_block", "per_sequence"], help="attention layouts to compare")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -95,18 +99,20 @@ def main() -> None:
           f"{cfg.num_draft_layers} layer(s), {args.anchors} anchors/seq, seq_len {args.seq_len}; "
           f"torch threads {args.threads}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'budget':>7} {'seqs':>5} {'blocks':>7} {'step s':>8} {'tok/s':>9} "
+    print(f"{'layout':>12} {'budget':>7} {'seqs':>5} {'blocks':>7} {'step s':>8} {'tok/s':>9} "
           f"{'drafter-only s':>15} {'tok/s':>9} {'drafter share':>14}")
-    for budget in args.budgets:
-        batch = make_batch(budget, args.seq_len, args.prompt_len, cfg.vocab_size, seed=budget)
-        n_tok = int(batch["attention_mask"].sum())
-        torch.manual_seed(0)
-        drafter = DFlashDraftModel(cfg)
-        opt = torch.optim.AdamW(drafter.parameters(), lr=6e-4)
-        full, blocks = time_steps(drafter, target, batch, opt, args.rounds, with_target=True)
-        alone, _ = time_steps(drafter, target, batch, opt, args.rounds, with_target=False)
-        print(f"{budget:>7} {batch['input_ids'].shape[0]:>5} {blocks:>7} {full:>8.3f} "
-              f"{n_tok / full:>9.0f} {alone:>15.3f} {n_tok / alone:>9.0f} {alone / full:>14.2f}")
+    for layout in args.layouts:
+        for budget in args.budgets:
+            batch = make_batch(budget, args.seq_len, args.prompt_len, cfg.vocab_size, seed=budget)
+            n_tok = int(batch["attention_mask"].sum())
+            torch.manual_seed(0)
+            drafter = DFlashDraftModel(cfg)
+            opt = torch.optim.AdamW(drafter.parameters(), lr=6e-4)
+            full, blocks = time_steps(drafter, target, batch, opt, args.rounds, True, layout)
+            alone, _ = time_steps(drafter, target, batch, opt, args.rounds, False, layout)
+            print(f"{layout:>12} {budget:>7} {batch['input_ids'].shape[0]:>5} {blocks:>7} "
+                  f"{full:>8.3f} {n_tok / full:>9.0f} {alone:>15.3f} {n_tok / alone:>9.0f} "
+                  f"{alone / full:>14.2f}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

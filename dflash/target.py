@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -49,8 +50,11 @@ class TargetModel:
 
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
+        # A local directory never touches the network; anything else is a hub id.
+        local = Path(str(path_or_id)).is_dir()
         try:
-            model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype,
+                                                         local_files_only=local)
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot load target model {path_or_id!r}: {e}") from e
         return cls(model.to(device), name=str(path_or_id))

@@ -324,6 +324,8 @@ class LiveLog:
         if selection.phase != self._origin_phase:
             # e.g. the first pipeline entries of a migrating run: windows align to them now
             self._origin_phase, self.origin = selection.phase, None
+        if self.origin is not None and selected.height and int(selected["step"][0]) < self.origin:
+            self.origin = int(selected["step"][0])  # a restart from before the first window
         return selected
 
     def _prune(self) -> None:
@@ -504,7 +506,10 @@ def build_view(live: LiveLog) -> WatchView:
         "restarts": sorted(r.step for r in live.restarts.values()),
         "resets": live.tail.resets,
     }
-    if frame.height == 0 or live.origin is None:
+    windows = []
+    if frame.height and live.origin is not None:
+        windows = compute_windows(frame, config.window, start=live.origin)
+    if not windows:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"
         return WatchView(
             **base,
@@ -520,7 +525,6 @@ def build_view(live: LiveLog) -> WatchView:
             waiting=waiting,
         )
 
-    windows = compute_windows(frame, config.window, start=live.origin)
     windows = windows[-config.history :]
     trends = compute_trends(windows, TrendConfig(acc_threshold=config.threshold))
     size, origin = config.window, live.origin

@@ -8,6 +8,8 @@ import math
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from dflash_diag.errors import DiagError
@@ -299,3 +301,27 @@ def test_plot_adds_line_charts(log):
     text = _text(build_view(live), plot=True, width=100)
     assert "┤" in text  # plotext axes
     assert text.count("loss") >= 2 and any(c in text for c in "⠁⠂⠄⡀⢀⠈⠐⠠")  # braille marks
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.binary(max_size=120), max_size=6), st.integers(0, 2**32))
+def test_any_appended_bytes_never_crash_the_view(tmp_path, chunks, seed):
+    """A writer appending garbage, torn JSON, restarts or NaNs: every refresh still draws."""
+    import random
+
+    rng = random.Random(seed)
+    path = tmp_path / f"fuzz-{seed}.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15120))
+    live = LiveLog(path, WatchConfig(window=10, history=5))
+    live.refresh()
+    pieces = [
+        record(rng.randrange(14990, 15200), rng.random(), loss=rng.choice([1.0, math.nan])).encode()
+        for _ in range(3)
+    ]
+    for chunk in chunks + pieces:
+        with open(path, "ab") as f:
+            f.write(chunk + (b"\n" if rng.random() < 0.5 else b""))
+        live.refresh()
+        _text(build_view(live))

@@ -131,7 +131,9 @@ def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu",
     response_lens = [len(r) for _, r in examples]
     meta = {
         "made_by": "python -m pipelines.make_data",
-        "target": str(target),
+        # The bundled target by its repository path, so the file does not depend on the clone.
+        "target": ("pipelines/assets/tiny_target"
+                   if Path(target).expanduser().resolve() == DEFAULT_TARGET_DIR else str(target)),
         "recipe": asdict(recipe),
         "pad_token_id": int(pad_id),
         "eos_token_id": None if eos_id is None else int(eos_id),

@@ -70,6 +70,12 @@ class LogTail:
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file being read
         self._fingerprint = b""  # the file's first bytes as read, to notice in-place rewrites
         self.resets = 0  # how many truncations/rotations were seen
+        self._size_seen = 0  # the file's size at the last read
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Bytes that were in the file at the last read but not read yet (``max_chunk_bytes``)."""
+        return max(0, self._size_seen - self.offset)
 
     @property
     def pending_bytes(self) -> int:
@@ -82,6 +88,7 @@ class LogTail:
         self._pending = b""
         self._identity = None
         self._fingerprint = b""
+        self._size_seen = 0
         self.resets += 1
 
     def _was_replaced(self, fd: int, st: os.stat_result) -> bool:
@@ -118,6 +125,7 @@ class LogTail:
             if reset:
                 self._restart()
             self._identity = (st.st_dev, st.st_ino)
+            self._size_seen = st.st_size
             to_read = st.st_size - self.offset
             if self.max_chunk_bytes is not None:
                 to_read = min(to_read, self.max_chunk_bytes)

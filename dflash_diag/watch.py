@@ -221,8 +221,8 @@ class LiveLog:
         path: the log (a plain file; ``.gz`` and standard input cannot be followed).
         config: the view settings (window, history, phase).
         clock: wall clock, for the time since the last record.
-        max_chunk_bytes: bound on bytes parsed per refresh (a huge backlog is read over a few
-            refreshes); None reads everything at once.
+        max_chunk_bytes: bound on the bytes parsed at once (a refresh parses a large backlog
+            piece by piece, pruning in between, to bound memory); None parses all at once.
         fields: canonical name -> name in the log (``--field``), as for `parse_records`.
 
     Raises:
@@ -235,7 +235,7 @@ class LiveLog:
         config: WatchConfig | None = None,
         *,
         clock: Clock = time.time,
-        max_chunk_bytes: int | None = None,
+        max_chunk_bytes: int | None = 16 * 2**20,
         fields: dict[str, str] | None = None,
     ) -> None:
         if str(path) == "-":
@@ -263,25 +263,38 @@ class LiveLog:
         self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
 
     def refresh(self) -> RefreshStats:
-        """Read and parse the lines appended since the previous refresh and update the state."""
+        """Read and parse the lines appended since the previous refresh and update the state.
+
+        The new bytes are parsed in pieces of at most ``max_chunk_bytes`` (the state is pruned
+        after each), so catching up with a large file needs memory for one piece, not the file.
+        """
         t0 = time.perf_counter()
-        chunk = self.tail.read_new()
-        if chunk.reset:
-            self._clear()
-        new_records = 0
-        if chunk.data:
-            part = parse_records(chunk.data, first_line_no=chunk.first_line_no, fields=self.fields)
-            new_records = part.metrics.height
-            self._ingest(part)
-            try:
-                self.last_write = os.stat(self.path).st_mtime
-            except OSError:
-                self.last_write = self.clock()
+        lines = records = 0
+        reset = missing = False
+        while True:
+            chunk = self.tail.read_new()
+            if chunk.reset:
+                self._clear()
+                reset = True
+            missing = chunk.missing
+            if chunk.data:
+                part = parse_records(
+                    chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
+                )
+                lines += chunk.n_lines
+                records += part.metrics.height
+                self._ingest(part)
+                try:
+                    self.last_write = os.stat(self.path).st_mtime
+                except OSError:
+                    self.last_write = self.clock()
+            if missing or self.tail.backlog_bytes == 0:
+                break
         return RefreshStats(
-            new_lines=chunk.n_lines,
-            new_records=new_records,
-            reset=chunk.reset,
-            missing=chunk.missing,
+            new_lines=lines,
+            new_records=records,
+            reset=reset,
+            missing=missing,
             seconds=time.perf_counter() - t0,
         )
 

@@ -125,7 +125,9 @@ def test_max_chunk_bytes_consumes_a_backlog_in_pieces(tmp_path):
         got += chunk.data
         if tail.offset == log.stat().st_size and chunk.pending_bytes == 0:
             break
+        assert tail.backlog_bytes == log.stat().st_size - tail.offset
     assert got == b"".join(lines)
+    assert tail.backlog_bytes == 0
     # every piece starts where the previous one ended
     assert first_numbers[0] == 1 and first_numbers == sorted(set(first_numbers))
 

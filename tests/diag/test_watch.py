@@ -119,6 +119,21 @@ def test_state_stays_the_size_of_the_view(tmp_path):
     assert view.schedule.peak == 6e-4 and view.schedule.peak_source == "header"
 
 
+def test_a_backlog_is_parsed_in_pieces_with_the_same_result(tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 17000, slope=1e-5))
+    config = WatchConfig(window=50, history=10)
+    whole = LiveLog(path, config, max_chunk_bytes=None)
+    pieces = LiveLog(path, config, max_chunk_bytes=4096)  # about 25 lines per piece
+    assert whole.refresh().new_records == pieces.refresh().new_records == 2000
+    assert pieces.tail.backlog_bytes == 0
+    # pruned after each piece: never more than the view plus one piece
+    assert pieces.log.metrics.height <= (config.history + 1) * config.window
+    a, b = build_view(whole), build_view(pieces)
+    assert [w.acc for w in a.windows] == [w.acc for w in b.windows]
+    assert a.series[0].values == b.series[0].values
+
+
 def test_truncation_rebuilds_the_state(log):
     live = LiveLog(log, WatchConfig())
     live.refresh()

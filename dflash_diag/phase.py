@@ -52,6 +52,24 @@ def pipeline_mask() -> pl.Expr:
     return pl.col("tok_per_sec").is_not_null() | (pl.col("script") == "pipeline").fill_null(False)
 
 
+def _take(frame: pl.DataFrame, condition: pl.Expr) -> pl.DataFrame:
+    """``frame.filter(condition)``, as a zero-copy slice when the kept rows are contiguous.
+
+    The usual selections (the pipeline phase after a lock-step phase, a step range of a sorted
+    frame) are one contiguous block, and a slice shares the columns instead of copying them.
+    """
+    if frame.height == 0:
+        return frame
+    mask = frame.select(pl.repeat(True, pl.len()).and_(condition.fill_null(False)).alias("m"))["m"]
+    kept = int(mask.sum())
+    if kept == 0:
+        return frame.clear()
+    first = int(mask.arg_true()[0])
+    if bool(mask.slice(first, kept).all()):
+        return frame.slice(first, kept)
+    return frame.filter(mask)
+
+
 def select_phase(
     frame: pl.DataFrame,
     phase: Phase | str = Phase.AUTO,
@@ -85,7 +103,7 @@ def select_phase(
         condition = condition & (pl.col("step") >= from_step)
     if to_step is not None:
         condition = condition & (pl.col("step") <= to_step)
-    selected = frame.filter(condition)
+    selected = _take(frame, condition)
     return selected, Selection(
         phase=used, reason=reason, total=total, pipeline=n_pipeline, selected=selected.height,
         from_step=from_step, to_step=to_step,

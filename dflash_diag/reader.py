@@ -51,7 +51,7 @@ _LEAF_LINES = 64
 _FIRST_N = 5
 #: Bytes per read when streaming a file: big enough for polars' threads, small enough that the
 #: raw text never dominates memory (the parsed columns are what a report keeps).
-CHUNK_BYTES = 16 * 2**20
+CHUNK_BYTES = 4 * 2**20
 
 # Sentinels for Python-json's non-standard tokens. Values this close to the float maximum never
 # occur in training metrics, and each parses back to exactly the same double.
@@ -60,7 +60,6 @@ _POS_INF_SENTINEL = 1.7976931348623157e308
 _NEG_INF_SENTINEL = -1.7976931348623157e308
 _SENTINELS = {_NAN_SENTINEL: math.nan, _POS_INF_SENTINEL: math.inf, _NEG_INF_SENTINEL: -math.inf}
 _NONSTANDARD_WORD = re.compile(rb"NaN|Infinity")
-_BLANK_LINE_HINTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r")
 
 #: Columns of :attr:`ParsedLog.metrics` besides the metric fields.
 BOOKKEEPING_COLUMNS = ("source", "seq", "run", "script")
@@ -267,16 +266,16 @@ def parse_records(
         issues.lines += 1
         issues.torn_tail.append(source)
     body = data if body_end == len(data) else data[:body_end]
-    body, substituted = _replace_nonfinite_tokens(body)
+    newlines = body.count(b"\n")
     parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues)
-    frame = parser.parse(first_line_no)
+    frame = parser.parse(first_line_no, newlines + (0 if body.endswith(b"\n") or not body else 1))
     issues.lines += parser.lines
-    frame = _canonicalise(frame, rename, extra, substituted)
-    events = _scan_events(body, first_line_no, source, fields or {})
+    frame = _canonicalise(frame, rename, extra, parser.substituted)
+    events = _scan_events(parser.body, frame, first_line_no, source, fields or {})
     log = _split_records(frame, events, issues, source)
     log.consumed_bytes = body_end
     log.first_line_no = first_line_no
-    log.next_line_no = first_line_no + data.count(b"\n", 0, body_end)
+    log.next_line_no = first_line_no + newlines
     return log
 
 
@@ -367,9 +366,24 @@ class _ChunkParser:
         self.issues = issues
         self.frames: list[pl.DataFrame] = []
         self.lines = 0
+        self.substituted = False
 
-    def parse(self, first_line_no: int) -> pl.DataFrame:
-        """The records of the buffer, with their line numbers in a ``_line`` column."""
+    def parse(self, first_line_no: int, n_lines: int) -> pl.DataFrame:
+        """The records of the buffer, with their line numbers in a ``_line`` column.
+
+        ``n_lines`` is the buffer's line count (the caller has it already: counting is not free).
+        """
+        frame = _read(self.body, self.schema)
+        if frame is not None:
+            # Clean buffer, the common case: one polars pass, no Python pass over the text.
+            self.lines += frame.height
+            if frame.height == n_lines:  # no blank lines: rows are consecutive lines
+                lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64, eager=True)
+            else:
+                lines = _line_numbers(self.body, first_line_no, frame.height)
+            return frame.with_columns(lines.alias("_line"))
+        self.body, self.substituted = _replace_nonfinite_tokens(self.body)
+        self.view = memoryview(self.body)
         self._chunk(0, len(self.body), first_line_no)
         if not self.frames:
             return pl.DataFrame(schema={**self.schema, "_line": pl.Int64})
@@ -379,12 +393,7 @@ class _ChunkParser:
 
     def _chunk(self, start: int, end: int, line_no: int) -> None:
         chunk = self.body if (start == 0 and end == len(self.body)) else self.view[start:end].tobytes()
-        try:
-            frame = pl.read_ndjson(chunk, schema=self.schema)
-        # polars reports a bad line with several exception types (ComputeError, SchemaError, a
-        # Rust panic); any of them only means "bisect further", never a crash.
-        except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
-            frame = None
+        frame = _read(chunk, self.schema)
         if frame is not None:
             self.frames.append(frame.with_columns(_line_numbers(chunk, line_no, frame.height)))
             self.lines += frame.height
@@ -466,9 +475,20 @@ class _ChunkParser:
         return None
 
 
+def _read(chunk: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    """polars' parse of a whole chunk, or None when any line of it is bad."""
+    try:
+        return pl.read_ndjson(chunk, schema=schema)
+    # polars reports a bad line with several exception types (ComputeError, SchemaError, a
+    # Rust panic); any of them only means "look closer", never a crash.
+    except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
+        return None
+
+
 def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
     """Line numbers of the ``rows`` records polars read from ``chunk`` (it skips blank lines)."""
-    if not chunk[:1].isspace() and not any(hint in chunk for hint in _BLANK_LINE_HINTS):
+    n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") or not chunk else 1)
+    if n_lines == rows:
         return pl.int_range(first, first + rows, dtype=pl.Int64, eager=True).alias("_line")
     numbers = [first + i for i, line in enumerate(chunk.split(b"\n")) if line.strip()]
     assert len(numbers) == rows, "polars and the line split disagree on blank lines"
@@ -564,12 +584,17 @@ def _event_pattern(event_key: str) -> re.Pattern[bytes]:
     return re.compile(key + rb'\s*:\s*"(?!metrics")')
 
 
-def _scan_events(body: bytes, first_line_no: int, source: int, fields: Mapping[str, str]) -> list[LogEvent]:
-    """Find and decode the event lines of ``body`` (rare, so Python's json is fine here)."""
+def _scan_events(
+    body: bytes, frame: pl.DataFrame, first_line_no: int, source: int, fields: Mapping[str, str]
+) -> list[LogEvent]:
+    """Find and decode the event lines of ``body`` (rare, so Python's json is fine here).
+
+    Their line numbers come from the parsed frame's event rows when both agree on the events
+    (always, unless a line fools one of them), else from counting newlines.
+    """
     event_key = fields.get("event", "event")
     to_canonical = {log: canonical for canonical, log in fields.items()}
-    events: list[LogEvent] = []
-    line_no, counted_to = first_line_no, 0
+    found: list[tuple[int, str, dict[str, Any]]] = []  # (byte offset, kind, fields)
     next_start = 0
     for match in _event_pattern(event_key).finditer(body):
         if match.start() < next_start:
@@ -578,8 +603,6 @@ def _scan_events(body: bytes, first_line_no: int, source: int, fields: Mapping[s
         end = body.find(b"\n", match.end())
         end = len(body) if end < 0 else end
         next_start = end
-        line_no += body.count(b"\n", counted_to, start)
-        counted_to = start
         try:
             record = json.loads(body[start:end])
         except ValueError:
@@ -590,8 +613,19 @@ def _scan_events(body: bytes, first_line_no: int, source: int, fields: Mapping[s
         kind = record.pop("event", None)
         if kind is None or kind == "metrics":
             continue  # the match was inside a nested object or a string
-        events.append(_make_event(str(kind) if not isinstance(kind, str) else kind, record, source, line_no))
-    return events
+        found.append((start, kind if isinstance(kind, str) else json.dumps(kind), record))
+    if not found:
+        return []
+    rows = frame.filter(pl.col("event").is_not_null() & (pl.col("event") != "metrics"))
+    if rows["event"].to_list() == [kind for _, kind, _ in found]:
+        lines = rows["_line"].to_list()
+    else:
+        lines, line_no, counted_to = [], first_line_no, 0
+        for start, _, _ in found:
+            line_no += body.count(b"\n", counted_to, start)
+            counted_to = start
+            lines.append(line_no)
+    return [_make_event(kind, record, source, line) for (_, kind, record), line in zip(found, lines)]
 
 
 def _restore_nonfinite(value: Any) -> Any:

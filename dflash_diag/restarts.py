@@ -43,7 +43,13 @@ def resolve_restarts(frame: pl.DataFrame, keep_all: bool = False) -> tuple[pl.Da
         ``(frame, restarts)``: the records with a ``segment`` column (per source, 0-based), sorted
         by step (ties keep source then file order), and the restarts found.
     """
-    ordered = frame.sort(["source", "seq"])
+    # Sorting copies every column (lists included): skip it when the frame is already in file
+    # order, as load_log's frames are.
+    in_file_order = frame.height < 2 or bool(frame.select(
+        ((pl.col("source").diff() > 0) | ((pl.col("source").diff() == 0) & (pl.col("seq").diff() > 0)))
+        .fill_null(True).all()
+    ).item())
+    ordered = frame if in_file_order else frame.sort(["source", "seq"])
     # Within a segment steps strictly increase, so the record before a restart holds the
     # largest step of the segment it ends.
     previous_max = pl.col("step").shift(1).over("source")
@@ -60,5 +66,10 @@ def resolve_restarts(frame: pl.DataFrame, keep_all: bool = False) -> tuple[pl.Da
         # Smallest step among the entries written AFTER each one, in its source.
         later_min = pl.col("step").reverse().cum_min().reverse().shift(-1).over("source")
         ordered = ordered.filter(later_min.is_null() | (pl.col("step") < later_min))
-    merged = ordered.drop("_previous_max", "_restart").sort(["step", "source", "seq"], maintain_order=True)
+    merged = ordered.drop("_previous_max", "_restart")
+    # One source without kept restarts is already in step order (steps rise within a segment).
+    single_segment = frame.height < 2 or (
+        merged["source"].n_unique() == 1 and (not restarts or not keep_all))
+    if not single_segment:
+        merged = merged.sort(["step", "source", "seq"], maintain_order=True)
     return merged, restarts

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from .metrics import StepMetrics
 from .model import DFlashDraftModel, unwrap_drafter
@@ -86,6 +87,7 @@ def block_labels(input_ids: torch.Tensor, seq_idx: torch.Tensor, anchors: torch.
 
 
 LAYOUTS = ("auto", "per_block", "per_sequence")
+DEFAULT_LOGITS_BUDGET = 1 << 27  # 128M elements: 512 MB of float32 logits
 
 
 def _sequence_layout(seq_idx: torch.Tensor, anchors: torch.Tensor, n_seq: int, block_size: int,
@@ -126,7 +128,16 @@ def _sequence_layout(seq_idx: torch.Tensor, anchors: torch.Tensor, n_seq: int, b
 def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids: torch.Tensor,
                        features: torch.Tensor, seq_idx: torch.Tensor,
                        anchors: torch.Tensor, layout: str = "auto") -> torch.Tensor:
-    """Logits of the B-1 predicted positions of M packed blocks, in one drafter pass.
+    """[M, B-1, V] logits of the predicted positions: the target's lm_head over
+    :func:`draft_block_hidden`."""
+    return target.lm_head(draft_block_hidden(drafter, target, input_ids, features, seq_idx,
+                                             anchors, layout))
+
+
+def draft_block_hidden(drafter: DFlashDraftModel, target: TargetModel, input_ids: torch.Tensor,
+                       features: torch.Tensor, seq_idx: torch.Tensor,
+                       anchors: torch.Tensor, layout: str = "auto") -> torch.Tensor:
+    """Drafter hidden states of the B-1 predicted positions of M packed blocks, in one pass.
 
     Args:
         input_ids: [N, T]; only the anchor tokens x_a are read.
@@ -139,7 +150,7 @@ def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids
             a block-diagonal mask (no copies; scores grow with blocks^2). "auto": per_sequence on
             CUDA, per_block elsewhere. Both give the same logits.
     Returns:
-        [M, B-1, V] logits for block positions 1..B-1.
+        [M, B-1, H] hidden states for block positions 1..B-1 (before the lm_head).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -171,7 +182,7 @@ def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids
         out = drafter(grid.view(N, S, -1), positions, ctx_features=ctx, ctx_positions=pos[None],
                       attn_mask=mask)
         hidden = out.reshape(N * S, -1)[rows_cols]  # back to [M, B, H]
-    return target.lm_head(hidden[:, 1:])
+    return hidden[:, 1:]
 
 
 @dataclass
@@ -190,7 +201,8 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
                              batch: dict[str, torch.Tensor], generator: torch.Generator,
                              features: torch.Tensor | None = None,
                              anchors: tuple[torch.Tensor, torch.Tensor] | None = None,
-                             layout: str = "auto") -> ObjectiveOutput:
+                             layout: str = "auto",
+                             logits_budget: int = DEFAULT_LOGITS_BUDGET) -> ObjectiveOutput:
     """The DFlash loss and metrics of one token-budget batch.
 
     Args:
@@ -203,6 +215,9 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         anchors: explicit (seq_idx, anchors) instead of a random draw (tests, evaluation),
             sorted by sequence.
         layout: attention layout of the packed blocks (see :func:`draft_block_logits`).
+        logits_budget: most logits elements (blocks x (B-1) x vocab) held at once; above it the
+            lm_head and loss run in checkpointed chunks (same result, less memory, one more
+            lm_head pass in backward).
     Returns:
         ObjectiveOutput with loss = sum_k w_k CE_k / sum_k w_k over all blocks,
         w_k = exp(-(k-1)/gamma).
@@ -231,14 +246,28 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         zero = hidden.sum() * 0.0
         return ObjectiveOutput(zero, zero, StepMetrics(block_size=B, n_tokens=n_tokens))
 
-    logits = draft_block_logits(drafter, target, input_ids, features, seq_idx, anchor_pos, layout)
+    hidden = draft_block_hidden(drafter, target, input_ids, features, seq_idx, anchor_pos, layout)
     labels = block_labels(input_ids, seq_idx, anchor_pos, B)
-    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                         reduction="none").view(M, B - 1)
-    w = torch.tensor(cfg.loss_weights(), dtype=torch.float32, device=ce.device)
-    loss_sum = (ce * w).sum()
+    w = torch.tensor(cfg.loss_weights(), dtype=torch.float32, device=hidden.device)
+
+    def head_loss(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weighted CE sum and correctness of a chunk of blocks: h [m, B-1, H], y [m, B-1]."""
+        logits = target.lm_head(h)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none")
+        return (ce.view_as(y) * w).sum(), logits.detach().argmax(-1) == y
+
+    V = cfg.vocab_size
+    chunk = max(1, logits_budget // ((B - 1) * V))
+    if M <= chunk:
+        loss_sum, correct = head_loss(hidden, labels)
+    else:
+        # [M, B-1, V] logits would not fit the budget: compute them chunk by chunk and recompute
+        # each chunk in backward (activation checkpointing), so only one chunk lives at a time.
+        parts = [checkpoint(head_loss, hidden[i:i + chunk], labels[i:i + chunk], use_reentrant=False)
+                 for i in range(0, M, chunk)]
+        loss_sum = torch.stack([p[0] for p in parts]).sum()
+        correct = torch.cat([p[1] for p in parts])
     weight_sum = float(w.sum()) * M
-    correct = logits.detach().argmax(-1) == labels
     metrics = StepMetrics.from_correctness(correct.cpu(), loss_sum=float(loss_sum.detach()),
                                            weight_sum=weight_sum, n_tokens=n_tokens)
     return ObjectiveOutput(loss=loss_sum / weight_sum, loss_sum=loss_sum, metrics=metrics)

@@ -219,3 +219,21 @@ def test_overfitting_one_batch_lowers_loss_and_raises_tau(target):
     print(f"loss {first.loss:.3f} -> {last.loss:.3f}, tau_train {first.tau_train:.2f} -> {last.tau_train:.2f}")
     assert last.loss < 0.9 * first.loss
     assert first.tau_train < 1.5 and last.tau_train > 3.0
+
+
+def test_chunked_logits_give_the_same_loss_metrics_and_gradients(target):
+    b = make_batch()
+    seq, anc = sample_anchors(b["loss_mask"], 8, 5, torch.Generator().manual_seed(6))
+    results = []
+    for budget in (1 << 27, 3 * 7 * VOCAB):  # everything at once; chunks of 3 blocks
+        drafter = make_drafter(target)
+        out = compute_loss_and_metrics(drafter, target, b, None, anchors=(seq, anc),
+                                       logits_budget=budget)
+        out.loss.backward()
+        results.append((out, [p.grad for p in drafter.parameters()]))
+    (whole, g1), (chunked, g2) = results
+    assert float(whole.loss) == pytest.approx(float(chunked.loss), abs=1e-5)
+    assert whole.metrics.n_correct == chunked.metrics.n_correct
+    assert whole.metrics.accept_pos == chunked.metrics.accept_pos
+    for a, g in zip(g1, g2):
+        torch.testing.assert_close(a, g, atol=1e-5, rtol=1e-4)

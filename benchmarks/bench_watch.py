@@ -20,6 +20,7 @@ import io
 import json
 import os
 import random
+import resource
 import statistics
 import tempfile
 import time
@@ -116,8 +117,9 @@ def main() -> None:
         console.print(render_view(build_view(live)))
         first = time.perf_counter() - t0
         print(
-            f"first frame (the one full read): {first * 1e3:.0f} ms, "
-            f"{live.log.metrics.height} records kept of {live.total_records:,}"
+            f"first frame (the one full read, in 16 MiB pieces): {first * 1e3:.0f} ms, "
+            f"{live.log.metrics.height} records kept of {live.total_records:,}; peak RSS so far "
+            f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
         )
 
         step = args.lines

@@ -326,3 +326,22 @@ def test_any_log_shape_gives_regimes_and_explanations(records, k):
     assert [r.start_step for r in result.regimes] == sorted(r.start_step for r in result.regimes)
     assert len(result.boundaries) == len(result.regimes) - 1
     assert all(b.explanation for b in result.boundaries)
+
+
+def test_per_token_loss_ratio_weights_by_n_pred():
+    # after the switch, big batches have low loss and small ones high: the plain mean of batch
+    # losses overstates the per-token loss
+    rows = [{"step": s, "loss": 1.0, "acc": 0.1, "n_pred": 100} for s in range(50)]
+    rows += [
+        {
+            "step": s,
+            "loss": 1.0 if s % 2 else 3.0,
+            "acc": 0.1,
+            "n_pred": 300 if s % 2 else 100,
+            "tok_per_sec": 1.0,
+        }
+        for s in range(50, 100)
+    ]
+    (b,) = compare_regimes(_frame(rows)).boundaries
+    assert b.loss_ratio == pytest.approx(2.0)  # plain means: (1 + 3) / 2
+    assert b.per_token_loss_ratio == pytest.approx((300 * 1.0 + 100 * 3.0) / 400)

@@ -12,7 +12,9 @@ each in a fresh process so that peak memory (``ru_maxrss``) is its own:
 * ``diag``    the real CLI, ``dflash-diag converge LOG --format json`` (whole analysis + render);
 * ``python``  a plain-Python reader doing the same core work: ``json.loads`` per line, the
               pipeline filter, 50-step bins with n_pred-weighted accuracy;
-* ``polars``  ``pl.scan_ndjson`` of the same file with the same columns, collected (no analysis).
+* ``polars``  ``pl.scan_ndjson`` of the same file with the same columns, collected (no analysis):
+              the metric scalars and ``event``; like converge's main pass it leaves the
+              per-position lists, which converge then reads for the last window only.
 
 Times are process wall times (start-up included, best of ``--repeat``); the machine is shared, so
 the load average is printed with them. Targets (issue 2 section 6): diag >= 10x faster than
@@ -67,7 +69,7 @@ POLARS_SCAN = textwrap.dedent("""
     import sys
     import polars as pl
     from dflash_diag.schema import read_schema
-    schema, _ = read_schema()
+    schema, _ = read_schema(lists=False)  # the columns converge's main pass reads
     frame = pl.scan_ndjson(sys.argv[1], schema=schema).collect()
     print(frame.height, file=sys.stderr)
 """)

@@ -43,7 +43,7 @@ from typing import IO, Any
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.schema import read_schema
+from dflash_diag.schema import METRIC_LISTS, read_schema
 
 #: Lines per piece below which a failing piece is parsed line by line in Python.
 _LEAF_LINES = 64
@@ -149,6 +149,9 @@ class ParsedLog:
         sources: the names of the inputs, by ``source`` index.
         first_line_no: line number of the first line parsed.
         next_line_no: line number of the first line after the consumed bytes.
+        lists_pending: sources whose list columns (``acc_pos``, ``accept_pos``) were not read
+            (null in :attr:`metrics`); :func:`fetch_lists` reads them for the rows that need them.
+        fields: the field map the log was read with (to read it again the same way).
     """
 
     metrics: pl.DataFrame
@@ -158,6 +161,8 @@ class ParsedLog:
     sources: list[str] = field(default_factory=list)
     first_line_no: int = 1
     next_line_no: int = 1
+    lists_pending: list[int] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_starts(self) -> list[LogEvent]:
@@ -218,6 +223,8 @@ def join_sequential(parts: Sequence[ParsedLog]) -> ParsedLog:
         sources=next((p.sources for p in parts if p.sources), []),
         first_line_no=parts[0].first_line_no,
         next_line_no=next_line,
+        lists_pending=sorted({s for p in parts for s in p.lists_pending}),
+        fields=dict(parts[0].fields),
     )
 
 
@@ -234,6 +241,7 @@ def parse_records(
     source: int = 0,
     fields: Mapping[str, str] | None = None,
     extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
 ) -> ParsedLog:
     """Parse JSONL bytes into metric records, events and a parse account.
 
@@ -246,6 +254,7 @@ def parse_records(
         source: the ``source`` index to stamp on the records.
         fields: canonical name -> log name (``{"acc": "train/acc"}``).
         extra: more fields to read, canonical name -> polars dtype (become extra frame columns).
+        lists: read ``acc_pos``/``accept_pos`` (else those columns are null).
 
     Returns:
         The :class:`ParsedLog`. A torn last line (no trailing newline, not a JSON object) is
@@ -259,7 +268,7 @@ def parse_records(
         >>> log.metrics["acc"].to_list(), log.issues.torn_tail
         ([0.5], [0])
     """
-    schema, rename = read_schema(fields, extra)
+    schema, rename = read_schema(fields, extra, lists)
     issues = ParseIssues()
     body_end = _complete_end(data, final=final)
     if data[body_end:].strip():
@@ -276,6 +285,9 @@ def parse_records(
     log.consumed_bytes = body_end
     log.first_line_no = first_line_no
     log.next_line_no = first_line_no + newlines
+    log.fields = dict(fields or {})
+    if not lists:
+        log.lists_pending = [source]
     return log
 
 
@@ -697,6 +709,26 @@ def read_input(path: str | Path) -> bytes:
             raise DiagError(f"cannot read {path}: {exc}") from None
 
 
+def _line_chunks(handle: IO[bytes], chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
+    """``(text, final)`` pieces of about ``chunk_bytes`` that end at a line end (except the last)."""
+    pending = b""
+    while True:
+        try:
+            block = handle.read(chunk_bytes)
+        except (OSError, EOFError) as exc:
+            raise DiagError(f"cannot read input: {exc}") from None
+        if not block:
+            yield pending, True
+            return
+        buffer = pending + block if pending else block
+        cut = buffer.rfind(b"\n") + 1
+        if cut == 0:
+            pending = buffer  # no complete line yet
+            continue
+        pending = buffer[cut:]
+        yield (buffer if cut == len(buffer) else buffer[:cut]), False
+
+
 def parse_stream(
     handle: IO[bytes],
     *,
@@ -704,6 +736,7 @@ def parse_stream(
     strict: bool = False,
     fields: Mapping[str, str] | None = None,
     extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> ParsedLog:
     """Parse a whole stream in chunks of about ``chunk_bytes``, cut at line ends.
@@ -711,28 +744,48 @@ def parse_stream(
     Only one chunk of raw text is held at a time, so memory is the parsed columns plus a chunk.
     """
     parts: list[ParsedLog] = []
-    pending = b""
     line_no = 1
-    while True:
-        try:
-            block = handle.read(chunk_bytes)
-        except (OSError, EOFError) as exc:
-            raise DiagError(f"cannot read input: {exc}") from None
-        if not block:
-            break
-        buffer = pending + block if pending else block
-        cut = buffer.rfind(b"\n") + 1
-        if cut == 0:
-            pending = buffer  # no complete line yet
-            continue
-        part = parse_records(buffer if cut == len(buffer) else buffer[:cut], first_line_no=line_no,
-                             strict=strict, final=False, source=source, fields=fields, extra=extra)
+    for text, final in _line_chunks(handle, chunk_bytes):
+        part = parse_records(text, first_line_no=line_no, strict=strict, final=final, source=source,
+                             fields=fields, extra=extra, lists=lists)
         parts.append(part)
         line_no = part.next_line_no
-        pending = buffer[cut:]
-    parts.append(parse_records(pending, first_line_no=line_no, strict=strict, final=True,
-                               source=source, fields=fields, extra=extra))
     return parts[0] if len(parts) == 1 else join_sequential(parts)
+
+
+def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYTES) -> pl.DataFrame:
+    """``rows`` of ``log.metrics`` with ``acc_pos``/``accept_pos`` read from the files if pending.
+
+    A log loaded with ``lists=False`` skips the per-position lists (most of a pipeline log's
+    parse time and memory); a report needs them for its last window only. This reads the files
+    again, parsing only the chunks that hold the requested lines.
+    """
+    pending = [s for s in log.lists_pending if s < len(log.sources) and log.sources[s] != "-"]
+    wanted = rows.filter(pl.col("source").is_in(pending)) if pending else rows.clear()
+    if wanted.height == 0:
+        return rows
+    found = []
+    for source in sorted(set(wanted["source"].to_list())):
+        seqs = wanted.filter(pl.col("source") == source)["seq"]
+        first, last = int(seqs.min()), int(seqs.max())
+        line_no = 1
+        with open_input(log.sources[source]) as handle:
+            for text, final in _line_chunks(handle, chunk_bytes):
+                newlines = text.count(b"\n")
+                if line_no + newlines >= first:
+                    part = parse_records(text, first_line_no=line_no, final=final, source=source,
+                                         fields=log.fields, lists=True)
+                    found.append(part.metrics.filter(pl.col("seq").is_in(seqs.implode()))
+                                 .select("source", "seq", *METRIC_LISTS))
+                line_no += newlines
+                if line_no > last:
+                    break
+    if not found:
+        return rows
+    lists = pl.concat(found)
+    return (rows.drop(*METRIC_LISTS)
+            .join(lists, on=["source", "seq"], how="left", maintain_order="left")
+            .select(rows.columns))
 
 
 def load_log(
@@ -741,8 +794,13 @@ def load_log(
     strict: bool = False,
     fields: Mapping[str, str] | None = None,
     extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
 ) -> ParsedLog:
     """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
+
+    With ``lists=False`` the per-position lists of files are left unread (standard input is
+    always read whole, as it cannot be read twice); :func:`fetch_lists` gets them for the rows
+    that need them.
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
     resolved per source and the records merged in step order by
@@ -762,7 +820,8 @@ def load_log(
     parts = []
     for index, name in enumerate(names):
         with open_input(name) as handle:
-            parts.append(parse_stream(handle, source=index, strict=strict, fields=fields, extra=extra))
+            parts.append(parse_stream(handle, source=index, strict=strict, fields=fields,
+                                      extra=extra, lists=lists or name == "-"))
     issues = ParseIssues()
     events: list[LogEvent] = []
     frames = []
@@ -779,7 +838,9 @@ def load_log(
         issues.merge(part.issues)
     metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
-                    consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names)
+                    consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names,
+                    lists_pending=sorted({s for p in parts for s in p.lists_pending}),
+                    fields=dict(fields or {}))
     shown = ", ".join(names)
     if issues.lines == 0:
         raise DiagError(f"empty log: {shown}")

@@ -15,7 +15,7 @@ import polars as pl
 from dflash_diag.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance
 from dflash_diag.errors import DiagError
 from dflash_diag.phase import Phase, Selection, select_phase
-from dflash_diag.reader import LogEvent, ParsedLog, ParseIssues
+from dflash_diag.reader import LogEvent, ParsedLog, ParseIssues, fetch_lists
 from dflash_diag.restarts import Restart, resolve_restarts
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.trend import Trend, TrendConfig, compute_trends
@@ -197,7 +197,7 @@ def build_converge_report(log: ParsedLog, config: ConvergeConfig | None = None) 
     acceptance = estimate_acceptance(
         acc_window.acc if acc_window else None,
         acc_basis,
-        window_rows(selected, last),
+        fetch_lists(log, window_rows(selected, last)),
         log.evals,
         config.acceptance,
         header_block_size=_header_number(header, "block_size"),

@@ -35,7 +35,9 @@ CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + EVE
 
 
 def read_schema(
-    fields: Mapping[str, str] | None = None, extra: Mapping[str, pl.DataType] | None = None
+    fields: Mapping[str, str] | None = None,
+    extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
 ) -> tuple[dict[str, pl.DataType], dict[str, str]]:
     """The polars schema of metric records, in the log's names, and the renaming to canonical ones.
 
@@ -44,6 +46,8 @@ def read_schema(
             replaces the canonical one: with ``acc=accuracy`` a log's own ``acc`` is not read.
         extra: additional fields to read, by canonical name, with their dtype (e.g. a watch view
             reading ``stage_busy`` as ``pl.String`` to decode its JSON).
+        lists: include the per-position lists (:data:`METRIC_LISTS`). They are most of the parse
+            time and memory of a pipeline log, and a report needs them for one window only.
 
     Returns:
         ``(schema, rename)``: ``schema`` maps log field names to dtypes; ``rename`` maps log names
@@ -51,7 +55,7 @@ def read_schema(
     """
     fields = dict(fields or {})
     canonical: dict[str, pl.DataType] = {name: pl.Float64() for name in METRIC_NUMBERS}
-    for name in METRIC_LISTS:
+    for name in METRIC_LISTS if lists else ():
         canonical[name] = pl.List(pl.Float64())
     canonical["event"] = pl.String()  # to tell metric records from events
     canonical.update(extra or {})

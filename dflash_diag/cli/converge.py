@@ -86,7 +86,8 @@ def converge(
             )
         except ValueError as exc:
             fail(str(exc))
-        log = load_log(logs, strict=strict, fields=parse_field_map(fields or []))
+        # Per-position lists are read for the last window only (fetch_lists): most of the parse.
+        log = load_log(logs, strict=strict, fields=parse_field_map(fields or []), lists=False)
         report = build_converge_report(log, config)
 
         console = make_console()

@@ -205,3 +205,21 @@ def test_event_and_record_line_numbers():
     log = parse_records(b'{"step": 1}\n\n{"event": "eval", "step": 1, "tau": 2.0}\n  \n{"step": 2}\n')
     assert log.metrics["seq"].to_list() == [1, 5]
     assert log.events[0].seq == 3
+
+
+def test_lists_read_lazily_for_the_rows_that_need_them(tmp_path):
+    from dflash_diag.reader import fetch_lists
+
+    from .make_sample_log import generate
+
+    path = tmp_path / "train.jsonl.gz"
+    path.write_bytes(gzip.compress(generate(seed=4, pipeline_steps=300)))
+    eager = load_log(path)
+    lazy = load_log(path, lists=False)
+    assert lazy.lists_pending == [0] and eager.lists_pending == []
+    assert lazy.metrics["acc_pos"].null_count() == lazy.metrics.height
+    assert lazy.metrics.drop("acc_pos", "accept_pos").equals(eager.metrics.drop("acc_pos", "accept_pos"))
+    tail = lazy.metrics.tail(40)
+    fetched = fetch_lists(lazy, tail, chunk_bytes=2048)
+    assert fetched.equals(eager.metrics.tail(40))
+    assert fetch_lists(eager, eager.metrics.tail(3)).equals(eager.metrics.tail(3))

@@ -85,6 +85,7 @@ def compare_two_runs(
     *,
     x: str = "step",
     phase: str = "auto",
+    keep_all: bool = False,
     strict: bool = False,
     fields: dict[str, str] | None = None,
 ) -> tuple[RunAlignment, list[RegimeComparison]]:
@@ -105,7 +106,7 @@ def compare_two_runs(
     frames, comparisons = [], []
     for path, name in zip((path_a, path_b), names):
         log = load_log([path], strict=strict, fields=fields)
-        frame, _ = resolve_restarts(log.metrics)
+        frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
         comparisons.append(
             _prefixed(compare_regimes(frame, [e.fields for e in log.run_starts], config), name)
         )
@@ -410,6 +411,7 @@ def compare(
                 config,
                 x=x.value,
                 phase=phase.value,
+                keep_all=keep_all,
                 strict=strict,
                 fields=field_map,
             )

@@ -152,6 +152,8 @@ class ParsedLog:
         lists_pending: sources whose list columns (``acc_pos``, ``accept_pos``) were not read
             (null in :attr:`metrics`); :func:`fetch_lists` reads them for the rows that need them.
         fields: the field map the log was read with (to read it again the same way).
+        chunk_starts: per source, ``(byte offset, line number)`` where each parsed chunk began,
+            so :func:`fetch_lists` can seek instead of reading a file from its start.
     """
 
     metrics: pl.DataFrame
@@ -163,6 +165,7 @@ class ParsedLog:
     next_line_no: int = 1
     lists_pending: list[int] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
+    chunk_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def run_starts(self) -> list[LogEvent]:
@@ -744,13 +747,18 @@ def parse_stream(
     Only one chunk of raw text is held at a time, so memory is the parsed columns plus a chunk.
     """
     parts: list[ParsedLog] = []
-    line_no = 1
+    line_no, offset = 1, 0
+    starts: list[tuple[int, int]] = []
     for text, final in _line_chunks(handle, chunk_bytes):
+        starts.append((offset, line_no))
         part = parse_records(text, first_line_no=line_no, strict=strict, final=final, source=source,
                              fields=fields, extra=extra, lists=lists)
         parts.append(part)
         line_no = part.next_line_no
-    return parts[0] if len(parts) == 1 else join_sequential(parts)
+        offset += len(text)
+    log = parts[0] if len(parts) == 1 else join_sequential(parts)
+    log.chunk_starts = {source: starts}
+    return log
 
 
 def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYTES) -> pl.DataFrame:
@@ -768,8 +776,11 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
     for source in sorted(set(wanted["source"].to_list())):
         seqs = wanted.filter(pl.col("source") == source)["seq"]
         first, last = int(seqs.min()), int(seqs.max())
-        line_no = 1
+        # Start at the last recorded chunk beginning at or before the first wanted line.
+        offset, line_no = max(((o, n) for o, n in log.chunk_starts.get(source, []) if n <= first),
+                              default=(0, 1))
         with open_input(log.sources[source]) as handle:
+            handle.seek(offset)
             for text, final in _line_chunks(handle, chunk_bytes):
                 newlines = text.count(b"\n")
                 if line_no + newlines >= first:
@@ -840,7 +851,8 @@ def load_log(
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
                     consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names,
                     lists_pending=sorted({s for p in parts for s in p.lists_pending}),
-                    fields=dict(fields or {}))
+                    fields=dict(fields or {}),
+                    chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()})
     shown = ", ".join(names)
     if issues.lines == 0:
         raise DiagError(f"empty log: {shown}")

@@ -23,6 +23,12 @@ else:  # pragma: no cover - the project runs on 3.11; 3.10 needs the tomli backp
 BUNDLED = "bundled"
 
 
+#: CPU-sized drafter: one layer, the paper's block of 16, and 8 anchors per sequence (the bundled
+#: data has 80-token responses; the paper's 512 anchors per multi-thousand-token sequence is a
+#: similar density). Real targets: num_draft_layers 5, num_anchors 512.
+CPU_DRAFTER: dict[str, Any] = {"block_size": 16, "num_draft_layers": 1, "num_anchors": 8}
+
+
 @dataclass
 class TrainConfig:
     """Settings shared by ``dflash-train sync`` and ``dflash-train pipeline``."""
@@ -37,7 +43,7 @@ class TrainConfig:
     """Parameter dtype of target and drafter: float32 or bfloat16."""
     seed: int = 0
     """Seeds data order, anchor sampling and drafter initialisation."""
-    max_steps: int = 150
+    max_steps: int = 200
     """Run until this optimizer step (absolute: a resumed run continues the count)."""
     token_budget: int = 1024
     """Tokens (padding included) per micro-batch: the lock-step trainer's whole step."""
@@ -75,8 +81,9 @@ class TrainConfig:
     """torch intra-op threads for the whole process (0: torch's default)."""
     progress: bool | None = None
     """Show a progress bar (default: only when stderr is a terminal)."""
-    drafter: dict[str, Any] = field(default_factory=dict)
-    """DFlashConfig overrides ([drafter] table): block_size, num_draft_layers, num_anchors, ..."""
+    drafter: dict[str, Any] = field(default_factory=lambda: dict(CPU_DRAFTER))
+    """DFlashConfig overrides ([drafter] table): block_size, num_draft_layers, num_anchors, ...
+    A [drafter] table replaces these defaults as a whole."""
 
     def __post_init__(self) -> None:
         _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
@@ -130,7 +137,9 @@ class PipelineConfig(TrainConfig):
     """One target forward worker per entry (default: one on ``device``)."""
     channel_capacity: int = 4
     """Items each bounded channel holds (the read-ahead between stages)."""
-    eval_every: int = 50
+    max_steps: int = 80
+    eval_every: int = 20
+    ckpt_every: int = 20
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -122,7 +122,11 @@ def build_setup(cfg: TrainConfig, *, target_device: str | None = None) -> Setup:
             )
         dcfg = saved
     else:
-        dcfg = DFlashConfig.for_target(target.config, **cfg.drafter)
+        overrides = dict(cfg.drafter)
+        # The data generator records the tokenizer's mask token; prefer it to for_target's guess.
+        if "mask_token_id" not in overrides and "mask_token_id" in dataset.meta:
+            overrides["mask_token_id"] = int(dataset.meta["mask_token_id"])
+        dcfg = DFlashConfig.for_target(target.config, **overrides)
 
     torch.manual_seed(cfg.seed)  # drafter initialisation
     # float32 master weights whatever the target's dtype (see compute_precision).

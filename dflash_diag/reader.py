@@ -271,7 +271,30 @@ def parse_records(
         >>> log.metrics["acc"].to_list(), log.issues.torn_tail
         ([0.5], [0])
     """
-    schema, rename = read_schema(fields, extra, lists)
+    piece = _parse_piece(data, first_line_no=first_line_no, strict=strict, final=final,
+                         source=source, fields=fields, extra=extra, lists=lists)
+    return _assemble([piece], source=source, fields=fields, extra=extra, lists=lists)
+
+
+@dataclass
+class _Piece:
+    """One parsed buffer before assembly (raw log field names, a ``_line`` column)."""
+
+    frame: pl.DataFrame
+    events: list[LogEvent]
+    issues: ParseIssues
+    consumed: int
+    first_line_no: int
+    next_line_no: int
+
+
+def _parse_piece(
+    data: bytes, *, first_line_no: int, strict: bool, final: bool, source: int,
+    fields: Mapping[str, str] | None, extra: Mapping[str, pl.DataType] | None, lists: bool,
+) -> _Piece:
+    """Parse one buffer: polars (with bisection), sentinels undone, NaN/Inf counted, events."""
+    schema, _ = read_schema(fields, extra, lists)
+    event_column = (fields or {}).get("event", "event")
     issues = ParseIssues()
     body_end = _complete_end(data, final=final)
     if data[body_end:].strip():
@@ -282,12 +305,39 @@ def parse_records(
     parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues)
     frame = parser.parse(first_line_no, newlines + (0 if body.endswith(b"\n") or not body else 1))
     issues.lines += parser.lines
-    frame = _canonicalise(frame, rename, extra, parser.substituted)
-    events = _scan_events(parser.body, frame, first_line_no, source, fields or {})
+    if parser.substituted:
+        frame = _undo_sentinels(frame)
+    is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
+    has_events = _count_nonfinite(frame, is_event, event_column, issues, fields or {})
+    events = _scan_events(parser.body, frame, event_column, first_line_no, source, fields or {}) \
+        if has_events else []
+    return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + newlines)
+
+
+def _assemble(
+    pieces: Sequence[_Piece], *, source: int, fields: Mapping[str, str] | None,
+    extra: Mapping[str, pl.DataType] | None, lists: bool,
+) -> ParsedLog:
+    """Join consecutive pieces of one source into a :class:`ParsedLog` (one pass of polars ops)."""
+    _, rename = read_schema(fields, extra, lists)
+    frames = [p.frame for p in pieces]
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    if rename:
+        frame = frame.rename(dict(rename))
+    wanted, _ = read_schema(None, extra)
+    missing = [pl.lit(None, dtype).alias(name) for name, dtype in wanted.items()
+               if name not in frame.columns]
+    if missing:
+        frame = frame.with_columns(missing)
+    issues = ParseIssues()
+    events: list[LogEvent] = []
+    for piece in pieces:
+        issues.merge(piece.issues)
+        events.extend(piece.events)
     log = _split_records(frame, events, issues, source)
-    log.consumed_bytes = body_end
-    log.first_line_no = first_line_no
-    log.next_line_no = first_line_no + newlines
+    log.consumed_bytes = sum(p.consumed for p in pieces)
+    log.first_line_no = pieces[0].first_line_no
+    log.next_line_no = pieces[-1].next_line_no
     log.fields = dict(fields or {})
     if not lists:
         log.lists_pending = [source]
@@ -510,28 +560,14 @@ def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
     return pl.Series("_line", numbers, dtype=pl.Int64)
 
 
-def _canonicalise(
-    frame: pl.DataFrame,
-    rename: Mapping[str, str],
-    extra: Mapping[str, pl.DataType] | None,
-    substituted: bool,
-) -> pl.DataFrame:
-    """Canonical names, every declared column present, sentinels back to NaN/inf."""
-    if rename:
-        frame = frame.rename(dict(rename))
-    wanted, _ = read_schema(None, extra)
-    missing = [pl.lit(None, dtype).alias(name) for name, dtype in wanted.items()
-               if name not in frame.columns]
-    if missing:
-        frame = frame.with_columns(missing)
-    if substituted:
-        floats = [name for name, dtype in frame.schema.items() if dtype == pl.Float64]
-        lists = [name for name, dtype in frame.schema.items() if dtype == pl.List(pl.Float64)]
-        frame = frame.with_columns(
-            [_unsentinel(pl.col(name)).alias(name) for name in floats]
-            + [pl.col(name).list.eval(_unsentinel(pl.element())).alias(name) for name in lists]
-        )
-    return frame
+def _undo_sentinels(frame: pl.DataFrame) -> pl.DataFrame:
+    """Sentinel numbers (see :func:`_replace_nonfinite_tokens`) back to NaN/inf."""
+    floats = [name for name, dtype in frame.schema.items() if dtype == pl.Float64]
+    lists = [name for name, dtype in frame.schema.items() if dtype == pl.List(pl.Float64)]
+    return frame.with_columns(
+        [_unsentinel(pl.col(name)).alias(name) for name in floats]
+        + [pl.col(name).list.eval(_unsentinel(pl.element())).alias(name) for name in lists]
+    )
 
 
 def _unsentinel(expr: pl.Expr) -> pl.Expr:
@@ -574,24 +610,34 @@ def _split_records(
         )
         .select("source", "seq", "run", "script", "step", *metric_columns)
     )
-    _count_nonfinite(metrics, issues)
     return ParsedLog(metrics=metrics, events=events, issues=issues)
 
 
-def _count_nonfinite(metrics: pl.DataFrame, issues: ParseIssues) -> None:
-    exprs = []
-    for name, dtype in metrics.schema.items():
-        if name in ("step", "seq", "run", "source"):
+def _count_nonfinite(
+    frame: pl.DataFrame, is_event: pl.Expr, event_column: str, issues: ParseIssues,
+    fields: Mapping[str, str],
+) -> bool:
+    """Count NaN/Inf per metric field over the non-event rows; True if there are event rows.
+
+    Done per piece (one polars query) so that list columns are never exploded whole.
+    """
+    to_canonical = {log: canonical for canonical, log in fields.items()}
+    exprs = [is_event.any().alias("_has_events")]
+    for name, dtype in frame.schema.items():
+        if name in ("step", "_line", event_column):
             continue
         if dtype == pl.Float64:
-            exprs.append((~pl.col(name).is_finite()).sum().alias(name))
+            exprs.append((~pl.col(name).is_finite()).filter(~is_event).sum().alias(name))
         elif dtype == pl.List(pl.Float64):
-            exprs.append((~pl.col(name).explode().is_finite()).sum().alias(name))
-    if not exprs or metrics.height == 0:
-        return
-    for name, count in metrics.select(exprs).row(0, named=True).items():
-        if count:
-            issues.nonfinite[name] = issues.nonfinite.get(name, 0) + int(count)
+            exprs.append((~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name))
+    if frame.height == 0:
+        return False
+    counts = frame.select(exprs).row(0, named=True)
+    for name, count in counts.items():
+        if name != "_has_events" and count:
+            canonical = to_canonical.get(name, name)
+            issues.nonfinite[canonical] = issues.nonfinite.get(canonical, 0) + int(count)
+    return bool(counts["_has_events"])
 
 
 def _event_pattern(event_key: str) -> re.Pattern[bytes]:
@@ -600,7 +646,8 @@ def _event_pattern(event_key: str) -> re.Pattern[bytes]:
 
 
 def _scan_events(
-    body: bytes, frame: pl.DataFrame, first_line_no: int, source: int, fields: Mapping[str, str]
+    body: bytes, frame: pl.DataFrame, event_column: str, first_line_no: int, source: int,
+    fields: Mapping[str, str],
 ) -> list[LogEvent]:
     """Find and decode the event lines of ``body`` (rare, so Python's json is fine here).
 
@@ -631,8 +678,8 @@ def _scan_events(
         found.append((start, kind if isinstance(kind, str) else json.dumps(kind), record))
     if not found:
         return []
-    rows = frame.filter(pl.col("event").is_not_null() & (pl.col("event") != "metrics"))
-    if rows["event"].to_list() == [kind for _, kind, _ in found]:
+    rows = frame.filter(pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics"))
+    if rows[event_column].to_list() == [kind for _, kind, _ in found]:
         lines = rows["_line"].to_list()
     else:
         lines, line_no, counted_to = [], first_line_no, 0
@@ -714,6 +761,9 @@ def read_input(path: str | Path) -> bytes:
 
 def _line_chunks(handle: IO[bytes], chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
     """``(text, final)`` pieces of about ``chunk_bytes`` that end at a line end (except the last)."""
+    if isinstance(handle, io.BufferedReader) and handle.seekable():
+        yield from _file_line_chunks(handle, chunk_bytes)
+        return
     pending = b""
     while True:
         try:
@@ -732,6 +782,27 @@ def _line_chunks(handle: IO[bytes], chunk_bytes: int) -> Iterator[tuple[bytes, b
         yield (buffer if cut == len(buffer) else buffer[:cut]), False
 
 
+def _file_line_chunks(handle: io.BufferedReader, chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
+    """Like :func:`_line_chunks` for a plain file: the partial last line is read again with the
+    next chunk (a seek back) instead of being copied into it, saving a copy of every chunk."""
+    while True:
+        try:
+            block = handle.read(chunk_bytes)
+        except OSError as exc:
+            raise DiagError(f"cannot read input: {exc}") from None
+        if len(block) < chunk_bytes:  # end of file
+            yield block, True
+            return
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:  # a line longer than a chunk: read on until it ends
+            block += handle.readline()
+            cut = len(block)
+        if cut < len(block):
+            handle.seek(cut - len(block), io.SEEK_CUR)
+            block = block[:cut]
+        yield block, False
+
+
 def parse_stream(
     handle: IO[bytes],
     *,
@@ -746,17 +817,17 @@ def parse_stream(
 
     Only one chunk of raw text is held at a time, so memory is the parsed columns plus a chunk.
     """
-    parts: list[ParsedLog] = []
+    pieces: list[_Piece] = []
     line_no, offset = 1, 0
     starts: list[tuple[int, int]] = []
     for text, final in _line_chunks(handle, chunk_bytes):
         starts.append((offset, line_no))
-        part = parse_records(text, first_line_no=line_no, strict=strict, final=final, source=source,
+        piece = _parse_piece(text, first_line_no=line_no, strict=strict, final=final, source=source,
                              fields=fields, extra=extra, lists=lists)
-        parts.append(part)
-        line_no = part.next_line_no
+        pieces.append(piece)
+        line_no = piece.next_line_no
         offset += len(text)
-    log = parts[0] if len(parts) == 1 else join_sequential(parts)
+    log = _assemble(pieces, source=source, fields=fields, extra=extra, lists=lists)
     log.chunk_starts = {source: starts}
     return log
 

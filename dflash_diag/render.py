@@ -267,5 +267,22 @@ def _csv(value: float | None) -> str:
 
 
 def render_json(report: ConvergeReport) -> str:
-    """The JSON contract (:meth:`ConvergeReport.to_json_dict`), indented."""
-    return json.dumps(report.to_json_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """The JSON contract (:meth:`ConvergeReport.to_json_dict`): one top-level key per line and
+    one window per line, so it reads well and a million-step log's windows still encode fast
+    (``json.dumps(indent=...)`` falls back to the pure-Python encoder)."""
+    data = report.to_json_dict()
+
+    def dump(value) -> str:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+    lines = ["{"]
+    for i, (key, value) in enumerate(data.items()):
+        comma = "," if i < len(data) - 1 else ""
+        if key == "windows" and value:
+            lines.append(f"  {dump(key)}: [")
+            lines += [f"    {dump(w)}," for w in value[:-1]] + [f"    {dump(value[-1])}"]
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {dump(key)}: {dump(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -157,3 +157,17 @@ def test_skipped_lines_are_reported(tmp_path):
     assert data["skipped_lines"] == 1
     text = invoke(log).stdout
     assert "1 malformed line(s), first at line 201" in text
+
+
+def test_auto_format_is_plain_with_no_color_or_without_a_terminal(monkeypatch):
+    from rich.console import Console
+
+    from dflash_diag.cli.common import OutputFormat, use_rich
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal = Console(file=io.StringIO(), force_terminal=True)
+    assert use_rich(OutputFormat.AUTO, terminal)
+    assert not use_rich(OutputFormat.AUTO, Console(file=io.StringIO(), force_terminal=False))
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_rich(OutputFormat.AUTO, terminal)
+    assert use_rich(OutputFormat.RICH, terminal)

@@ -223,3 +223,20 @@ def test_lists_read_lazily_for_the_rows_that_need_them(tmp_path):
     fetched = fetch_lists(lazy, tail, chunk_bytes=2048)
     assert fetched.equals(eager.metrics.tail(40))
     assert fetch_lists(eager, eager.metrics.tail(3)).equals(eager.metrics.tail(3))
+
+
+def test_plain_file_chunks_seek_back_and_long_lines(tmp_path):
+    from dflash_diag.reader import parse_stream
+
+    from .make_sample_log import generate
+
+    data = generate(seed=5, pipeline_steps=40)
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(data)
+    whole = parse_records(data)
+    for chunk_bytes in (100, 1000, 7919):  # 100 is shorter than most lines
+        with path.open("rb") as handle:
+            streamed = parse_stream(handle, chunk_bytes=chunk_bytes)
+        assert streamed.metrics.equals(whole.metrics)
+        assert streamed.issues == whole.issues
+        assert [e.seq for e in streamed.events] == [e.seq for e in whole.events]

@@ -24,6 +24,7 @@ micro-batch the drafter consumed, so batches the loader had prefetched are simpl
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from dflash import StepMetrics, TargetModel, compute_loss_and_metrics
 
 from .config import PipelineConfig
 from .csp import Channel, Graph, Stage, StageError, StopRequest
+from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .evaluate import run_eval
 from .log_schema import Metrics
 from .progress import StepProgress
@@ -47,6 +49,7 @@ from .training import (
     compute_precision,
     dtype_of,
     exit_code_for,
+    reduce_step,
     resolve_target,
 )
 
@@ -109,13 +112,21 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
         TrainingError: the run cannot start (bad target, data or checkpoint).
     """
     stop = stop or StopRequest()
-    inject = inject or _no_fault
-    setup = build_setup(cfg)
+    dp = init_data_parallel(cfg.device)
+    try:
+        return _run(dataclasses.replace(cfg, device=dp.device), stop, inject or _no_fault, dp)
+    finally:
+        shutdown_data_parallel(dp)
+
+
+def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
+         dp: DataParallel) -> RunResult:
+    setup = build_setup(cfg, dp)
     workers = target_workers(setup, cfg.target_devices)
     drafter, loader = setup.drafter, setup.loader
     layer_ids = drafter.config.target_layer_ids
     bpe = loader.batches_per_epoch()
-    runlog = RunLog(setup, SCRIPT, steps_per_epoch=bpe / cfg.grad_accum)
+    runlog = RunLog(setup, SCRIPT, steps_per_epoch=bpe / cfg.grad_accum, dp=dp)
 
     ch_batches = Channel("batches", cfg.channel_capacity)
     ch_features = Channel("features", cfg.channel_capacity)
@@ -166,7 +177,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
         t_last = time.perf_counter()
         with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
             while step < cfg.max_steps:
-                if stop.is_set():
+                if dp.any(stop.is_set()):  # every rank stops after the same step
                     outcome.reason = "signal"
                     break
                 k = step + 1
@@ -177,9 +188,10 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
                     inject("drafter", consumed, item)
                     consumed += 1
                     batch = {n: t.to(cfg.device, non_blocking=True) for n, t in item.batch.items()}
+                    # Index in the step's global order (ranks get batches round-robin).
+                    anchors = anchor_generator(cfg.seed, k, micro * dp.world_size + dp.rank)
                     with precision:
-                        out = compute_loss_and_metrics(drafter, setup.target, batch,
-                                                       anchor_generator(cfg.seed, k, micro),
+                        out = compute_loss_and_metrics(drafter, setup.target, batch, anchors,
                                                        features=item.features)
                     # Backpropagate the unnormalised sum; dividing the accumulated gradient by the
                     # step's total loss weight below gives the exact per-token mean over the step
@@ -187,6 +199,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
                     out.loss_sum.backward()
                     m = m + out.metrics
                     cursor, epoch = item.cursor, item.epoch
+                m = reduce_step(dp, drafter, m)
                 lr = setup.schedule.lr_at(k)
                 scale = 1.0 / m.weight_sum if m.weight_sum else 1.0
                 upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
@@ -208,7 +221,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
                         **m.to_log_dict(),
                     ))
                 bar.update(k, m.loss, m.acc, tok_per_sec)
-                if cfg.eval_every and k % cfg.eval_every == 0:
+                if cfg.eval_every and k % cfg.eval_every == 0 and dp.is_main:
                     runlog.write(run_eval(drafter, setup.target, setup.eval_prompts,
                                           cfg.eval_new_tokens, step=k))
                     drafter.train()

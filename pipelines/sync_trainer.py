@@ -8,12 +8,14 @@ acc, lr``: no ``tok_per_sec``), plus the run header, checkpoint, non-finite and 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from dflash import compute_loss_and_metrics
 
 from .config import TrainConfig
 from .csp import StopRequest
+from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .log_schema import Metrics
 from .progress import StepProgress
 from .training import (
@@ -24,6 +26,7 @@ from .training import (
     build_setup,
     compute_precision,
     exit_code_for,
+    reduce_step,
 )
 
 SCRIPT = "sync"
@@ -40,9 +43,17 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
         TrainingError: the run cannot start (bad target, data or checkpoint).
     """
     stop = stop or StopRequest()
-    setup = build_setup(cfg)
+    dp = init_data_parallel(cfg.device)
+    try:
+        return _run(dataclasses.replace(cfg, device=dp.device), stop, dp)
+    finally:
+        shutdown_data_parallel(dp)
+
+
+def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
+    setup = build_setup(cfg, dp)
     drafter, target, loader = setup.drafter, setup.target, setup.loader
-    runlog = RunLog(setup, SCRIPT, steps_per_epoch=float(loader.batches_per_epoch()))
+    runlog = RunLog(setup, SCRIPT, steps_per_epoch=float(loader.batches_per_epoch()), dp=dp)
     step, reason = setup.start_step, "max_steps"
     cursor = loader.state_dict()
     drafter.train()
@@ -50,7 +61,7 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
     try:
         with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
             while step < cfg.max_steps:
-                if stop.is_set():
+                if dp.any(stop.is_set()):  # every rank stops after the same step
                     reason = "signal"
                     break
                 k = step + 1
@@ -58,11 +69,13 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
                 cursor = loader.state_dict()
                 with precision:
                     out = compute_loss_and_metrics(drafter, target, batch,
-                                                   anchor_generator(cfg.seed, k, 0))
-                out.loss.backward()
-                m = out.metrics
+                                                   anchor_generator(cfg.seed, k, dp.rank))
+                # The unnormalised sum, divided below by the loss weight of all ranks together.
+                out.loss_sum.backward()
+                m = reduce_step(dp, drafter, out.metrics)
                 lr = setup.schedule.lr_at(k)
-                upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss)
+                scale = 1.0 / m.weight_sum if m.weight_sum else 1.0
+                upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
                 step = k  # a skipped update still consumed its batch: the count moves on
                 if not upd.applied:
                     if runlog.nonfinite(k, m.loss, upd.grad_norm):

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from dflash import DFlashConfig, DFlashDraftModel, TargetModel
+from dflash import DFlashConfig, DFlashDraftModel, StepMetrics, TargetModel
 from dflash.data import (
     DEFAULT_DATA_DIR,
     DEFAULT_TARGET_DIR,
@@ -36,6 +36,7 @@ from dflash.data import (
 
 from .checkpoints import checkpoint_config, restore_training_checkpoint, save_training_checkpoint
 from .config import BUNDLED, TrainConfig
+from .distributed import DataParallel
 from .errors import TrainingError
 from .log_schema import CheckpointRecord, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog
@@ -54,7 +55,9 @@ def anchor_generator(seed: int, step: int, micro: int) -> torch.Generator:
     """The CPU generator for the anchor draw of micro-batch ``micro`` of optimizer step ``step``.
 
     A pure function of its arguments, so a resumed run draws the same anchors as an uninterrupted
-    one without saving RNG state.
+    one without saving RNG state. With data parallelism ``micro`` is the micro-batch's index in
+    the step's GLOBAL order (``local_micro * world_size + rank``: the loader deals batches to the
+    ranks round-robin), so W ranks x A micro-batches reproduce one rank x W*A exactly.
     """
     return torch.Generator().manual_seed((seed * 1_000_003 + step) * 1_009 + micro)
 
@@ -90,12 +93,12 @@ class Setup:
         return self.drafter.config.block_size
 
 
-def build_setup(cfg: TrainConfig, *, target_device: str | None = None) -> Setup:
+def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     """Load the target and data, build (or resume) the drafter and optimizer.
 
     Args:
-        cfg: the validated config.
-        target_device: where to load the target (default ``cfg.device``).
+        cfg: the validated config (``cfg.device`` holds the drafter and one target copy).
+        dp: this rank's place among data-parallel ranks (default: a single process).
 
     Raises:
         TrainingError: the target, data or checkpoint cannot be used.
@@ -105,7 +108,7 @@ def build_setup(cfg: TrainConfig, *, target_device: str | None = None) -> Setup:
     dtype = dtype_of(cfg.dtype)
     try:
         target = TargetModel.from_pretrained(resolve_target(cfg.target),
-                                             device=target_device or cfg.device, dtype=dtype)
+                                             device=cfg.device, dtype=dtype)
         dataset = load_dataset(resolve_data(cfg.data))
         prompts = load_eval_prompts(resolve_data(cfg.data), n=cfg.eval_prompts)
     except ValueError as e:
@@ -144,7 +147,9 @@ def build_setup(cfg: TrainConfig, *, target_device: str | None = None) -> Setup:
             f"checkpoint is at step {start_step}: --max-steps {cfg.max_steps} leaves nothing to do"
         )
     try:
-        loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor)
+        dp = dp or DataParallel(device=cfg.device)
+        loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor,
+                                   rank=dp.rank, world_size=dp.world_size)
     except ValueError as e:
         raise TrainingError(str(e)) from None
     schedule = Schedule.from_ratio(cfg.schedule_total_steps, peak_lr=cfg.peak_lr,
@@ -205,55 +210,69 @@ class RunLog:
         setup: the run being logged.
         script: "sync" or "pipeline" (the ``run_start`` header).
         steps_per_epoch: optimizer steps per data epoch, for the header.
-        world_size: data-parallel ranks.
+        dp: data-parallel ranks; only rank 0 writes the log and checkpoints, every rank counts
+            non-finite steps (their decision must agree).
     """
 
     def __init__(self, setup: Setup, script: str, steps_per_epoch: float | None,
-                 world_size: int = 1, clock=time.time) -> None:
+                 dp: DataParallel | None = None, clock=time.time) -> None:
         self.setup = setup
         self.cfg = setup.cfg
         self.clock = clock
-        self.log = JsonlLog(self.cfg.log)
+        dp = dp or DataParallel(device=self.cfg.device)
+        self.log = JsonlLog(self.cfg.log) if dp.is_main else None
         self.nonfinite_in_a_row = 0
         self.last_ckpt_step: int | None = None
-        self.log.write(RunStart(
+        self.write(RunStart(
             script=script, time=clock(), config=self.cfg.to_dict(),
             schedule=setup.schedule.to_dict(), block_size=setup.block_size,
-            steps_per_epoch=steps_per_epoch, world_size=world_size,
+            steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
             resumed_from=setup.resumed_from,
         ))
 
     def write(self, record: Any) -> None:
-        self.log.write(record)
+        if self.log is not None:
+            self.log.write(record)
 
     def nonfinite(self, step: int, loss: float, grad_norm: float | None) -> bool:
         """Record a skipped update; True when the run must stop (too many in a row)."""
         self.nonfinite_in_a_row += 1
-        self.log.write(NonFiniteRecord(step=step, time=self.clock(), loss=loss,
-                                       grad_norm=grad_norm if grad_norm is not None else None,
-                                       consecutive=self.nonfinite_in_a_row))
+        self.write(NonFiniteRecord(step=step, time=self.clock(), loss=loss, grad_norm=grad_norm,
+                                   consecutive=self.nonfinite_in_a_row))
         return self.nonfinite_in_a_row >= self.cfg.max_nonfinite
 
     def finite(self) -> None:
         self.nonfinite_in_a_row = 0
 
-    def checkpoint(self, step: int, cursor: dict[str, Any], script: str) -> Path:
-        """Write ``step-NNNNNN/`` atomically, then its log record."""
+    def checkpoint(self, step: int, cursor: dict[str, Any], script: str) -> Path | None:
+        """Write ``step-NNNNNN/`` atomically (rank 0), then its log record."""
+        self.last_ckpt_step = step
+        if self.log is None:
+            return None
         s = self.setup
         path = save_training_checkpoint(
             Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
             state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
                    "script": script, "seed": self.cfg.seed},
         )
-        self.last_ckpt_step = step
-        self.log.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))
+        self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))
         return path
 
     def stop(self, step: int, reason: str, error: str | None = None) -> None:
-        self.log.write(StopRecord(step=step, time=self.clock(), reason=reason, error=error))
+        self.write(StopRecord(step=step, time=self.clock(), reason=reason, error=error))
 
     def close(self) -> None:
-        self.log.close()
+        if self.log is not None:
+            self.log.close()
+
+
+def reduce_step(dp: DataParallel, drafter: torch.nn.Module, metrics: StepMetrics) -> StepMetrics:
+    """Make the step global: metric sums and gradients summed over the ranks (no-op on one)."""
+    if not dp.active:
+        return metrics
+    total = dp.all_reduce_sum(metrics.as_tensor(dp.device))
+    dp.all_reduce_grads([p for p in drafter.parameters() if p.requires_grad])
+    return StepMetrics.from_tensor(total, metrics.block_size)
 
 
 @dataclass

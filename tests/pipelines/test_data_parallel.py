@@ -1,0 +1,63 @@
+"""Two data-parallel ranks (torchrun, gloo on CPU) reproduce one rank with twice the batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipelines.async_pipeline import run_pipeline
+from pipelines.checkpoints import step_dir
+
+from .test_programs import metrics_of, read_log
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def torchrun(program: str, toml: Path, *flags: str) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "pipelines.cli", program, "--config", str(toml), *flags]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("program,flags", [("pipeline", ["--grad-accum", "2"]), ("sync", [])])
+def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets, tmp_path,
+                                                           program, flags):
+    target, data = tiny_assets
+    toml = tmp_path / "dp.toml"
+    # torchrun's own options swallow a trailing --log, so paths go in the file.
+    toml.write_text("\n".join([
+        f'target = "{target}"', f'data = "{data}"', "token_budget = 128", "max_steps = 3",
+        "ckpt_every = 0", "eval_every = 0", "progress = false",
+        f'log = "{tmp_path / "two.jsonl"}"', f'ckpt_dir = "{tmp_path / "two"}"',
+        "[drafter]", "block_size = 4", "num_anchors = 8",
+    ]) + "\n")
+    torchrun(program, toml, *flags)
+    # One rank, one process: each step takes the two batches the two ranks shared.
+    one = run_pipeline(make_cfg(max_steps=3, grad_accum=2 if program == "sync" else 4,
+                                log=str(tmp_path / "one.jsonl"), ckpt_dir=str(tmp_path / "one")))
+    assert one.exit_code == 0
+
+    two_log = read_log(tmp_path / "two.jsonl")
+    header = next(r for r in two_log if r.get("event") == "run_start")
+    assert header["world_size"] == 2 and header["script"] == program
+    a = metrics_of(read_log(tmp_path / "one.jsonl"))
+    b = metrics_of(two_log)
+    assert [r["step"] for r in b] == [1, 2, 3]  # rank 0 alone writes
+    for ra, rb in zip(a, b):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5)
+        assert rb["acc"] == pytest.approx(ra["acc"], abs=1e-9)
+    wa = load_file(str(step_dir(tmp_path / "one", 3) / "model.safetensors"))
+    wb = load_file(str(step_dir(tmp_path / "two", 3) / "model.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-6)
+    assert json.loads((step_dir(tmp_path / "two", 3) / "state.json").read_text())["step"] == 3

@@ -75,6 +75,21 @@ def window_cells(row: WindowRow) -> list[str]:
     ]
 
 
+def _with_nonfinite(report: ConvergeReport) -> bool:
+    """Whether the tables get a NaN/Inf column (only when some window has such values)."""
+    return any(row.window.nonfinite for row in report.windows)
+
+
+def _table(report: ConvergeReport, rows: Sequence[WindowRow]) -> tuple[list[str], list[list[str]]]:
+    headers = list(WINDOW_HEADERS)
+    cells = [window_cells(r) for r in rows]
+    if _with_nonfinite(report):
+        headers.append("NaN/Inf")
+        for row, line in zip(rows, cells):
+            line.append(str(row.window.nonfinite) if row.window.nonfinite else "")
+    return headers, cells
+
+
 def _shown_rows(report: ConvergeReport, max_rows: int | None) -> tuple[list[WindowRow], int]:
     rows = report.windows
     if max_rows and len(rows) > max_rows:
@@ -178,12 +193,15 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
                  + (f" · {hidden} earlier windows not shown" if hidden else "")),
         box=box.SIMPLE_HEAD,
     )
-    for name in WINDOW_HEADERS:
+    headers, cell_rows = _table(report, rows)
+    for name in headers:
         table.add_column(name, justify="left" if name == "steps" else "right")
-    for row in rows:
-        cells = [Text(c) for c in window_cells(row)]
+    for row, line in zip(rows, cell_rows):
+        cells = [Text(c) for c in line]
         cells[4].stylize(_TREND_STYLE.get(row.trend.loss_trend or "", ""))
         cells[7].stylize(_TREND_STYLE.get(row.trend.acc_trend or "", ""))
+        if len(cells) > 8:
+            cells[8].stylize("bold red")
         table.add_row(*cells)
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
@@ -214,7 +232,7 @@ def render_text(report: ConvergeReport, max_rows: int | None = DEFAULT_ROWS) -> 
     out = ["dflash-diag converge: " + ", ".join(visible(s) for s in report.sources), ""]
     if hidden:
         out.append(f"({hidden} earlier windows not shown)")
-    out += _aligned(WINDOW_HEADERS, [window_cells(r) for r in rows])
+    out += _aligned(*_table(report, rows))
     out.append("trend: ↑ better (acc up, loss down), ↓ worse, → within threshold")
     out.append("")
     width = max(len(label) for label, _ in summary_lines(report))
@@ -230,14 +248,15 @@ def _md_cell(text: str) -> str:
 def render_markdown(report: ConvergeReport, max_rows: int | None = None) -> str:
     """A markdown section: the windows as a table and the summary as a list."""
     rows, hidden = _shown_rows(report, max_rows)
-    headers = ["steps", "n", "loss", "Δloss", "loss trend", "acc", "Δacc", "acc trend"]
+    headers, cells = _table(report, rows)
+    headers[4], headers[7] = "loss trend", "acc trend"
     out = ["## dflash-diag converge: " + _md_cell(", ".join(visible(s) for s in report.sources)), ""]
     if hidden:
         out += [f"_{hidden} earlier windows not shown_", ""]
     out.append("| " + " | ".join(headers) + " |")
     out.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|")
-    for row in rows:
-        out.append("| " + " | ".join(_md_cell(c) for c in window_cells(row)) + " |")
+    for line in cells:
+        out.append("| " + " | ".join(_md_cell(c) for c in line) + " |")
     out += ["", "Trend: ↑ better (acc up, loss down), ↓ worse, → within threshold.", ""]
     for label, text in summary_lines(report):
         prefix = f"**{_md_cell(label)}**: " if label else "  "

@@ -171,3 +171,15 @@ def test_auto_format_is_plain_with_no_color_or_without_a_terminal(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     assert not use_rich(OutputFormat.AUTO, terminal)
     assert use_rich(OutputFormat.RICH, terminal)
+
+
+def test_nonfinite_values_get_a_column_and_a_count(tmp_path):
+    records = original_analysis(legacy=False)
+    records[5]["loss"] = float("nan")
+    records[60]["acc"] = float("inf")
+    log = write(tmp_path / "a.jsonl", records)
+    text = invoke(log).stdout
+    header = next(line for line in text.splitlines() if line.startswith("steps"))
+    assert header.endswith("NaN/Inf")
+    assert "nonfinite   2 NaN/Inf value(s): acc 1, loss 1" in text
+    assert json.loads(invoke(log, "-f", "json").stdout)["nonfinite"] == 2

@@ -204,19 +204,34 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config file {p}: {e}") from None
 
 
+#: TOML tables holding one program's own settings; each program reads its table over the
+#: top-level keys and ignores the other's, so one file serves both.
+PROGRAM_SECTIONS = ("sync", "pipeline")
+
+
 def build_config(cls: type[C], file: str | Path | None = None,
                  overrides: dict[str, Any] | None = None) -> C:
-    """Defaults, then the TOML file, then flag overrides (``None`` values mean "not given").
+    """Defaults, then the TOML file (top level, then the program's ``[sync]`` or ``[pipeline]``
+    table), then flag overrides (``None`` values mean "not given").
 
     Raises:
         ValueError: unknown key, wrong type or out-of-range value (one line).
     """
-    values: dict[str, Any] = read_toml(file) if file is not None else {}
+    raw: dict[str, Any] = read_toml(file) if file is not None else {}
+    section = "pipeline" if issubclass(cls, PipelineConfig) else "sync"
+    values = {k: v for k, v in raw.items() if k not in PROGRAM_SECTIONS}
+    own = raw.get(section, {})
+    if not isinstance(own, dict):
+        raise ValueError(f"[{section}] must be a table in {file}")  # noqa: TRY004 - user input
+    values.update(own)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         where = f" in {file}" if file else ""
-        raise ValueError(f"unknown config key(s){where}: {', '.join(unknown)}")
+        hint = (" (pipeline-only keys belong in a [pipeline] table)"
+                if section == "sync" and set(unknown) & {f.name for f in dataclasses.fields(PipelineConfig)}
+                else "")
+        raise ValueError(f"unknown config key(s){where}: {', '.join(unknown)}{hint}")
     for k, v in (overrides or {}).items():
         if k not in known:
             raise ValueError(f"unknown config key: {k}")

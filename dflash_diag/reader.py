@@ -902,8 +902,11 @@ def load_log(
     parts = []
     for index, name in enumerate(names):
         with open_input(name) as handle:
-            parts.append(parse_stream(handle, source=index, strict=strict, fields=fields,
-                                      extra=extra, lists=lists or name == "-"))
+            try:
+                parts.append(parse_stream(handle, source=index, strict=strict, fields=fields,
+                                          extra=extra, lists=lists or name == "-"))
+            except DiagError as exc:
+                raise DiagError(f"{name}: {exc}") from None
     issues = ParseIssues()
     events: list[LogEvent] = []
     frames = []

@@ -44,6 +44,28 @@ from pipelines.config import BUNDLED, PipelineConfig, TrainConfig
 from pipelines.sync_trainer import run_sync
 from pipelines.training import resolve_data
 
+#: Randomly initialised Qwen3 targets for measuring at a realistic size without downloading
+#: weights (the bundled data's token ids fit any of these vocabularies).
+RANDOM_TARGETS = {
+    "qwen3-1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
+                       "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                       "vocab_size": 151936, "tie_word_embeddings": True},
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 4096,
+                 "tie_word_embeddings": True},
+}
+
+
+def make_random_target(name: str, directory: Path, dtype: str) -> str:
+    """Save a randomly initialised Qwen3 of a named size into ``directory``; return its path."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(max_position_embeddings=4096, pad_token_id=1, **RANDOM_TARGETS[name])
+    model = Qwen3ForCausalLM(cfg).to(getattr(torch, dtype))
+    model.save_pretrained(directory)
+    return str(directory)
+
 
 def micro_batch_tokens(data: str, token_budget: int, seed: int, n: int) -> list[int]:
     """Real (non-padding) tokens of the first ``n`` micro-batches both programs consume."""
@@ -101,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--num-anchors", type=int, default=None, help="drafter blocks per sequence")
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--target", default=BUNDLED)
+    p.add_argument("--random-target", choices=sorted(RANDOM_TARGETS), default=None,
+                   help="use a randomly initialised Qwen3 of this size as the target")
     p.add_argument("--data", default=BUNDLED)
     p.add_argument("--device", default="cpu")
     p.add_argument("--target-devices", type=lambda s: s.split(","), default=None)
@@ -126,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# load average before: {os.getloadavg()}")
     results: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
+        if args.random_target:
+            args.target = make_random_target(args.random_target, Path(tmp) / "target", args.dtype)
+            print(f"# target: random {args.random_target} ({args.dtype})")
         for rnd in range(args.rounds):
             for s in chosen:
                 for program in ("sync", "pipeline") if rnd % 2 == 0 else ("pipeline", "sync"):

@@ -208,6 +208,7 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     if runlog.nonfinite(k, m.loss, upd.grad_norm):
                         outcome.reason = "nonfinite"
                         break
+                    t_last = time.perf_counter()  # the next step's tok/s counts its own time
                     continue
                 runlog.finite()
                 now = time.perf_counter()

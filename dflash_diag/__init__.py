@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "DiagError": "errors",
-    "LogEvent": "reader", "ParseIssues": "reader", "ParsedLog": "reader",
+    "LogEvent": "records", "ParseIssues": "records", "ParsedLog": "records",
     "load_log": "reader", "parse_records": "reader", "read_input": "reader",
     "parse_field_map": "schema",
     "Restart": "restarts", "resolve_restarts": "restarts",
@@ -77,14 +77,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from dflash_diag.errors import DiagError  # noqa: F401
     from dflash_diag.phase import Phase, Selection, select_phase  # noqa: F401
-    from dflash_diag.reader import (  # noqa: F401
-        LogEvent,
-        ParsedLog,
-        ParseIssues,
-        load_log,
-        parse_records,
-        read_input,
-    )
+    from dflash_diag.reader import load_log, parse_records, read_input  # noqa: F401
+    from dflash_diag.records import LogEvent, ParsedLog, ParseIssues  # noqa: F401
     from dflash_diag.render import (  # noqa: F401
         render_csv,
         render_json,

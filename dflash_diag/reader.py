@@ -36,200 +36,34 @@ import math
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.nonfinite_tokens import replace_nonfinite_tokens, restore_nonfinite, undo_sentinels
+from dflash_diag.records import (  # re-exported: the reader's public types live in records.py
+    BOOKKEEPING_COLUMNS,
+    FIRST_N,
+    LogEvent,
+    ParsedLog,
+    ParseIssues,
+    join_sequential,
+)
 from dflash_diag.schema import METRIC_LISTS, read_schema
+
+__all__ = [
+    "BOOKKEEPING_COLUMNS", "CHUNK_BYTES", "LogEvent", "ParseIssues", "ParsedLog", "fetch_lists",
+    "join_sequential", "load_log", "open_input", "parse_records", "parse_stream", "read_input",
+]
 
 #: Lines per piece below which a failing piece is parsed line by line in Python.
 _LEAF_LINES = 64
-#: How many offending line numbers a report keeps (the count is always exact).
-_FIRST_N = 5
 #: Bytes per read when streaming a file: big enough for polars' threads, small enough that the
 #: raw text never dominates memory (the parsed columns are what a report keeps).
 CHUNK_BYTES = 4 * 2**20
-
-# Sentinels for Python-json's non-standard tokens. Values this close to the float maximum never
-# occur in training metrics, and each parses back to exactly the same double.
-_NAN_SENTINEL = 1.7976931348623155e308
-_POS_INF_SENTINEL = 1.7976931348623157e308
-_NEG_INF_SENTINEL = -1.7976931348623157e308
-_SENTINELS = {_NAN_SENTINEL: math.nan, _POS_INF_SENTINEL: math.inf, _NEG_INF_SENTINEL: -math.inf}
-_NONSTANDARD_WORD = re.compile(rb"NaN|Infinity")
-
-#: Columns of :attr:`ParsedLog.metrics` besides the metric fields.
-BOOKKEEPING_COLUMNS = ("source", "seq", "run", "script")
-
-
-@dataclass
-class ParseIssues:
-    """What the parse had to skip, coerce or flag. Counts are exact; line lists are the first few.
-
-    Attributes:
-        lines: non-blank lines seen (complete ones plus a torn tail).
-        malformed: lines that are not a JSON object (the torn last line excluded).
-        malformed_lines: ``(source, line number)`` of the first few malformed lines.
-        torn_tail: sources whose last line was incomplete and ignored.
-        coerced: values given as strings where numbers belong (``"1.5"``, ``"nan"``), converted.
-        nonnumeric: values that should be numbers but are not (``"abc"``, ``true``, an object),
-            read as null.
-        nonnumeric_lines: ``(source, line number)`` of the first few lines with such values.
-        without_step: non-event records lacking a ``step``: not metric records, not analysed.
-        nonfinite: NaN/Inf values per metric field (list elements counted one by one).
-    """
-
-    lines: int = 0
-    malformed: int = 0
-    malformed_lines: list[tuple[int, int]] = field(default_factory=list)
-    torn_tail: list[int] = field(default_factory=list)
-    coerced: int = 0
-    nonnumeric: int = 0
-    nonnumeric_lines: list[tuple[int, int]] = field(default_factory=list)
-    without_step: int = 0
-    nonfinite: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def nonfinite_total(self) -> int:
-        """All NaN/Inf values in metric records."""
-        return sum(self.nonfinite.values())
-
-    def merge(self, other: ParseIssues) -> None:
-        """Add ``other``'s counts to this one (used when several files or chunks are joined)."""
-        self.lines += other.lines
-        self.malformed += other.malformed
-        self.malformed_lines = (self.malformed_lines + other.malformed_lines)[:_FIRST_N]
-        self.torn_tail = self.torn_tail + other.torn_tail
-        self.coerced += other.coerced
-        self.nonnumeric += other.nonnumeric
-        self.nonnumeric_lines = (self.nonnumeric_lines + other.nonnumeric_lines)[:_FIRST_N]
-        self.without_step += other.without_step
-        for name, count in other.nonfinite.items():
-            self.nonfinite[name] = self.nonfinite.get(name, 0) + count
-
-
-@dataclass
-class LogEvent:
-    """One non-metric record (``run_start``, ``eval``, ``checkpoint``, ``nonfinite``, ``stop``, ...).
-
-    Attributes:
-        kind: the record's ``event`` value.
-        source: index of the file it came from.
-        seq: its line number in that file (1-based), comparable with the metrics' ``seq``.
-        step: its ``step`` (for ``run_start``: ``resumed_from.step``), or None.
-        fields: every field of the record but ``event``, decoded by :mod:`json` (field maps
-            applied; NaN/Inf as floats).
-    """
-
-    kind: str
-    source: int
-    seq: int
-    step: int | None
-    fields: dict[str, Any]
-
-
-@dataclass
-class ParsedLog:
-    """A parsed log: metric records as a frame, events as a list, and what went wrong.
-
-    Attributes:
-        metrics: one row per metric record in file order, columns ``source`` (file index),
-            ``seq`` (the record's 1-based line number in its source), ``run`` (index into
-            :attr:`run_starts` of the header governing the record, -1 before any), ``script``
-            (that header's ``script``), ``step`` (Int64) and the metric fields of
-            :data:`dflash_diag.schema.METRIC_NUMBERS` (Float64) and
-            :data:`~dflash_diag.schema.METRIC_LISTS` (List(Float64)), plus any ``extra`` fields.
-        events: the event records in file order.
-        issues: the parse account.
-        consumed_bytes: bytes up to and including the last complete line; a watch loop keeps
-            ``data[consumed_bytes:]`` and prepends it to the next read.
-        sources: the names of the inputs, by ``source`` index.
-        first_line_no: line number of the first line parsed.
-        next_line_no: line number of the first line after the consumed bytes.
-        lists_pending: sources whose list columns (``acc_pos``, ``accept_pos``) were not read
-            (null in :attr:`metrics`); :func:`fetch_lists` reads them for the rows that need them.
-        fields: the field map the log was read with (to read it again the same way).
-        chunk_starts: per source, ``(byte offset, line number)`` where each parsed chunk began,
-            so :func:`fetch_lists` can seek instead of reading a file from its start.
-    """
-
-    metrics: pl.DataFrame
-    events: list[LogEvent]
-    issues: ParseIssues
-    consumed_bytes: int = 0
-    sources: list[str] = field(default_factory=list)
-    first_line_no: int = 1
-    next_line_no: int = 1
-    lists_pending: list[int] = field(default_factory=list)
-    fields: dict[str, str] = field(default_factory=dict)
-    chunk_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-
-    @property
-    def run_starts(self) -> list[LogEvent]:
-        """The ``run_start`` headers; a metric row's ``run`` column indexes this list."""
-        return [e for e in self.events if e.kind == "run_start"]
-
-    @property
-    def evals(self) -> list[LogEvent]:
-        """The ``eval`` records (measured acceptance lengths)."""
-        return [e for e in self.events if e.kind == "eval"]
-
-    def append(self, later: ParsedLog) -> ParsedLog:
-        """Join ``later``, parsed from the bytes that follow this log's in the SAME source.
-
-        Records of ``later`` written before its first header belong to this log's last header;
-        its ``run`` indices are shifted to follow this log's headers. Line numbers (``seq``) are
-        shifted too when ``later`` was parsed without ``first_line_no`` (it then starts at 1).
-        """
-        return join_sequential([self, later])
-
-
-def join_sequential(parts: Sequence[ParsedLog]) -> ParsedLog:
-    """Join logs parsed from consecutive pieces of one source (see :meth:`ParsedLog.append`)."""
-    assert parts, "nothing to join"
-    frames: list[pl.DataFrame] = []
-    events: list[LogEvent] = []
-    issues = ParseIssues()
-    n_runs = 0
-    last_script: str | None = None
-    next_line = parts[0].first_line_no
-    consumed = 0
-    for part in parts:
-        shift = max(0, next_line - part.first_line_no) if frames or events else 0
-        metrics = part.metrics
-        if n_runs or shift:
-            metrics = metrics.with_columns(
-                (pl.col("seq") + shift).alias("seq"),
-                pl.when(pl.col("run") < 0).then(n_runs - 1).otherwise(pl.col("run") + n_runs)
-                .cast(pl.Int32).alias("run"),
-                pl.when(pl.col("run") < 0).then(pl.lit(last_script, pl.String))
-                .otherwise(pl.col("script")).alias("script"),
-            )
-        frames.append(metrics)
-        for e in part.events:
-            events.append(LogEvent(e.kind, e.source, e.seq + shift, e.step, e.fields) if shift else e)
-            if e.kind == "run_start":
-                n_runs += 1
-                script = e.fields.get("script")
-                last_script = script if isinstance(script, str) else None
-        issues.merge(part.issues)
-        consumed += part.consumed_bytes
-        next_line = part.next_line_no + shift
-    return ParsedLog(
-        metrics=frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False),
-        events=events,
-        issues=issues,
-        consumed_bytes=consumed,
-        sources=next((p.sources for p in parts if p.sources), []),
-        first_line_no=parts[0].first_line_no,
-        next_line_no=next_line,
-        lists_pending=sorted({s for p in parts for s in p.lists_pending}),
-        fields=dict(parts[0].fields),
-    )
-
 
 # --------------------------------------------------------------------------------------------
 # parsing one buffer
@@ -306,7 +140,7 @@ def _parse_piece(
     frame = parser.parse(first_line_no, newlines + (0 if body.endswith(b"\n") or not body else 1))
     issues.lines += parser.lines
     if parser.substituted:
-        frame = _undo_sentinels(frame)
+        frame = undo_sentinels(frame)
     is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
     has_events = _count_nonfinite(frame, is_event, event_column, issues, fields or {})
     events = _scan_events(parser.body, frame, event_column, first_line_no, source, fields or {}) \
@@ -359,63 +193,6 @@ def _complete_end(data: bytes, *, final: bool) -> int:
     return start
 
 
-def _replace_nonfinite_tokens(body: bytes) -> tuple[bytes, bool]:
-    """Rewrite lines holding bare NaN/Infinity tokens with sentinel numbers polars accepts.
-
-    Only lines containing the words are touched, each decoded by :func:`json.loads` (which knows
-    the tokens) and re-encoded, so a path like ``"runs/NaN"`` is never altered. Lines that do not
-    decode are left as they are: the parse will count them as malformed.
-    """
-    if b"NaN" not in body and b"Infinity" not in body:
-        return body, False
-    pieces: list[bytes] = []
-    copied = 0  # body[:copied] is already in pieces
-    changed = False
-    for match in _NONSTANDARD_WORD.finditer(body):
-        if match.start() < copied:
-            continue  # another word on a line already handled
-        line_start = body.rfind(b"\n", 0, match.start()) + 1
-        line_end = body.find(b"\n", match.end())
-        line_end = len(body) if line_end < 0 else line_end
-        rewritten = _sentinel_line(body[line_start:line_end])
-        if rewritten is not None:
-            pieces.append(body[copied:line_start])
-            pieces.append(rewritten)
-            copied = line_end
-            changed = True
-        else:
-            pieces.append(body[copied:line_end])
-            copied = line_end
-    if not changed:
-        return body, False
-    pieces.append(body[copied:])
-    return b"".join(pieces), True
-
-
-def _sentinel_line(line: bytes) -> bytes | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    found = False
-
-    def swap(value: Any) -> Any:
-        nonlocal found
-        if isinstance(value, float) and not math.isfinite(value):
-            found = True
-            if math.isnan(value):
-                return _NAN_SENTINEL
-            return _POS_INF_SENTINEL if value > 0 else _NEG_INF_SENTINEL
-        if isinstance(value, list):
-            return [swap(v) for v in value]
-        if isinstance(value, dict):
-            return {k: swap(v) for k, v in value.items()}
-        return value
-
-    record = swap(record)
-    return json.dumps(record).encode() if found else None
-
-
 class _ChunkParser:
     """Bisects a buffer until polars accepts every chunk; tiny failing chunks go line by line."""
 
@@ -447,7 +224,7 @@ class _ChunkParser:
             else:
                 lines = _line_numbers(self.body, first_line_no, frame.height)
             return frame.with_columns(lines.alias("_line"))
-        self.body, self.substituted = _replace_nonfinite_tokens(self.body)
+        self.body, self.substituted = replace_nonfinite_tokens(self.body)
         self.view = memoryview(self.body)
         self._chunk(0, len(self.body), first_line_no)
         if not self.frames:
@@ -493,14 +270,14 @@ class _ChunkParser:
                 if self.strict:
                     raise DiagError(f"malformed line {where[1]} (not a JSON object); --strict is set")
                 self.issues.malformed += 1
-                if len(self.issues.malformed_lines) < _FIRST_N:
+                if len(self.issues.malformed_lines) < FIRST_N:
                     self.issues.malformed_lines.append(where)
                 continue
             bad_before = self.issues.nonnumeric
             line_numbers.append(where[1])
             for name, dtype in self.schema.items():
                 columns[name].append(self._coerce(record.get(name), dtype))
-            if self.issues.nonnumeric > bad_before and len(self.issues.nonnumeric_lines) < _FIRST_N:
+            if self.issues.nonnumeric > bad_before and len(self.issues.nonnumeric_lines) < FIRST_N:
                 self.issues.nonnumeric_lines.append(where)
         if line_numbers:
             frame = pl.DataFrame(columns, schema=self.schema)
@@ -558,25 +335,6 @@ def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
     numbers = [first + i for i, line in enumerate(chunk.split(b"\n")) if line.strip()]
     assert len(numbers) == rows, "polars and the line split disagree on blank lines"
     return pl.Series("_line", numbers, dtype=pl.Int64)
-
-
-def _undo_sentinels(frame: pl.DataFrame) -> pl.DataFrame:
-    """Sentinel numbers (see :func:`_replace_nonfinite_tokens`) back to NaN/inf."""
-    floats = [name for name, dtype in frame.schema.items() if dtype == pl.Float64]
-    lists = [name for name, dtype in frame.schema.items() if dtype == pl.List(pl.Float64)]
-    return frame.with_columns(
-        [_unsentinel(pl.col(name)).alias(name) for name in floats]
-        + [pl.col(name).list.eval(_unsentinel(pl.element())).alias(name) for name in lists]
-    )
-
-
-def _unsentinel(expr: pl.Expr) -> pl.Expr:
-    return (
-        pl.when(expr == _NAN_SENTINEL).then(float("nan"))
-        .when(expr == _POS_INF_SENTINEL).then(float("inf"))
-        .when(expr == _NEG_INF_SENTINEL).then(float("-inf"))
-        .otherwise(expr)
-    )
 
 
 def _split_records(
@@ -671,7 +429,7 @@ def _scan_events(
             continue  # counted as malformed by the metric parse
         if not isinstance(record, dict):
             continue
-        record = {to_canonical.get(k, k): _restore_nonfinite(v) for k, v in record.items()}
+        record = {to_canonical.get(k, k): restore_nonfinite(v) for k, v in record.items()}
         kind = record.pop("event", None)
         if kind is None or kind == "metrics":
             continue  # the match was inside a nested object or a string
@@ -688,16 +446,6 @@ def _scan_events(
             counted_to = start
             lines.append(line_no)
     return [_make_event(kind, record, source, line) for (_, kind, record), line in zip(found, lines)]
-
-
-def _restore_nonfinite(value: Any) -> Any:
-    if isinstance(value, float):
-        return _SENTINELS.get(value, value)
-    if isinstance(value, list):
-        return [_restore_nonfinite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _restore_nonfinite(v) for k, v in value.items()}
-    return value
 
 
 def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) -> LogEvent:

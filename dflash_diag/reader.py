@@ -18,8 +18,9 @@ the bad lines sit in small pieces, which are parsed line by line with :func:`jso
 leniently (numeric strings become numbers and are counted). One bad line in a million therefore
 costs a few extra polars passes over small pieces, not a Python pass.
 
-Event lines are rare: a byte search finds them (``"event": "`` not followed by ``metrics"``) and
-:func:`json.loads` decodes them whole, so headers keep every field (``config``, ``schedule``...).
+Event lines are rare: polars' ``event`` column says whether a chunk has any, a byte search finds
+the ``"event"`` keys, and :func:`json.loads` decodes those lines whole, so headers keep every
+field (``config``, ``schedule``...).
 
 Python's ``json`` writes NaN and infinities as bare ``NaN``/``Infinity`` tokens, which polars
 rejects; the lines holding them are re-encoded with sentinel numbers before parsing, and the
@@ -33,7 +34,6 @@ import gzip
 import io
 import json
 import math
-import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -398,9 +398,14 @@ def _count_nonfinite(
     return bool(counts["_has_events"])
 
 
-def _event_pattern(event_key: str) -> re.Pattern[bytes]:
-    key = re.escape(json.dumps(event_key).encode())
-    return re.compile(key + rb'\s*:\s*"(?!metrics")')
+def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
+    """Offsets of ``"<event_key>"`` in ``body``: a plain substring search (a regex is ~10x slower);
+    whether it is a top-level key of an event record is decided by decoding the line."""
+    key = json.dumps(event_key).encode()
+    position = body.find(key)
+    while position >= 0:
+        yield position
+        position = body.find(key, position + len(key))
 
 
 def _scan_events(
@@ -416,11 +421,14 @@ def _scan_events(
     to_canonical = {log: canonical for canonical, log in fields.items()}
     found: list[tuple[int, str, dict[str, Any]]] = []  # (byte offset, kind, fields)
     next_start = 0
-    for match in _event_pattern(event_key).finditer(body):
-        if match.start() < next_start:
+    key_length = len(json.dumps(event_key).encode())
+    for offset in _event_key_offsets(body, event_key):
+        if offset < next_start:
             continue  # a second match on a line already decoded
-        start = body.rfind(b"\n", 0, match.start()) + 1
-        end = body.find(b"\n", match.end())
+        if body[offset + key_length:offset + key_length + 24].lstrip(b" \t:").startswith(b'"metrics"'):
+            continue  # a metric record that names itself: not worth decoding
+        start = body.rfind(b"\n", 0, offset) + 1
+        end = body.find(b"\n", offset)
         end = len(body) if end < 0 else end
         next_start = end
         try:

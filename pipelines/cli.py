@@ -65,9 +65,12 @@ def _build(cls: type, config: Path | None, flags: dict[str, Any]):
 
 
 def _run(program: str, cfg: Any) -> None:
+    from transformers.utils import logging as hf_logging
+
     from .csp import StopRequest, install_stop_handlers
     from .errors import TrainingError
 
+    hf_logging.disable_progress_bar()  # stderr is for our own progress bar and errors
     stop = StopRequest()
     restore = install_stop_handlers(stop)
     try:

@@ -147,9 +147,12 @@ def eval_(
                                             "JSONL log.")] = None,
 ) -> None:
     """Real acceptance length (tau) of a checkpoint, by speculative decoding on held-out prompts."""
+    from transformers.utils import logging as hf_logging
+
     from .errors import TrainingError
     from .evaluate import EvalRequest, evaluate_checkpoint, render_eval
 
+    hf_logging.disable_progress_bar()
     try:
         req = EvalRequest(drafter=drafter, target=target, data=data, device=device or "cpu",
                           prompts=prompts, new_tokens=new_tokens)

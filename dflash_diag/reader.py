@@ -18,9 +18,8 @@ the bad lines sit in small pieces, which are parsed line by line with :func:`jso
 leniently (numeric strings become numbers and are counted). One bad line in a million therefore
 costs a few extra polars passes over small pieces, not a Python pass.
 
-Event lines are rare: polars' ``event`` column says whether a chunk has any, a byte search finds
-the ``"event"`` keys, and :func:`json.loads` decodes those lines whole, so headers keep every
-field (``config``, ``schedule``...).
+Event lines are rare: polars' ``event`` column says which lines hold one, and :func:`json.loads`
+decodes those lines whole, so headers keep every field (``config``, ``schedule``...).
 
 Python's ``json`` writes NaN and infinities as bare ``NaN``/``Infinity`` tokens, which polars
 rejects; the lines holding them are re-encoded with sentinel numbers before parsing, and the
@@ -135,17 +134,21 @@ def _parse_piece(
         issues.lines += 1
         issues.torn_tail.append(source)
     body = data if body_end == len(data) else data[:body_end]
-    newlines = body.count(b"\n")
-    parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues)
-    frame = parser.parse(first_line_no, newlines + (0 if body.endswith(b"\n") or not body else 1))
+    is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
+    parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues, is_event=is_event)
+    frame = parser.parse(first_line_no)
     issues.lines += parser.lines
     if parser.substituted:
         frame = undo_sentinels(frame)
-    is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
     has_events = _count_nonfinite(frame, is_event, event_column, issues, fields or {})
-    events = _scan_events(parser.body, frame, event_column, first_line_no, source, fields or {}) \
-        if has_events else []
-    return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + newlines)
+    if not has_events:
+        events = []
+    elif parser.split_lines is not None:
+        events = _events_from_lines(parser.split_lines, frame, is_event, first_line_no, source,
+                                    fields or {})
+    else:
+        events = _scan_events(parser.body, first_line_no, source, fields or {})
+    return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
 
 
 def _assemble(
@@ -198,9 +201,13 @@ class _ChunkParser:
 
     def __init__(
         self, body: bytes, schema: dict[str, pl.DataType], *, strict: bool, source: int,
-        issues: ParseIssues,
+        issues: ParseIssues, is_event: pl.Expr,
     ) -> None:
         self.body = body
+        self.is_event = is_event
+        #: the buffer split into lines, kept when a clean buffer holds events (to decode them)
+        self.split_lines: list[bytes] | None = None
+        self.newlines = 0
         self.view = memoryview(body)
         self.schema = schema
         self.strict = strict
@@ -210,20 +217,26 @@ class _ChunkParser:
         self.lines = 0
         self.substituted = False
 
-    def parse(self, first_line_no: int, n_lines: int) -> pl.DataFrame:
-        """The records of the buffer, with their line numbers in a ``_line`` column.
-
-        ``n_lines`` is the buffer's line count (the caller has it already: counting is not free).
-        """
+    def parse(self, first_line_no: int) -> pl.DataFrame:
+        """The records of the buffer, with their line numbers in a ``_line`` column."""
         frame = _read(self.body, self.schema)
         if frame is not None:
-            # Clean buffer, the common case: one polars pass, no Python pass over the text.
+            # Clean buffer, the common case: one polars pass, no Python pass over the text. The
+            # line count comes from a split when there are events to decode (it finds their
+            # lines too), else from a cheaper count.
             self.lines += frame.height
+            if frame.height and frame.select(self.is_event.any()).item():
+                self.split_lines = self.body.split(b"\n")
+                self.newlines = len(self.split_lines) - 1
+            else:
+                self.newlines = self.body.count(b"\n")
+            n_lines = self.newlines + (0 if self.body.endswith(b"\n") or not self.body else 1)
             if frame.height == n_lines:  # no blank lines: rows are consecutive lines
                 lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64, eager=True)
             else:
                 lines = _line_numbers(self.body, first_line_no, frame.height)
             return frame.with_columns(lines.alias("_line"))
+        self.newlines = self.body.count(b"\n")  # the rewrite below keeps every line on its line
         self.body, self.substituted = replace_nonfinite_tokens(self.body)
         self.view = memoryview(self.body)
         self._chunk(0, len(self.body), first_line_no)
@@ -408,20 +421,46 @@ def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
         position = body.find(key, position + len(key))
 
 
-def _scan_events(
-    body: bytes, frame: pl.DataFrame, event_column: str, first_line_no: int, source: int,
+def _events_from_lines(
+    lines: list[bytes], frame: pl.DataFrame, is_event: pl.Expr, first_line_no: int, source: int,
     fields: Mapping[str, str],
 ) -> list[LogEvent]:
-    """Find and decode the event lines of ``body`` (rare, so Python's json is fine here).
+    """Decode the event rows of a clean buffer, found by their line numbers."""
+    to_canonical = {log: canonical for canonical, log in fields.items()}
+    events = []
+    for line_no in frame.filter(is_event)["_line"].to_list():
+        event = _decode_event(lines[line_no - first_line_no], to_canonical, source, line_no)
+        if event is not None:
+            events.append(event)
+    return events
 
-    Their line numbers come from the parsed frame's event rows when both agree on the events
-    (always, unless a line fools one of them), else from counting newlines.
-    """
+
+def _decode_event(
+    raw: bytes, to_canonical: Mapping[str, str], source: int, line_no: int
+) -> LogEvent | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    record = {to_canonical.get(k, k): restore_nonfinite(v) for k, v in record.items()}
+    kind = record.pop("event", None)
+    if kind is None or kind == "metrics":
+        return None
+    return _make_event(kind if isinstance(kind, str) else json.dumps(kind), record, source, line_no)
+
+
+def _scan_events(
+    body: bytes, first_line_no: int, source: int, fields: Mapping[str, str]
+) -> list[LogEvent]:
+    """Events of a buffer that needed bisection: found by a byte search for the event key (whether
+    it is a top-level key is decided by decoding the line), line numbers by counting."""
     event_key = fields.get("event", "event")
     to_canonical = {log: canonical for canonical, log in fields.items()}
-    found: list[tuple[int, str, dict[str, Any]]] = []  # (byte offset, kind, fields)
-    next_start = 0
     key_length = len(json.dumps(event_key).encode())
+    events: list[LogEvent] = []
+    next_start, line_no, counted_to = 0, first_line_no, 0
     for offset in _event_key_offsets(body, event_key):
         if offset < next_start:
             continue  # a second match on a line already decoded
@@ -431,29 +470,12 @@ def _scan_events(
         end = body.find(b"\n", offset)
         end = len(body) if end < 0 else end
         next_start = end
-        try:
-            record = json.loads(body[start:end])
-        except ValueError:
-            continue  # counted as malformed by the metric parse
-        if not isinstance(record, dict):
-            continue
-        record = {to_canonical.get(k, k): restore_nonfinite(v) for k, v in record.items()}
-        kind = record.pop("event", None)
-        if kind is None or kind == "metrics":
-            continue  # the match was inside a nested object or a string
-        found.append((start, kind if isinstance(kind, str) else json.dumps(kind), record))
-    if not found:
-        return []
-    rows = frame.filter(pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics"))
-    if rows[event_column].to_list() == [kind for _, kind, _ in found]:
-        lines = rows["_line"].to_list()
-    else:
-        lines, line_no, counted_to = [], first_line_no, 0
-        for start, _, _ in found:
-            line_no += body.count(b"\n", counted_to, start)
-            counted_to = start
-            lines.append(line_no)
-    return [_make_event(kind, record, source, line) for (_, kind, record), line in zip(found, lines)]
+        line_no += body.count(b"\n", counted_to, start)
+        counted_to = start
+        event = _decode_event(body[start:end], to_canonical, source, line_no)
+        if event is not None:
+            events.append(event)
+    return events
 
 
 def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) -> LogEvent:

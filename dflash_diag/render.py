@@ -160,16 +160,16 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
         lines.append(("restarts", f"{len(report.restarts)}: at step {shown}{more}"))
     issues = report.issues
     if issues.malformed:
-        where = ", ".join(str(line) for _, line in issues.malformed_lines)
-        lines.append(("skipped", f"{issues.malformed} malformed line(s), first at line {where}"))
+        where = _line_list(report, issues.malformed_lines, issues.malformed)
+        lines.append(("skipped", f"{issues.malformed} malformed line(s) skipped: {where}"))
     if issues.nonfinite:
         parts = ", ".join(f"{k} {n}" for k, n in sorted(issues.nonfinite.items()))
         lines.append(("nonfinite", f"{issues.nonfinite_total} NaN/Inf value(s): {parts}"))
     if issues.coerced or issues.nonnumeric:
         text = f"{issues.coerced} number(s) given as strings, converted"
         if issues.nonnumeric:
-            where = ", ".join(str(line) for _, line in issues.nonnumeric_lines)
-            text += f"; {issues.nonnumeric} non-numeric value(s) ignored (line {where})"
+            where = _line_list(report, issues.nonnumeric_lines, len(issues.nonnumeric_lines))
+            text += f"; {issues.nonnumeric} non-numeric value(s) ignored ({where})"
         lines.append(("types", text))
     if issues.without_step:
         lines.append(("no step", f"{issues.without_step} record(s) without a step ignored"))
@@ -178,6 +178,15 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     for warning in a.warnings:
         lines.append(("WARNING", visible(warning)))
     return lines
+
+
+def _line_list(report: ConvergeReport, where: list[tuple[int, int]], total: int) -> str:
+    """``line 3, 7`` (with file names when there are several inputs), ``...`` when truncated."""
+    several = len(report.sources) > 1
+    parts = [f"{visible(report.sources[s])}:{n}" if several and s < len(report.sources) else str(n)
+             for s, n in where]
+    more = ", ..." if total > len(where) else ""
+    return ("line " if len(parts) == 1 and not more else "lines ") + ", ".join(parts) + more
 
 
 # ------------------------------------------------------------------------------------------

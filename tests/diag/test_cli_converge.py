@@ -156,7 +156,7 @@ def test_skipped_lines_are_reported(tmp_path):
     data = json.loads(invoke(log, "-f", "json").stdout)
     assert data["skipped_lines"] == 1
     text = invoke(log).stdout
-    assert "1 malformed line(s), first at line 201" in text
+    assert "1 malformed line(s) skipped: line 201" in text
 
 
 def test_auto_format_is_plain_with_no_color_or_without_a_terminal(monkeypatch):

@@ -117,7 +117,7 @@ def overlap_bound(busy: dict[str, float]) -> float:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=12, help="pipeline optimizer steps per run")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved repetitions")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (medians)")
     p.add_argument("--grad-accum", type=int, default=4)
     p.add_argument("--token-budget", type=int, default=TrainConfig.token_budget)
     p.add_argument("--num-anchors", type=int, default=None, help="drafter blocks per sequence")

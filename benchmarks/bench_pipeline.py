@@ -10,7 +10,8 @@ Two settings (issue 4, section 8):
 
   (a) one core per stage: torch limited to one intra-op thread in every stage and in the sync loop
       (stands in for one device per stage, the setting the pipeline exists for);
-  (b) the whole machine: torch's default thread count for both programs.
+  (b) the whole machine: torch's default thread count for the sync loop; the pipeline splits the
+      cores between its CPU stages (its ``torch_threads = 0`` default).
 
 Printed per setting: tokens/s of each program, their ratio, the pipeline's per-stage busy fractions
 and the ideal overlap bound = sum of the stage times / the largest stage time (the best speed-up
@@ -86,7 +87,7 @@ def run_one(program: str, args: argparse.Namespace, threads: int, workdir: Path,
                   "token_budget": args.token_budget, "log": str(workdir / f"{tag}.jsonl"),
                   "ckpt_dir": str(workdir / tag), "ckpt_every": 0, "progress": False,
                   "drafter": {"num_anchors": args.num_anchors, "block_size": args.block_size},
-                  "dtype": args.dtype}
+                  "dtype": args.dtype, "torch_threads": 1 if threads == 1 else 0}
     ga = args.grad_accum
     if program == "sync":
         res = run_sync(TrainConfig(max_steps=args.steps * ga, **common))

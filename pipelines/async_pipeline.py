@@ -25,6 +25,7 @@ micro-batch the drafter consumed, so batches the loader had prefetched are simpl
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,21 @@ def target_workers(setup: Setup, devices: list[str]) -> list[TargetModel]:
     return [by_device[dev] for dev in devices]
 
 
+def cpu_threads_per_stage(cfg: PipelineConfig) -> int:
+    """torch intra-op threads when the compute stages share the CPU (``torch_threads = 0``).
+
+    The target workers and the drafter run at the same time; with torch's default (one thread
+    per core in EVERY stage) they oversubscribe the cores and spin against each other. Splitting
+    the cores between the stages that compute on the CPU keeps one thread per core. (The setting
+    is process-wide in torch, hence one value for all stages.)
+    """
+    on_cpu = sum(d == "cpu" for d in cfg.target_devices) + (cfg.device == "cpu")
+    if on_cpu == 0:
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // on_cpu)
+
+
 def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
                  inject: FaultHook | None = None) -> RunResult:
     """Train with the CSP stage graph until ``cfg.max_steps``, a stop request or a failure.
@@ -122,6 +138,8 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
 def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
          dp: DataParallel) -> RunResult:
     setup = build_setup(cfg, dp)
+    if not cfg.torch_threads:
+        torch.set_num_threads(cpu_threads_per_stage(cfg))
     workers = target_workers(setup, cfg.target_devices)
     drafter, loader = setup.drafter, setup.loader
     layer_ids = drafter.config.target_layer_ids

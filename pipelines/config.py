@@ -78,7 +78,8 @@ class TrainConfig:
     max_nonfinite: int = 5
     """Stop the run after this many non-finite steps in a row."""
     torch_threads: int = 0
-    """torch intra-op threads for the whole process (0: torch's default)."""
+    """torch intra-op threads for the whole process (0: automatic: torch's default in the
+    lock-step trainer; the pipeline splits the cores between the stages computing on the CPU)."""
     progress: bool | None = None
     """Show a progress bar (default: only when stderr is a terminal)."""
     drafter: dict[str, Any] = field(default_factory=lambda: dict(CPU_DRAFTER))

@@ -28,7 +28,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -76,9 +76,10 @@ class MicroBatch:
 
 @dataclass
 class _Outcome:
+    """Where the drafter stage got to, read by the caller after the graph stops."""
+
     step: int
     reason: str = "max_steps"
-    extra: dict = field(default_factory=dict)
 
 
 def _no_fault(stage: str, i: int, item: MicroBatch | None = None) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,7 +293,3 @@ def exit_code_for(reason: str, signum: int | None) -> int:
     if reason == "signal":
         return 128 + (signum or 15)
     return 1
-
-
-def stderr_line(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)

@@ -1,0 +1,15 @@
+"""pipelines: the DFlash training programs built on ``dflash`` (the ``dflash-train`` command).
+
+* :mod:`pipelines.sync_trainer`: the lock-step trainer (``dflash-train sync``);
+* :mod:`pipelines.async_pipeline`: the CSP pipeline (``dflash-train pipeline``) on the
+  :mod:`pipelines.csp` runtime (stages in threads, bounded channels, first-failure cancellation);
+* :mod:`pipelines.evaluate`: real acceptance length of a checkpoint (``dflash-train eval``);
+* shared pieces: :mod:`~pipelines.config` (typed TOML configs), :mod:`~pipelines.schedule`,
+  :mod:`~pipelines.training` (setup, update rule, checkpoints, run log),
+  :mod:`~pipelines.distributed` (torchrun data parallelism), :mod:`~pipelines.log_schema` and
+  :mod:`~pipelines.logwriter` (JSONL schema v1);
+* assets and their recipes: ``make_target`` (the bundled tiny target), ``make_data`` (its
+  regenerated training data), ``make_sample_logs`` (``sample_logs/train.jsonl`` from real runs).
+
+See docs/pipelines.md.
+"""

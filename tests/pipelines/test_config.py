@@ -39,3 +39,14 @@ def test_bad_config_is_one_clear_error(tmp_path, text, match):
 def test_missing_file():
     with pytest.raises(ValueError, match="not found"):
         build_config(TrainConfig, "/nonexistent/c.toml")
+
+
+def test_pipeline_splits_the_cores_between_its_cpu_stages(monkeypatch):
+    import os
+
+    from pipelines.async_pipeline import cpu_threads_per_stage
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert cpu_threads_per_stage(PipelineConfig()) == 4                         # target0 + drafter
+    assert cpu_threads_per_stage(PipelineConfig(target_devices=["cpu"] * 3)) == 2
+    assert cpu_threads_per_stage(PipelineConfig(target_devices=["cpu"] * 9)) == 1

@@ -97,7 +97,7 @@ def target_workers(setup: Setup, devices: list[str]) -> list[TargetModel]:
     return [by_device[dev] for dev in devices]
 
 
-def cpu_threads_per_stage(cfg: PipelineConfig) -> int:
+def cpu_threads_per_stage(cfg: PipelineConfig, cores: int | None = None) -> int:
     """torch intra-op threads when the compute stages share the CPU (``torch_threads = 0``).
 
     The target workers and the drafter run at the same time; with torch's default (one thread
@@ -108,7 +108,8 @@ def cpu_threads_per_stage(cfg: PipelineConfig) -> int:
     on_cpu = sum(d == "cpu" for d in cfg.target_devices) + (cfg.device == "cpu")
     if on_cpu == 0:
         return torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cores is None:  # the cores this process may run on
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) // on_cpu)
 
 

@@ -41,12 +41,9 @@ def test_missing_file():
         build_config(TrainConfig, "/nonexistent/c.toml")
 
 
-def test_pipeline_splits_the_cores_between_its_cpu_stages(monkeypatch):
-    import os
-
+def test_pipeline_splits_the_cores_between_its_cpu_stages():
     from pipelines.async_pipeline import cpu_threads_per_stage
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    assert cpu_threads_per_stage(PipelineConfig()) == 4                         # target0 + drafter
-    assert cpu_threads_per_stage(PipelineConfig(target_devices=["cpu"] * 3)) == 2
-    assert cpu_threads_per_stage(PipelineConfig(target_devices=["cpu"] * 9)) == 1
+    assert cpu_threads_per_stage(PipelineConfig(), cores=8) == 4   # target0 + drafter
+    assert cpu_threads_per_stage(PipelineConfig(target_devices=["cpu"] * 3), cores=8) == 2
+    assert cpu_threads_per_stage(PipelineConfig(target_devices=["cpu"] * 9), cores=8) == 1

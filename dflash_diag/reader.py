@@ -35,7 +35,9 @@ import json
 import math
 import os
 import sys
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -64,6 +66,9 @@ _LEAF_LINES = 64
 #: Bytes per read when streaming a file: big enough for polars' threads, small enough that the
 #: raw text never dominates memory (the parsed columns are what a report keeps).
 CHUNK_BYTES = 16 * 2**20
+#: Chunks read and handed to polars before the oldest one's Python work is done (raw text held:
+#: this many chunks plus one).
+_CHUNKS_AHEAD = 1
 #: Bytes read at the far end of a chunk to find its last line end (see _file_line_chunks).
 _PROBE_BYTES = 64 * 2**10
 
@@ -127,27 +132,33 @@ class _Piece:
 def _parse_piece(
     data: bytes, *, first_line_no: int, strict: bool, final: bool, source: int,
     fields: Mapping[str, str] | None, extra: Mapping[str, pl.DataType] | None, lists: bool,
+    body_end: int | None = None, parsed: Future[pl.DataFrame | None] | None = None,
 ) -> _Piece:
-    """Parse one buffer: polars (with bisection), sentinels undone, NaN/Inf counted, events."""
+    """Parse one buffer: polars (with bisection), sentinels undone, events.
+
+    ``body_end`` and ``parsed`` (polars' whole-buffer parse of ``data[:body_end]``, possibly still
+    running in a worker thread) come from :func:`parse_stream`, which parses the next chunk while
+    this one's Python work runs.
+    """
     schema, _ = read_schema(fields, extra, lists)
     event_column = (fields or {}).get("event", "event")
     issues = ParseIssues()
-    body_end = _complete_end(data, final=final)
+    if body_end is None:
+        body_end = _complete_end(data, final=final)
     if data[body_end:].strip():
         issues.lines += 1
         issues.torn_tail.append(source)
     body = data if body_end == len(data) else data[:body_end]
     is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
     parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues, is_event=is_event)
-    frame = parser.parse(first_line_no)
+    frame = parser.parse(first_line_no, parsed.result() if parsed is not None else _read(body, schema))
     issues.lines += parser.lines
     if parser.substituted:
         frame = undo_sentinels(frame)
-    has_events = parser.has_events
-    if not has_events:
+    if not parser.has_events:
         events = []
     elif parser.split_lines is not None:
-        events = _events_from_lines(parser.split_lines, frame, is_event, first_line_no, source,
+        events = _events_from_lines(parser.split_lines, parser.event_lines, first_line_no, source,
                                     fields or {})
     else:
         events = _scan_events(parser.body, first_line_no, source, fields or {})
@@ -222,16 +233,21 @@ class _ChunkParser:
         self.substituted = False
         #: whether any row of the buffer is an event record (only those buffers are searched)
         self.has_events = False
+        #: line numbers of the event rows
+        self.event_lines: list[int] = []
 
-    def parse(self, first_line_no: int) -> pl.DataFrame:
-        """The records of the buffer, with their line numbers in a ``_line`` column."""
-        frame = _read(self.body, self.schema)
+    def parse(self, first_line_no: int, frame: pl.DataFrame | None) -> pl.DataFrame:
+        """The records of the buffer, with their line numbers in a ``_line`` column.
+
+        ``frame`` is polars' parse of the whole buffer, or None when polars rejected it.
+        """
         if frame is not None:
-            # Clean buffer, the common case: one polars pass, no Python pass over the text. The
-            # line count comes from a split when there are events to decode (it finds their
-            # lines too), else from a cheaper count.
+            # Clean buffer, the common case: one polars pass, one Python pass over the text
+            # (the line count). It is a split when there are events to decode (it finds their
+            # lines too), else a cheaper count.
             self.lines += frame.height
-            self.has_events = bool(frame.height) and bool(frame.select(self.is_event.any()).item())
+            event_rows = frame.select(pl.arg_where(self.is_event)).to_series() if frame.height else None
+            self.has_events = event_rows is not None and event_rows.len() > 0
             if self.has_events:
                 self.split_lines = self.body.split(b"\n")
                 self.newlines = len(self.split_lines) - 1
@@ -239,10 +255,13 @@ class _ChunkParser:
                 self.newlines = self.body.count(b"\n")
             n_lines = self.newlines + (0 if self.body.endswith(b"\n") or not self.body else 1)
             if frame.height == n_lines:  # no blank lines: rows are consecutive lines
-                lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64, eager=True)
+                lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64,
+                                     eager=True).alias("_line")
             else:
                 lines = _line_numbers(self.body, first_line_no, frame.height)
-            return frame.with_columns(lines.alias("_line"))
+            if self.has_events:
+                self.event_lines = lines.gather(event_rows).to_list()
+            return frame.hstack([lines])  # eager: no query for a column that is already built
         self.newlines = self.body.count(b"\n")  # the rewrite below keeps every line on its line
         self.body, self.substituted = replace_nonfinite_tokens(self.body)
         self.view = memoryview(self.body)
@@ -252,6 +271,8 @@ class _ChunkParser:
         frame = self.frames[0] if len(self.frames) == 1 else pl.concat(self.frames, how="vertical",
                                                                        rechunk=False)
         self.has_events = bool(frame.height) and bool(frame.select(self.is_event.any()).item())
+        if self.has_events:
+            self.event_lines = frame.filter(self.is_event)["_line"].to_list()
         return frame
 
     def _chunk(self, start: int, end: int, line_no: int) -> None:
@@ -428,13 +449,13 @@ def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
 
 
 def _events_from_lines(
-    lines: list[bytes], frame: pl.DataFrame, is_event: pl.Expr, first_line_no: int, source: int,
+    lines: list[bytes], event_lines: list[int], first_line_no: int, source: int,
     fields: Mapping[str, str],
 ) -> list[LogEvent]:
     """Decode the event rows of a clean buffer, found by their line numbers."""
     to_canonical = {log: canonical for canonical, log in fields.items()}
     events = []
-    for line_no in frame.filter(is_event)["_line"].to_list():
+    for line_no in event_lines:
         event = _decode_event(lines[line_no - first_line_no], to_canonical, source, line_no)
         if event is not None:
             events.append(event)
@@ -622,16 +643,39 @@ def parse_stream(
 
     Only one chunk of raw text is held at a time, so memory is the parsed columns plus a chunk.
     """
+    schema, _ = read_schema(fields, extra, lists)
     pieces: list[_Piece] = []
     line_no, offset = 1, 0
     starts: list[tuple[int, int]] = []
-    for text, final in _line_chunks(handle, chunk_bytes):
-        starts.append((offset, line_no))
-        piece = _parse_piece(text, first_line_no=line_no, strict=strict, final=final, source=source,
-                             fields=fields, extra=extra, lists=lists)
-        pieces.append(piece)
-        line_no = piece.next_line_no
-        offset += len(text)
+    # polars' parse of a chunk runs in a worker thread (it releases the GIL) while this thread
+    # reads the next chunk and does the Python part of the previous one (line count, events):
+    # on a machine with a spare core the Python work then costs no wall time.
+    queued: deque[tuple[bytes, bool, int, Future[pl.DataFrame | None]]] = deque()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-diag-parse") as pool:
+
+        def finish_one() -> None:
+            nonlocal line_no
+            text, final, body_end, parsed = queued.popleft()
+            starts.append((offset - sum(len(q[0]) for q in queued) - len(text), line_no))
+            piece = _parse_piece(text, first_line_no=line_no, strict=strict, final=final,
+                                 source=source, fields=fields, extra=extra, lists=lists,
+                                 body_end=body_end, parsed=parsed)
+            pieces.append(piece)
+            line_no = piece.next_line_no
+
+        try:
+            for text, final in _line_chunks(handle, chunk_bytes):
+                body_end = _complete_end(text, final=final)
+                body = text if body_end == len(text) else text[:body_end]
+                queued.append((text, final, body_end, pool.submit(_read, body, schema)))
+                offset += len(text)
+                if len(queued) > _CHUNKS_AHEAD:
+                    finish_one()
+            while queued:
+                finish_one()
+        finally:
+            for *_, parsed in queued:
+                parsed.cancel()
     log = _assemble(pieces, source=source, fields=fields, extra=extra, lists=lists)
     log.chunk_starts = {source: starts}
     return log

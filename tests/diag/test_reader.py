@@ -240,3 +240,44 @@ def test_plain_file_chunks_seek_back_and_long_lines(tmp_path):
         assert streamed.metrics.equals(whole.metrics)
         assert streamed.issues == whole.issues
         assert [e.seq for e in streamed.events] == [e.seq for e in whole.events]
+
+
+def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path):
+    """The plain-file path (probe + pread, polars parsing the next chunk in a worker thread):
+    blank lines, NaN, a malformed line and a torn tail in different chunks give the same result
+    as one parse; --strict names the right line; fetch_lists seeks to the recorded chunk starts."""
+    from dflash_diag.errors import DiagError
+    from dflash_diag.reader import fetch_lists, parse_stream
+
+    from .make_sample_log import generate
+
+    lines = generate(seed=6, pipeline_steps=120).split(b"\n")
+    lines[40] = b""
+    lines[41] = b"   "
+    lines[150] = lines[150].replace(b'"loss": ', b'"loss": NaN, "x": ', 1)
+    lines[200] = b'{"step": 7, "acc": '
+    data = b"\n".join(lines)
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(data)
+    whole = parse_records(data)
+    assert whole.issues.malformed_lines == [(0, 201)] and whole.issues.nonfinite.get("loss") == 1
+    for chunk_bytes in (700, 4096, 50_000):
+        with path.open("rb") as handle:
+            streamed = parse_stream(handle, chunk_bytes=chunk_bytes)
+        assert streamed.metrics.equals(whole.metrics)
+        assert streamed.issues == whole.issues
+        assert [(e.kind, e.seq, e.step) for e in streamed.events] == [(e.kind, e.seq, e.step) for e in whole.events]
+        with path.open("rb") as handle, pytest.raises(DiagError, match="line 201"):
+            parse_stream(handle, chunk_bytes=chunk_bytes, strict=True)
+    eager = load_log(path)
+    lazy = load_log(path, lists=False)
+    assert len(lazy.chunk_starts[0]) == 1  # one default-sized chunk for a small file
+    rows = lazy.metrics.filter(pl.col("seq") > 250)
+    assert fetch_lists(lazy, rows, chunk_bytes=2048).equals(eager.metrics.filter(pl.col("seq") > 250))
+    with path.open("rb") as handle:  # recorded chunk starts of a many-chunk parse
+        chunked = parse_stream(handle, chunk_bytes=700, lists=False)
+    chunked.sources = [str(path)]
+    assert len(chunked.chunk_starts[0]) > 10
+    rows = chunked.metrics.filter(pl.col("seq").is_between(180, 260))
+    assert fetch_lists(chunked, rows, chunk_bytes=700).equals(
+        eager.metrics.filter(pl.col("seq").is_between(180, 260)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dflash_diag.sparkline import BLOCKS, MISSING, NONFINITE, sparkline
@@ -52,6 +52,7 @@ def test_bad_arguments():
         sparkline([1], lo=2, hi=1)
 
 
+@settings(deadline=None)  # no per-example time limit: the machine running CI is shared
 @given(
     st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), max_size=60),
     st.one_of(st.none(), st.integers(min_value=0, max_value=80)),

@@ -38,9 +38,10 @@ _EXPORTS = {
     "ConvergeConfig": "report", "ConvergeReport": "report", "build_converge_report": "report",
     "render_rich": "render", "render_text": "render", "render_markdown": "render",
     "render_csv": "render", "render_json": "render",
-    "CompareConfig": "compare", "RegimeComparison": "compare", "compare_regimes": "compare",
-    "align_runs": "compare", "LogTail": "tail",
-    "LiveLog": "watch", "WatchConfig": "watch", "build_view": "watch", "render_view": "watch",
+    "CompareConfig": "boundary", "RegimeComparison": "compare", "compare_regimes": "compare",
+    "align_runs": "align", "LogTail": "tail",
+    "LiveLog": "watch_state", "WatchConfig": "watch_state", "build_view": "watch_view",
+    "render_view": "watch_render",
 }
 
 __all__ = list(_EXPORTS)
@@ -69,12 +70,9 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         linear_tau,
         prefix_tau,
     )
-    from dflash_diag.compare import (  # noqa: F401
-        CompareConfig,
-        RegimeComparison,
-        align_runs,
-        compare_regimes,
-    )
+    from dflash_diag.align import align_runs  # noqa: F401
+    from dflash_diag.boundary import CompareConfig  # noqa: F401
+    from dflash_diag.compare import RegimeComparison, compare_regimes  # noqa: F401
     from dflash_diag.errors import DiagError  # noqa: F401
     from dflash_diag.phase import Phase, Selection, select_phase  # noqa: F401
     from dflash_diag.reader import load_log, parse_records, read_input  # noqa: F401
@@ -94,5 +92,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from dflash_diag.tail import LogTail  # noqa: F401
     from dflash_diag.trend import Trend, TrendConfig, compute_trends  # noqa: F401
     from dflash_diag.verdict import Verdict, VerdictConfig, judge  # noqa: F401
-    from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view  # noqa: F401
+    from dflash_diag.watch_render import render_view  # noqa: F401
+    from dflash_diag.watch_state import LiveLog, WatchConfig  # noqa: F401
+    from dflash_diag.watch_view import build_view  # noqa: F401
     from dflash_diag.windows import Window, compute_windows  # noqa: F401

@@ -28,6 +28,7 @@ sentinels turned back into NaN/inf after (only those lines pay a Python pass).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gzip
 import io
@@ -157,8 +158,8 @@ def _parse_piece(
         frame = undo_sentinels(frame)
     if not parser.has_events:
         events = []
-    elif parser.split_lines is not None:
-        events = _events_from_lines(parser.split_lines, parser.event_lines, first_line_no, source,
+    elif parser.line_index is not None:
+        events = _events_from_lines(parser.line_index, parser.event_lines, first_line_no, source,
                                     fields or {})
     else:
         events = _scan_events(parser.body, first_line_no, source, fields or {})
@@ -220,8 +221,8 @@ class _ChunkParser:
     ) -> None:
         self.body = body
         self.is_event = is_event
-        #: the buffer split into lines, kept when a clean buffer holds events (to decode them)
-        self.split_lines: list[bytes] | None = None
+        #: where the lines of a clean buffer holding events are (to decode those)
+        self.line_index: _LineIndex | None = None
         self.newlines = 0
         self.view = memoryview(body)
         self.schema = schema
@@ -248,11 +249,8 @@ class _ChunkParser:
             self.lines += frame.height
             event_rows = frame.select(pl.arg_where(self.is_event)).to_series() if frame.height else None
             self.has_events = event_rows is not None and event_rows.len() > 0
-            if self.has_events:
-                self.split_lines = self.body.split(b"\n")
-                self.newlines = len(self.split_lines) - 1
-            else:
-                self.newlines = self.body.count(b"\n")
+            index = _LineIndex(self.body) if self.has_events else None
+            self.newlines = index.newlines if index is not None else _count_newlines(self.body)
             n_lines = self.newlines + (0 if self.body.endswith(b"\n") or not self.body else 1)
             if frame.height == n_lines:  # no blank lines: rows are consecutive lines
                 lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64,
@@ -261,6 +259,7 @@ class _ChunkParser:
                 lines = _line_numbers(self.body, first_line_no, frame.height)
             if self.has_events:
                 self.event_lines = lines.gather(event_rows).to_list()
+                self.line_index = index
             return frame.hstack([lines])  # eager: no query for a column that is already built
         self.newlines = self.body.count(b"\n")  # the rewrite below keeps every line on its line
         self.body, self.substituted = replace_nonfinite_tokens(self.body)
@@ -369,6 +368,41 @@ def _read(chunk: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
         return None
 
 
+def _count_newlines(data: bytes) -> int:
+    """``data.count(b"\\n")``, about 2.5x faster: ``bytes.replace`` finds a one-byte pattern with
+    ``memchr`` (vectorised), ``bytes.count`` with a plain byte loop."""
+    return len(data) - len(data.replace(b"\n", b""))
+
+
+class _LineIndex:
+    """Newline counts of a buffer per block: its line count, and any line's bytes without
+    splitting the whole buffer into a million ``bytes`` objects (which costs more than the
+    count itself). Used for the rare event lines of a clean buffer."""
+
+    BLOCK = 2**16
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        #: newlines up to the end of each block
+        self.cumulative: list[int] = []
+        total = 0
+        for start in range(0, len(body), self.BLOCK):
+            total += _count_newlines(body[start:start + self.BLOCK])
+            self.cumulative.append(total)
+        self.newlines = total
+
+    def line(self, index: int) -> bytes:
+        """Line ``index`` (0-based) of the buffer, without its newline."""
+        position = 0
+        if index > 0:
+            block = bisect.bisect_left(self.cumulative, index)  # holds the index-th newline
+            position = block * self.BLOCK
+            for _ in range(index - (self.cumulative[block - 1] if block else 0)):
+                position = self.body.find(b"\n", position) + 1
+        end = self.body.find(b"\n", position)
+        return self.body[position:end if end >= 0 else len(self.body)]
+
+
 def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
     """Line numbers of the ``rows`` records polars read from ``chunk`` (it skips blank lines)."""
     n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") or not chunk else 1)
@@ -449,14 +483,14 @@ def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
 
 
 def _events_from_lines(
-    lines: list[bytes], event_lines: list[int], first_line_no: int, source: int,
+    lines: _LineIndex, event_lines: list[int], first_line_no: int, source: int,
     fields: Mapping[str, str],
 ) -> list[LogEvent]:
     """Decode the event rows of a clean buffer, found by their line numbers."""
     to_canonical = {log: canonical for canonical, log in fields.items()}
     events = []
     for line_no in event_lines:
-        event = _decode_event(lines[line_no - first_line_no], to_canonical, source, line_no)
+        event = _decode_event(lines.line(line_no - first_line_no), to_canonical, source, line_no)
         if event is not None:
             events.append(event)
     return events

@@ -9,6 +9,8 @@ import math
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dflash_diag import DiagError, load_log, parse_records
 
@@ -281,3 +283,16 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
     rows = chunked.metrics.filter(pl.col("seq").is_between(180, 260))
     assert fetch_lists(chunked, rows, chunk_bytes=700).equals(
         eager.metrics.filter(pl.col("seq").is_between(180, 260)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
+       st.booleans(), st.sampled_from([1, 3, 16, 2**16]))
+def test_line_index_finds_every_line_like_a_split(lines, trailing_newline, block):
+    from dflash_diag.reader import _count_newlines, _LineIndex
+
+    body = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
+    split = body.split(b"\n")
+    index = type("SmallBlocks", (_LineIndex,), {"BLOCK": block})(body)
+    assert index.newlines == _count_newlines(body) == body.count(b"\n")
+    assert [index.line(i) for i in range(len(split))] == split

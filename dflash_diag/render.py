@@ -41,11 +41,14 @@ def _signed(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:+.{digits}f}"
 
 
-def _lr(value: float | None) -> str:
+def format_lr(value: float | None) -> str:
+    """A learning rate as printed by every command: ``6.00e-04``, or ``0.05`` from 1e-2 up
+    (``-`` when unknown)."""
     return "-" if value is None else f"{value:.3g}" if value >= 1e-2 else f"{value:.2e}"
 
 
-def _pct(value: float | None) -> str:
+def format_percent(value: float | None) -> str:
+    """A fraction as a whole percentage: ``0.756`` -> ``76%`` (``-`` when unknown)."""
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
@@ -116,15 +119,15 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     lines.append(("selected", f"{sel.reason}{span} · {len(report.windows)} windows of {size} steps"))
 
     s = report.schedule
-    sched = f"lr {_lr(s.current)}"
+    sched = f"lr {format_lr(s.current)}"
     if s.peak is not None:
-        sched += f" = {_pct(s.fraction_of_peak)} of peak {_lr(s.peak)} ({s.peak_source})"
+        sched += f" = {format_percent(s.fraction_of_peak)} of peak {format_lr(s.peak)} ({s.peak_source})"
     if s.phase:
         sched += f" · {s.phase} ({s.phase_source})"
     if s.warmup_fraction is not None and s.phase == "warmup":
-        sched += f" · {_pct(s.warmup_fraction)} of warmup"
+        sched += f" · {format_percent(s.warmup_fraction)} of warmup"
     if s.run_fraction is not None:
-        sched += f" · {_pct(s.run_fraction)} of the run"
+        sched += f" · {format_percent(s.run_fraction)} of the run"
     if s.epoch is not None:
         sched += f" · epoch {s.epoch:.2f}"
         if s.total_epochs:
@@ -136,7 +139,7 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     lines.append(("accuracy", acc))
     if a.tau is not None:
         tau = (f"tau {a.tau:.2f} by {a.estimator} (B={a.block_size}, {a.block_size_source}) · "
-               f"target {a.target_tau:.2f} (acc {a.target_acc:.3g}) · progress {_pct(a.progress)} · "
+               f"target {a.target_tau:.2f} (acc {a.target_acc:.3g}) · progress {format_percent(a.progress)} · "
                f"baseline {a.baseline_tau:.2f} ({_signed(a.vs_baseline, 2)})")
         lines.append(("acceptance", tau))
     for e in a.estimates:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dflash_diag.alerts import format_duration
+from dflash_diag.render import format_lr, format_percent
 from dflash_diag.safe_text import visible
 from dflash_diag.sparkline import sparkline
 from dflash_diag.trend import ARROWS
@@ -137,15 +138,18 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
 
     sched = view.schedule
     if sched is not None and sched.current is not None:
-        line = f"lr {sched.current:.2e}"
+        line = f"lr {format_lr(sched.current)}"
         if sched.peak is not None and sched.fraction_of_peak is not None:
-            line += f", {sched.fraction_of_peak:.0%} of peak {sched.peak:.2e} ({sched.peak_source})"
+            line += (
+                f", {format_percent(sched.fraction_of_peak)} of peak {format_lr(sched.peak)}"
+                f" ({sched.peak_source})"
+            )
         if sched.phase:
             line += f", {sched.phase}"
             if sched.phase == "warmup" and sched.warmup_fraction is not None:
-                line += f" {sched.warmup_fraction:.0%} done"
+                line += f" {format_percent(sched.warmup_fraction)} done"
         if sched.run_fraction is not None:
-            line += f", {sched.run_fraction:.0%} of the run"
+            line += f", {format_percent(sched.run_fraction)} of the run"
         if sched.epoch is not None:
             line += f", epoch {sched.epoch:.2f}"
         parts.append(Text("schedule: " + line))

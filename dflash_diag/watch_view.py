@@ -12,15 +12,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-import polars as pl
-
 from dflash_diag.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance, linear_tau
 from dflash_diag.alerts import Alert, loss_spikes, stall_alert
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.trend import Trend, TrendConfig, compute_trends
 from dflash_diag.verdict import DIVERGING, Verdict, judge
 from dflash_diag.watch_state import LiveLog
-from dflash_diag.windows import Window, compute_windows, window_index, window_rows
+from dflash_diag.windows import Window, compute_windows, window_rows
 
 
 @dataclass(frozen=True)
@@ -79,20 +77,6 @@ class WatchView:
     restarts: list[int]
     resets: int
     waiting: str | None = None
-
-
-def _window_means(frame: pl.DataFrame, start: int, size: int, column: str) -> dict[int, float]:
-    """Mean of ``column``'s finite values per window index (lr, tok/s: plain means)."""
-    if column not in frame.columns:
-        return {}
-    ok = pl.col(column).is_finite().fill_null(False)
-    grouped = (
-        frame.filter(pl.col("step") >= start)
-        .with_columns(window_index(start, size))
-        .group_by("_window")
-        .agg(pl.col(column).filter(ok).mean().alias("m"))
-    )
-    return {int(w): m for w, m in grouped.iter_rows() if m is not None}
 
 
 def _block_size(live: LiveLog) -> int:
@@ -175,7 +159,6 @@ def build_view(live: LiveLog) -> WatchView:
 
     windows = windows[-config.history :]
     trends = compute_trends(windows, TrendConfig(acc_threshold=config.threshold))
-    size, origin = config.window, live.origin
     block = _block_size(live)
     tau_values = [w.tau_train for w in windows]
     if any(v is not None for v in tau_values):
@@ -183,16 +166,14 @@ def build_view(live: LiveLog) -> WatchView:
     else:
         estimator = "linear"
         tau_values = [linear_tau(w.acc, block) if w.acc is not None else None for w in windows]
-    lr = _window_means(frame, origin, size, "lr")
-    tps = _window_means(frame, origin, size, "tok_per_sec")
     series = [
         Series("loss", [w.loss for w in windows], ".4f"),
         Series("acc", [w.acc for w in windows], ".4f"),
         Series(f"tau ({estimator})", tau_values, ".2f"),
-        Series("lr", [lr.get(w.index) for w in windows], ".2e"),
+        Series("lr", [w.lr for w in windows], ".2e"),
     ]
-    if tps:
-        series.append(Series("tok/s", [tps.get(w.index) for w in windows], ",.0f"))
+    if any(w.tok_per_sec is not None for w in windows):  # legacy records have no tok/s
+        series.append(Series("tok/s", [w.tok_per_sec for w in windows], ",.0f"))
 
     for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor):
         w = windows[i]

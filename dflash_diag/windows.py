@@ -32,6 +32,9 @@ class Window:
         loss_se: standard error of the entries' loss (None with fewer than two).
         nonfinite: NaN/Inf values of ``loss``, ``acc``, ``tau_train`` and ``lr`` in the window.
         tau_train: mean prefix acceptance length (``n_blocks``-weighted where present) or None.
+        lr: plain mean of the finite learning rates (None if none).
+        tok_per_sec: plain mean of the finite throughputs (None if none; legacy records have
+            no ``tok_per_sec``).
     """
 
     index: int
@@ -47,6 +50,8 @@ class Window:
     loss_se: float | None
     nonfinite: int
     tau_train: float | None
+    lr: float | None = None
+    tok_per_sec: float | None = None
 
 
 def window_index(start: int, size: int) -> pl.Expr:
@@ -67,6 +72,12 @@ def _weighted_mean_parts(value: str, weight: str) -> list[pl.Expr]:
     ]
 
 
+def _finite_mean(value: str) -> pl.Expr:
+    """Plain mean of a column's finite values (lr and tok/s are not weighted by tokens)."""
+    finite = pl.col(value).is_finite().fill_null(False)
+    return pl.col(value).filter(finite).mean().alias(f"_{value}_mean")
+
+
 def _pick_mean(row: dict, value: str) -> tuple[float | None, bool, float | None]:
     n = row[f"_{value}_n"]
     if not n:
@@ -82,8 +93,8 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
     """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
 
     Args:
-        frame: metric records (``step``, ``loss``, ``acc``, ``n_pred``; ``n_blocks``, ``tau_train``
-            and ``lr`` are used when present).
+        frame: metric records (``step``, ``loss``, ``acc``, ``n_pred``; ``n_blocks``, ``tau_train``,
+            ``lr`` and ``tok_per_sec`` are used when present).
         size: steps per window (>= 1).
         start: the first window's first step; records before it are ignored.
 
@@ -99,7 +110,7 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
         return []
     if start is None:
         start = int(frame["step"].min())
-    for name in ("n_pred", "n_blocks", "tau_train", "lr", "loss", "acc"):
+    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc"):
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
     nonfinite = sum(
@@ -124,6 +135,7 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
             blocks_ok.sum().alias("_tau_wn"),
             (pl.col("tau_train") * pl.col("n_blocks")).filter(blocks_ok).sum().alias("_tau_wsum"),
             pl.col("n_blocks").filter(blocks_ok).sum().alias("_tau_wden"),
+            *(_finite_mean(name) for name in ("lr", "tok_per_sec")),
         )
         .sort("_window")
     )
@@ -151,6 +163,8 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
             loss_se=loss_se,
             nonfinite=int(row["_nonfinite"]),
             tau_train=tau,
+            lr=row["_lr_mean"],
+            tok_per_sec=row["_tok_per_sec_mean"],
         ))
     return windows
 

@@ -119,6 +119,25 @@ def test_state_stays_the_size_of_the_view(tmp_path):
     assert view.schedule.peak == 6e-4 and view.schedule.peak_source == "header"
 
 
+def test_series_carry_the_window_means_of_lr_and_tok_per_sec(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15100))
+    live = LiveLog(path, WatchConfig(window=50))
+    live.refresh()
+    series = {s.name: s.values for s in build_view(live).series}
+    # lr rises linearly: each window's mean is its middle step's lr
+    assert series["lr"] == pytest.approx([6e-4 * 15024.5 / 20000, 6e-4 * 15074.5 / 20000])
+    assert series["tok/s"] == [16000.0, 16000.0]
+    legacy = tmp_path / "legacy.jsonl"  # the old script logged no tok_per_sec: no tok/s row
+    legacy.write_text(
+        "".join(record(s, 0.15).replace('"tok_per_sec": 16000.0, ', "") for s in range(100))
+    )
+    live = LiveLog(legacy, WatchConfig(window=50))
+    live.refresh()
+    names = [s.name for s in build_view(live).series]
+    assert "lr" in names and "tok/s" not in names
+
+
 def test_a_backlog_is_parsed_in_pieces_with_the_same_result(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 17000, slope=1e-5))

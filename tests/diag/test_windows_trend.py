@@ -52,6 +52,19 @@ def test_nonfinite_values_are_left_out_of_means_and_counted():
     assert window.nonfinite == 2
 
 
+def test_lr_and_tok_per_sec_plain_means_without_nonfinite():
+    frame = _frame([{"step": 1, "lr": 1e-4, "n_pred": 100.0},
+                    {"step": 2, "lr": 3e-4, "n_pred": 300.0},  # not weighted by n_pred
+                    {"step": 3, "lr": float("nan")},
+                    {"step": 12, "lr": 5e-4}])
+    frame = frame.with_columns(pl.Series("tok_per_sec", [1000.0, None, float("inf"), 3000.0]))
+    first, second = compute_windows(frame, 10)
+    assert first.lr == pytest.approx(2e-4) and first.tok_per_sec == pytest.approx(1000.0)
+    assert second.lr == pytest.approx(5e-4) and second.tok_per_sec == pytest.approx(3000.0)
+    legacy = compute_windows(frame.drop("tok_per_sec"), 10)  # no tok_per_sec column at all
+    assert [w.tok_per_sec for w in legacy] == [None, None]
+
+
 def test_tau_train_weighted_by_blocks():
     frame = _frame([{"step": 1, "tau_train": 2.0, "n_blocks": 1.0},
                     {"step": 2, "tau_train": 4.0, "n_blocks": 3.0}])

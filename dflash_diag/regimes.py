@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.frame_means import mean_acc, mean_loss, mean_of
+from dflash_diag.numbers import finite_number
 from dflash_diag.robust_trend import theil_sen_slope
 from dflash_diag.windows import compute_windows
 
@@ -52,10 +53,8 @@ class RunConfig:
         def first_int(keys: Sequence[str]) -> int | None:
             for scope in scopes:
                 for key in keys:
-                    value = scope.get(key)
-                    # bool is an int subclass; a flag is not a size
-                    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-                    if is_number and math.isfinite(value) and value > 0:
+                    value = finite_number(scope.get(key))
+                    if value is not None and value > 0:
                         return int(value)
             return None
 

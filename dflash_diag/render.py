@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from dflash_diag.number_format import format_lr, format_number, format_percent
 from dflash_diag.report import ConvergeReport, WindowRow
 from dflash_diag.safe_text import visible
 from dflash_diag.trend import ARROWS
@@ -34,22 +35,11 @@ _TREND_STYLE = {"up": "green", "down": "red", "flat": "dim"}
 
 
 def _f(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    return format_number(value, f".{digits}f")
 
 
 def _signed(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:+.{digits}f}"
-
-
-def format_lr(value: float | None) -> str:
-    """A learning rate as printed by every command: ``6.00e-04``, or ``0.05`` from 1e-2 up
-    (``-`` when unknown)."""
-    return "-" if value is None else f"{value:.3g}" if value >= 1e-2 else f"{value:.2e}"
-
-
-def format_percent(value: float | None) -> str:
-    """A fraction as a whole percentage: ``0.756`` -> ``76%`` (``-`` when unknown)."""
-    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def _steps(value: float | None) -> str:

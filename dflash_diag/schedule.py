@@ -14,6 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.numbers import finite_number
+
 #: Entries looked at to infer the phase from the lr's direction when the header does not say.
 _INFER_TAIL = 20
 
@@ -37,10 +39,7 @@ class ScheduleHeader:
             return None
 
         def number(name: str) -> float | None:
-            value = schedule.get(name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return None
-            return float(value) if math.isfinite(value) else None
+            return finite_number(schedule.get(name))
 
         def count(name: str) -> int | None:
             value = number(name)

@@ -14,20 +14,12 @@ from rich.table import Table
 from rich.text import Text
 
 from dflash_diag.alerts import format_duration
-from dflash_diag.render import format_lr, format_percent
+from dflash_diag.number_format import format_lr, format_number, format_percent
 from dflash_diag.safe_text import visible
 from dflash_diag.sparkline import sparkline
 from dflash_diag.trend import ARROWS
 from dflash_diag.verdict import Verdict
 from dflash_diag.watch_view import WatchView
-
-
-def _fmt(value: float | None, fmt: str) -> str:
-    if value is None:
-        return "-"
-    if not math.isfinite(value):
-        return str(value)
-    return format(value, fmt)
 
 
 def _literal(text: str) -> Text:
@@ -110,7 +102,7 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     sparks.add_column()
     sparks.add_column(justify="right")
     for s in view.series:
-        sparks.add_row(s.name, sparkline(s.values), _fmt(s.latest, s.fmt))
+        sparks.add_row(s.name, sparkline(s.values), format_number(s.latest, s.fmt))
     parts.append(sparks)
 
     table = Table(title="latest windows", title_justify="left", box=box.SIMPLE_HEAD)
@@ -128,10 +120,10 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         table.add_row(
             f"{w.start}-{w.end}",
             str(w.n),
-            _fmt(w.loss, ".4f"),
+            format_number(w.loss, ".4f"),
             Text(ARROWS[t.loss_trend], style=_ARROW_STYLE[t.loss_trend]),
-            _fmt(w.acc, ".4f"),
-            _fmt(t.acc_delta, "+.4f") if t.acc_delta is not None else "",
+            format_number(w.acc, ".4f"),
+            format_number(t.acc_delta, "+.4f") if t.acc_delta is not None else "",
             Text(ARROWS[t.acc_trend], style=_ARROW_STYLE[t.acc_trend]),
         )
     parts.append(table)

@@ -8,12 +8,12 @@ the recent windows, the time since the last record and the `Alert`s. No file acc
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dflash_diag.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance, linear_tau
 from dflash_diag.alerts import Alert, loss_spikes, stall_alert
+from dflash_diag.numbers import finite_number
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.trend import Trend, TrendConfig, compute_trends
 from dflash_diag.verdict import DIVERGING, Verdict, judge
@@ -83,16 +83,10 @@ def _block_size(live: LiveLog) -> int:
     if live.config.block_size is not None:
         return live.config.block_size
     for header in reversed(live.headers()):
-        b = header.get("block_size")
-        if isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 2:
+        b = finite_number(header.get("block_size"))
+        if b is not None and b >= 2:
             return int(b)
     return 16
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _schedule_header(live: LiveLog) -> dict[str, Any] | None:
@@ -186,7 +180,7 @@ def build_view(live: LiveLog) -> WatchView:
         frame,
         ScheduleHeader.from_fields(header.get("schedule")) if header else None,
         peak_lr=None,
-        steps_per_epoch=_number(header.get("steps_per_epoch")) if header else None,
+        steps_per_epoch=finite_number(header.get("steps_per_epoch")) if header else None,
     )
     if schedule.peak_source == "max seen" and live.max_lr is not None:
         # the records kept are recent; the whole file's maximum is the better guess of the peak

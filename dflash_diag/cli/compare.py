@@ -32,6 +32,7 @@ from dflash_diag.cli.common import (
     user_errors,
 )
 from dflash_diag.errors import DiagError
+from dflash_diag.number_format import format_number
 from dflash_diag.safe_text import visible
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
@@ -140,14 +141,6 @@ def _prefixed(comparison: RegimeComparison, run: str) -> RegimeComparison:
 # rendering
 
 
-def _num(value: float | None, fmt: str = ".4f") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return format(value, fmt)
-
-
 def _slope(value: float | None) -> str:
     return "-" if value is None else f"{value:+.3g}/1k"
 
@@ -169,11 +162,11 @@ def _regime_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[str
             visible(r.name),
             f"{r.start_step}-{r.end_step}",
             str(r.n),
-            _num(r.tokens_per_step, ",.0f"),
-            _num(r.tok_per_sec, ",.0f"),
-            _num(r.loss),
+            format_number(r.tokens_per_step, ",.0f"),
+            format_number(r.tok_per_sec, ",.0f"),
+            format_number(r.loss),
             _slope(r.loss_trend),
-            _num(r.acc),
+            format_number(r.acc),
             _slope(r.acc_trend),
         ]
         for r in comparison.regimes
@@ -186,9 +179,9 @@ def _boundary_lines(comparison: RegimeComparison) -> list[str]:
     for b in comparison.boundaries:
         line = (
             f"boundary at step {b.step} (last/first {comparison.k} steps, "
-            f"{b.n_before}/{b.n_after} entries): loss {_num(b.loss_before)} -> "
-            f"{_num(b.loss_after)} (x{_num(b.loss_ratio, '.2f')}), acc {_num(b.acc_before)} -> "
-            f"{_num(b.acc_after)} ({_num(b.acc_delta, '+.4f')})"
+            f"{b.n_before}/{b.n_after} entries): loss {format_number(b.loss_before)} -> "
+            f"{format_number(b.loss_after)} (x{format_number(b.loss_ratio, '.2f')}), acc {format_number(b.acc_before)} -> "
+            f"{format_number(b.acc_after)} ({format_number(b.acc_delta, '+.4f')})"
         )
         if b.per_token_loss_ratio is not None:
             line += f", per-token loss x{b.per_token_loss_ratio:.2f}"
@@ -224,12 +217,12 @@ def _alignment_rows(alignment: RunAlignment) -> tuple[list[str], list[list[str]]
                 span,
                 str(w.n_a),
                 str(w.n_b),
-                _num(w.loss_a),
-                _num(w.loss_b),
-                _num(w.loss_diff, "+.4f"),
-                _num(w.acc_a),
-                _num(w.acc_b),
-                _num(w.acc_diff, "+.4f"),
+                format_number(w.loss_a),
+                format_number(w.loss_b),
+                format_number(w.loss_diff, "+.4f"),
+                format_number(w.acc_a),
+                format_number(w.acc_b),
+                format_number(w.acc_diff, "+.4f"),
             ]
         )
     return head, rows

@@ -138,6 +138,21 @@ def test_series_carry_the_window_means_of_lr_and_tok_per_sec(tmp_path):
     assert "lr" in names and "tok/s" not in names
 
 
+def test_header_numbers_out_of_float_range_are_ignored(tmp_path):
+    """``1e999`` decodes to inf and ``10**400`` overflows a float: neither is a usable setting."""
+    header = json.dumps(dict(HEADER, block_size=1)).replace(
+        '"block_size": 1', '"block_size": 1e999, "steps_per_epoch": 1' + "0" * 400
+    )
+    path = tmp_path / "train.jsonl"
+    path.write_text(header + "\n" + rising(15000, 15100))
+    live = LiveLog(path, WatchConfig())
+    live.refresh()
+    assert live.headers()[0]["block_size"] == math.inf
+    view = build_view(live)
+    assert view.acceptance.block_size == 16  # the default, not the header's inf
+    assert view.schedule.epoch is None
+
+
 def test_a_backlog_is_parsed_in_pieces_with_the_same_result(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 17000, slope=1e-5))

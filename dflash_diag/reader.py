@@ -176,18 +176,13 @@ def _assemble(
     frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
     if rename:
         frame = frame.rename(dict(rename))
-    wanted, _ = read_schema(None, extra)
-    missing = [pl.lit(None, dtype).alias(name) for name, dtype in wanted.items()
-               if name not in frame.columns]
-    if missing:
-        frame = frame.with_columns(missing)
     issues = ParseIssues()
     events: list[LogEvent] = []
     for piece in pieces:
         issues.merge(piece.issues)
         events.extend(piece.events)
-    _count_nonfinite(frame, issues)
-    log = _split_records(frame, events, issues, source)
+    wanted, _ = read_schema(None, extra)
+    log = _split_records(frame, events, issues, source, wanted)
     log.consumed_bytes = sum(p.consumed for p in pieces)
     log.first_line_no = pieces[0].first_line_no
     log.next_line_no = pieces[-1].next_line_no
@@ -414,50 +409,59 @@ def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
 
 
 def _split_records(
-    frame: pl.DataFrame, events: list[LogEvent], issues: ParseIssues, source: int
+    frame: pl.DataFrame, events: list[LogEvent], issues: ParseIssues, source: int,
+    wanted: Mapping[str, pl.DataType],
 ) -> ParsedLog:
-    """Keep the metric records and stamp the bookkeeping columns from the event list."""
+    """Keep the metric records and stamp the bookkeeping columns from the event list.
+
+    Counts the non-event rows without a ``step`` and the NaN/Inf values into ``issues`` (one
+    query), then selects the records (one lazy query: filter, casts, the header lookup and the
+    null columns of ``wanted`` fields that were not read, e.g. lists left for later, fused).
+    """
     is_event = (pl.col("event").is_not_null() & (pl.col("event") != "metrics")).fill_null(False)
     headers = [e for e in events if e.kind == "run_start"]
-    header_lines = pl.Series([e.seq for e in headers], dtype=pl.Int64)
     scripts = {i: e.fields["script"] for i, e in enumerate(headers)
                if isinstance(e.fields.get("script"), str)}
     metric_columns = [c for c in frame.columns if c not in ("event", "_line", "step")]
-    issues.without_step += int(frame.select((~is_event & pl.col("step").is_null()).sum()).item())
-    metrics = frame.filter(~is_event & pl.col("step").is_not_null())
+    missing = [name for name in wanted if name not in frame.columns]
+    _count_issues(frame, is_event, issues)
     if headers:
         # the header governing a record: the last run_start line before it
-        runs = header_lines.search_sorted(metrics["_line"], side="right").cast(pl.Int32) - 1
+        header_lines = pl.Series([e.seq for e in headers], dtype=pl.Int64)
+        run = pl.lit(header_lines).search_sorted(pl.col("_line"), side="right").cast(pl.Int32) - 1
     else:
-        runs = pl.repeat(-1, metrics.height, dtype=pl.Int32, eager=True)
+        run = pl.lit(-1, pl.Int32)
+    step = pl.col("step").cast(pl.Int64, strict=False)
     metrics = (
-        metrics.select(
+        frame.lazy()
+        .filter(~is_event & step.is_not_null())
+        .select(
             pl.lit(source, pl.Int32).alias("source"),
             pl.col("_line").alias("seq"),
-            runs.alias("run"),
-            pl.col("step").cast(pl.Int64, strict=False),
+            run.alias("run"),
+            step,
             *metric_columns,
+            *(pl.lit(None, wanted[name]).alias(name) for name in missing),
         )
-        .filter(pl.col("step").is_not_null())
         .with_columns(
             pl.col("run").replace_strict(scripts, default=None, return_dtype=pl.String).alias("script")
         )
-        .select("source", "seq", "run", "script", "step", *metric_columns)
+        .select("source", "seq", "run", "script", "step", *metric_columns, *missing)
+        .collect()
     )
     return ParsedLog(metrics=metrics, events=events, issues=issues)
 
 
-def _count_nonfinite(frame: pl.DataFrame, issues: ParseIssues) -> None:
-    """Count NaN/Inf per metric field (canonical names) over the non-event rows, into ``issues``.
+def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues) -> None:
+    """Count the non-event rows without a ``step`` and the NaN/Inf values per metric field
+    (canonical names) over the non-event rows, into ``issues``.
 
     One polars query over the assembled frame (not one per chunk: a query costs about as much on
-    4 MiB as on 600). List columns are counted from their flattened values, never exploded into a
-    frame.
+    4 MiB as on 600). List columns are counted from their flattened values.
     """
     if frame.height == 0:
         return
-    is_event = (pl.col("event").is_not_null() & (pl.col("event") != "metrics")).fill_null(False)
-    exprs = []
+    exprs = [(~is_event & pl.col("step").is_null()).sum().alias("_without_step")]
     for name, dtype in frame.schema.items():
         if name in ("step", "_line", "event"):
             continue
@@ -465,9 +469,9 @@ def _count_nonfinite(frame: pl.DataFrame, issues: ParseIssues) -> None:
             exprs.append((~pl.col(name).is_finite()).filter(~is_event).sum().alias(name))
         elif dtype == pl.List(pl.Float64):
             exprs.append((~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name))
-    if not exprs:
-        return
-    for name, count in frame.select(exprs).row(0, named=True).items():
+    counts = frame.select(exprs).row(0, named=True)
+    issues.without_step += int(counts.pop("_without_step"))
+    for name, count in counts.items():
         if count:
             issues.nonfinite[name] = issues.nonfinite.get(name, 0) + int(count)
 

@@ -43,33 +43,48 @@ def resolve_restarts(frame: pl.DataFrame, keep_all: bool = False) -> tuple[pl.Da
         ``(frame, restarts)``: the records with a ``segment`` column (per source, 0-based), sorted
         by step (ties keep source then file order), and the restarts found.
     """
+    if frame.height < 2:
+        return frame.with_columns(pl.lit(0, pl.Int32).alias("segment")), []
+    # One source (the usual case) needs no per-source windows: `.over("source")` groups a
+    # million rows for nothing.
+    single_source = frame["source"].n_unique() == 1
+
+    def per_source(expr: pl.Expr) -> pl.Expr:
+        return expr if single_source else expr.over("source")
+
     # Sorting copies every column (lists included): skip it when the frame is already in file
     # order, as load_log's frames are.
-    in_file_order = frame.height < 2 or bool(frame.select(
-        ((pl.col("source").diff() > 0) | ((pl.col("source").diff() == 0) & (pl.col("seq").diff() > 0)))
-        .fill_null(True).all()
-    ).item())
+    rising = pl.col("seq").diff() > 0
+    if not single_source:
+        rising = (pl.col("source").diff() > 0) | ((pl.col("source").diff() == 0) & rising)
+    in_file_order = bool(frame.select(rising.fill_null(True).all()).item())
     ordered = frame if in_file_order else frame.sort(["source", "seq"])
     # Within a segment steps strictly increase, so the record before a restart holds the
     # largest step of the segment it ends.
-    previous_max = pl.col("step").shift(1).over("source")
-    ordered = ordered.with_columns(
-        previous_max.alias("_previous_max"),
-        (pl.col("step") <= previous_max).fill_null(False).alias("_restart"),
-    ).with_columns(pl.col("_restart").cum_sum().over("source").cast(pl.Int32).alias("segment"))
-    restart_rows = ordered.filter(pl.col("_restart")).select("source", "step", "_previous_max", "segment")
+    previous_max = per_source(pl.col("step").shift(1))
+    is_restart = (pl.col("step") <= previous_max).fill_null(False)
+    restart_rows = ordered.select(
+        pl.col("source").filter(is_restart),
+        pl.col("step").filter(is_restart),
+        previous_max.filter(is_restart).alias("_previous_max"),
+    )
+    if restart_rows.height == 0:  # one segment per source: nothing to number, purge or merge
+        merged = ordered.with_columns(pl.lit(0, pl.Int32).alias("segment"))
+        if not single_source:
+            merged = merged.sort(["step", "source", "seq"], maintain_order=True)
+        return merged, []
+    ordered = ordered.with_columns(per_source(is_restart.cum_sum()).cast(pl.Int32).alias("segment"))
+    segments = ordered.filter(is_restart)["segment"]
     restarts = [
         Restart(source=int(s), step=int(st), previous_step=int(p), segment=int(seg))
-        for s, st, p, seg in restart_rows.iter_rows()
+        for (s, st, p), seg in zip(restart_rows.iter_rows(), segments)
     ]
-    if not keep_all and restarts:
+    merged = ordered
+    if not keep_all:
         # Smallest step among the entries written AFTER each one, in its source.
-        later_min = pl.col("step").reverse().cum_min().reverse().shift(-1).over("source")
-        ordered = ordered.filter(later_min.is_null() | (pl.col("step") < later_min))
-    merged = ordered.drop("_previous_max", "_restart")
+        later_min = per_source(pl.col("step").reverse().cum_min().reverse().shift(-1))
+        merged = merged.filter(later_min.is_null() | (pl.col("step") < later_min))
     # One source without kept restarts is already in step order (steps rise within a segment).
-    single_segment = frame.height < 2 or (
-        merged["source"].n_unique() == 1 and (not restarts or not keep_all))
-    if not single_segment:
+    if not (single_source and not keep_all):
         merged = merged.sort(["step", "source", "seq"], maintain_order=True)
     return merged, restarts

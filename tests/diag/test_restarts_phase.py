@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dflash_diag import DiagError, parse_records, resolve_restarts, select_phase
 
@@ -86,3 +88,35 @@ def test_bad_selection_arguments():
         select_phase(_mixed(), "all", from_step=5, to_step=2)
     with pytest.raises(DiagError, match="unknown phase"):
         select_phase(_mixed(), "newest")
+
+
+def _reference(rows, keep_all):
+    """Restart resolution in plain Python: rows are (source, seq, step) in any order."""
+    out, restarts = [], []
+    for source in sorted({r[0] for r in rows}):
+        mine = sorted((r for r in rows if r[0] == source), key=lambda r: r[1])
+        segment = 0
+        for i, (src, seq, step) in enumerate(mine):
+            if i and step <= mine[i - 1][2]:
+                segment += 1
+                restarts.append((src, step, mine[i - 1][2], segment))
+            later = [r[2] for r in mine[i + 1:]]
+            if keep_all or not later or step < min(later):
+                out.append((src, seq, step, segment))
+    return sorted(out, key=lambda r: (r[2], r[0], r[1])), sorted(restarts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30)), max_size=25), st.booleans(),
+       st.randoms(use_true_random=False))
+def test_resolve_restarts_matches_a_plain_python_reference(pairs, keep_all, rng):
+    rows = [(source, seq, step) for seq, (source, step) in enumerate(pairs)]
+    shuffled = rows[:]
+    rng.shuffle(shuffled)  # also out of file order
+    for given_rows in (rows, shuffled):
+        frame = pl.DataFrame(given_rows, schema={"source": pl.Int32, "seq": pl.Int64, "step": pl.Int64},
+                             orient="row")
+        merged, restarts = resolve_restarts(frame, keep_all=keep_all)
+        expected_rows, expected_restarts = _reference(rows, keep_all)
+        assert list(merged.select("source", "seq", "step", "segment").iter_rows()) == expected_rows
+        assert sorted((r.source, r.step, r.previous_step, r.segment) for r in restarts) == expected_restarts

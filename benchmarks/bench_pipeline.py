@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -111,6 +112,17 @@ def run_one(program: str, args: argparse.Namespace, threads: int, workdir: Path,
     return out
 
 
+def run_isolated(argv: list[str], program: str, target: str, threads: int, workdir: Path) -> dict:
+    """:func:`run_one` in a fresh process, so no run inherits another's thread pools, allocator
+    state or torch thread setting (start-up is excluded from the figures anyway)."""
+    cmd = [sys.executable, __file__, *argv, "--target", target, "--one", program,
+           "--threads", str(threads), "--workdir", str(workdir)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{program} run failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def overlap_bound(busy: dict[str, float]) -> float:
     """Sum of the stage times over the largest: the speed-up of perfect overlap."""
     return sum(busy.values()) / max(busy.values())
@@ -133,6 +145,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--settings", default="a,b", help="comma list of a (1 thread) and b (all)")
+    # internal: run one program once in this (fresh) process and print its figures as JSON
+    p.add_argument("--one", choices=["sync", "pipeline"], help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     defaults = TrainConfig().drafter
     if args.num_anchors is None:
@@ -140,11 +157,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.block_size is None:
         args.block_size = defaults.get("block_size", 16)
 
+    if args.one:
+        tokens = micro_batch_tokens(args.data, args.token_budget, args.seed,
+                                    (args.steps + 1) * args.grad_accum)
+        print(json.dumps(run_one(args.one, args, args.threads, args.workdir, tokens)))
+        return
+
     whole = torch.get_num_threads()
     settings = {"a": 1, "b": whole}
     chosen = [s for s in args.settings.split(",") if s]
-    tokens = micro_batch_tokens(args.data, args.token_budget, args.seed,
-                                (args.steps + 1) * args.grad_accum)
     print(f"# bench_pipeline: {args.steps} pipeline steps x grad_accum {args.grad_accum} "
           f"(= {args.steps * args.grad_accum} sync steps), budget {args.token_budget}, "
           f"anchors {args.num_anchors}, block {args.block_size}, rounds {args.rounds}, "
@@ -158,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         for rnd in range(args.rounds):
             for s in chosen:
                 for program in ("sync", "pipeline") if rnd % 2 == 0 else ("pipeline", "sync"):
-                    r = run_one(program, args, settings[s], Path(tmp), tokens)
+                    r = run_isolated(argv, program, args.target, settings[s], Path(tmp))
                     results.setdefault((s, program), []).append(r)
                     print(f"  round {rnd} setting ({s}) {program:8s} {r['tok_per_sec']:9.0f} tok/s",
                           flush=True)

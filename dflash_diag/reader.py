@@ -388,14 +388,21 @@ class _LineIndex:
             self.cumulative.append(total)
         self.newlines = total
 
+    def start(self, index: int) -> int:
+        """Byte offset where line ``index`` (0-based) begins; the buffer's length past its end."""
+        if index <= 0:
+            return 0
+        if index > self.newlines:
+            return len(self.body)
+        block = bisect.bisect_left(self.cumulative, index)  # holds the index-th newline
+        position = block * self.BLOCK
+        for _ in range(index - (self.cumulative[block - 1] if block else 0)):
+            position = self.body.find(b"\n", position) + 1
+        return position
+
     def line(self, index: int) -> bytes:
         """Line ``index`` (0-based) of the buffer, without its newline."""
-        position = 0
-        if index > 0:
-            block = bisect.bisect_left(self.cumulative, index)  # holds the index-th newline
-            position = block * self.BLOCK
-            for _ in range(index - (self.cumulative[block - 1] if block else 0)):
-                position = self.body.find(b"\n", position) + 1
+        position = self.start(index)
         end = self.body.find(b"\n", position)
         return self.body[position:end if end >= 0 else len(self.body)]
 
@@ -734,7 +741,7 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
 
     A log loaded with ``lists=False`` skips the per-position lists (most of a pipeline log's
     parse time and memory); a report needs them for its last window only. This reads the files
-    again, parsing only the chunks that hold the requested lines.
+    again from the recorded chunk starts, parsing only the requested range of lines.
     """
     pending = [s for s in log.lists_pending if s < len(log.sources) and log.sources[s] != "-"]
     wanted = rows.filter(pl.col("source").is_in(pending)) if pending else rows.clear()
@@ -750,9 +757,15 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
         with open_input(log.sources[source]) as handle:
             handle.seek(offset)
             for text, final in _line_chunks(handle, chunk_bytes):
-                newlines = text.count(b"\n")
+                index = _LineIndex(text)
+                newlines = index.newlines
                 if line_no + newlines >= first:
-                    part = parse_records(text, first_line_no=line_no, final=final, source=source,
+                    # Parse only the wanted lines of the chunk (a window is a few hundred lines
+                    # of a chunk of tens of thousands), lists included.
+                    begin = index.start(first - line_no)
+                    end = index.start(last - line_no + 1)
+                    part = parse_records(text[begin:end], first_line_no=line_no + max(0, first - line_no),
+                                         final=final and end == len(text), source=source,
                                          fields=log.fields, lists=True)
                     found.append(part.metrics.filter(pl.col("seq").is_in(seqs.implode()))
                                  .select("source", "seq", *METRIC_LISTS))

@@ -276,6 +276,8 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
     assert len(lazy.chunk_starts[0]) == 1  # one default-sized chunk for a small file
     rows = lazy.metrics.filter(pl.col("seq") > 250)
     assert fetch_lists(lazy, rows, chunk_bytes=2048).equals(eager.metrics.filter(pl.col("seq") > 250))
+    middle = pl.col("seq").is_between(100, 140)  # inside one chunk: only those lines are parsed
+    assert fetch_lists(lazy, lazy.metrics.filter(middle)).equals(eager.metrics.filter(middle))
     with path.open("rb") as handle:  # recorded chunk starts of a many-chunk parse
         chunked = parse_stream(handle, chunk_bytes=700, lists=False)
     chunked.sources = [str(path)]

@@ -6,12 +6,14 @@ Not a timed test: run it by hand and read the figures.
     python benchmarks/bench_converge.py --lines 200000  # quicker
 
 It writes a log shaped like the pipeline's (a lock-step phase, then pipeline records carrying
-15-element ``acc_pos``/``accept_pos`` lists, stage/queue dicts, events), then runs three readers,
+15-element ``acc_pos``/``accept_pos`` lists, stage/queue dicts, events), then runs four readers,
 each in a fresh process so that peak memory (``ru_maxrss``) is its own:
 
 * ``diag``    the real CLI, ``dflash-diag converge LOG --format json`` (whole analysis + render);
 * ``python``  a plain-Python reader doing the same core work: ``json.loads`` per line, the
               pipeline filter, 50-step bins with n_pred-weighted accuracy;
+* ``reader``  ``load_log(LOG, lists=False)`` alone: converge's read without the analysis, to show
+              which part of the gap to the scan is reading and which is the report;
 * ``polars``  ``pl.scan_ndjson`` of the same file with the same columns, collected (no analysis):
               the metric scalars and ``event``; like converge's main pass it leaves the
               per-position lists, which converge then reads for the last window only.
@@ -75,6 +77,13 @@ POLARS_SCAN = textwrap.dedent("""
     schema, _ = read_schema(lists=False)  # the columns converge's main pass reads
     frame = pl.scan_ndjson(sys.argv[1], schema=schema).collect()
     print(frame.height, file=sys.stderr)
+""")
+
+DIAG_READER = textwrap.dedent("""
+    import sys
+    from dflash_diag.reader import load_log
+    log = load_log(sys.argv[1], lists=False)  # converge's main pass alone, no analysis
+    print(log.metrics.height, file=sys.stderr)
 """)
 
 DIAG_CLI = textwrap.dedent("""
@@ -178,9 +187,10 @@ def main() -> None:
         print(f"log: {args.lines:,} lines, {size / 2**20:.1f} MiB, written in {time.perf_counter() - t0:.1f} s")
         print(f"load average before: {os.getloadavg()}")
         # Rounds interleave the readers so that each sees the same (shared, varying) machine load.
-        runs: dict[str, list[Run]] = {"polars": [], "diag": [], "python": []}
+        runs: dict[str, list[Run]] = {"polars": [], "reader": [], "diag": [], "python": []}
         for round_ in range(max(1, args.repeat)):
-            this_round = {"polars": run(POLARS_SCAN, log), "diag": run(DIAG_CLI, log)}
+            this_round = {"polars": run(POLARS_SCAN, log), "reader": run(DIAG_READER, log),
+                          "diag": run(DIAG_CLI, log)}
             if round_ < args.python_repeat:
                 this_round["python"] = run(PYTHON_READER, log)
             for name, result in this_round.items():
@@ -200,6 +210,8 @@ def main() -> None:
               f"{least_cpu['python'] / least_cpu['diag']:.1f}x in CPU time (target >= 10x)")
         print(f"diag vs bare polars scan: {diag / scan:.2f}x the scan's wall time, "
               f"{least_cpu['diag'] / least_cpu['polars']:.2f}x its CPU time (target <= 1.5x)")
+        print(f"reader alone (load_log) vs bare polars scan: {best['reader'].wall / scan:.2f}x wall, "
+              f"{least_cpu['reader'] / least_cpu['polars']:.2f}x CPU")
         print(f"diag peak memory: {max(x.maxrss for x in runs['diag']) / size:.2f}x the file size (target < 2x)")
 
 if __name__ == "__main__":

@@ -472,16 +472,18 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues) -
     """
     if frame.height == 0:
         return
-    exprs = [(~is_event & pl.col("step").is_null()).sum().alias("_without_step")]
+    # The record mask is computed once (as a column), not once per counted field.
+    record = pl.col("_record")
+    exprs = [(record & pl.col("step").is_null()).sum().alias("_without_step")]
     list_exprs = []
     for name, dtype in frame.schema.items():
         if name in ("step", "_line", "event"):
             continue
         if dtype == pl.Float64:
-            exprs.append((~pl.col(name).is_finite()).filter(~is_event).sum().alias(name))
+            exprs.append((~pl.col(name).is_finite() & record).sum().alias(name))
         elif dtype == pl.List(pl.Float64):
             list_exprs.append((~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name))
-    counts = frame.select(exprs).row(0, named=True)
+    counts = frame.lazy().with_columns((~is_event).alias("_record")).select(exprs).collect().row(0, named=True)
     issues.without_step += int(counts.pop("_without_step"))
     if list_exprs:
         for start in range(0, frame.height, _LIST_COUNT_ROWS):

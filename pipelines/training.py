@@ -61,6 +61,19 @@ def anchor_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step) * 1_009 + micro)
 
 
+def check_device_available(device: str) -> None:
+    """Raise TrainingError (one line) for a device this machine does not have."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise TrainingError(f"device {device}: CUDA is not available on this machine")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise TrainingError(f"device {device}: only {torch.cuda.device_count()} CUDA devices")
+    elif kind == "mps" and not torch.backends.mps.is_available():
+        raise TrainingError(f"device {device}: MPS is not available on this machine")
+
+
 def dtype_of(name: str) -> torch.dtype:
     return getattr(torch, name)
 
@@ -104,6 +117,8 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     """
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
+    for dev in [cfg.device, *getattr(cfg, "target_devices", [])]:
+        check_device_available(dev)
     dtype = dtype_of(cfg.dtype)
     try:
         target = TargetModel.from_pretrained(resolve_target(cfg.target),

@@ -61,6 +61,16 @@ def test_unloadable_target_is_one_line_before_any_log(capsys, tmp_path, tiny_ass
     assert not (tmp_path / "train.jsonl").exists()
 
 
+def test_missing_gpu_is_one_line(capsys, tmp_path, tiny_assets):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
+    assert main(["pipeline", "--config", str(cfg), "--target-devices", "cuda:1"]) == 2
+    assert "CUDA is not available" in one_error_line(capsys)
+
+
 def test_help_lists_the_programs(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

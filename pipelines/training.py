@@ -127,6 +127,10 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         prompts = load_eval_prompts(resolve_data(cfg.data), n=cfg.eval_prompts)
     except ValueError as e:
         raise TrainingError(str(e)) from None
+    vocab = target.config.vocab_size
+    if int(dataset.tokens.max()) >= vocab:
+        raise TrainingError(f"data {cfg.data} holds token ids up to {int(dataset.tokens.max())}: "
+                            f"not made for target {cfg.target} (vocabulary {vocab})")
 
     if cfg.resume is not None:
         # A resumed run keeps the checkpoint's architecture; it must still fit this target.

@@ -71,6 +71,14 @@ def test_missing_gpu_is_one_line(capsys, tmp_path, tiny_assets):
     assert "CUDA is not available" in one_error_line(capsys)
 
 
+def test_data_of_another_target_is_one_line(capsys, tmp_path, tiny_assets):
+    from dflash.data import DEFAULT_DATA_DIR
+
+    cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
+    assert main(["sync", "--config", str(cfg), "--data", str(DEFAULT_DATA_DIR)]) == 2
+    assert "not made for target" in one_error_line(capsys)
+
+
 def test_help_lists_the_programs(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

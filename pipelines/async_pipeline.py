@@ -37,6 +37,7 @@ from dflash import StepMetrics, TargetModel, compute_loss_and_metrics
 from .config import PipelineConfig
 from .csp import Channel, Graph, Stage, StageError, StopRequest
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
+from .errors import TrainingError
 from .evaluate import run_eval
 from .log_schema import Metrics
 from .progress import StepProgress
@@ -92,8 +93,11 @@ def target_workers(setup: Setup, devices: list[str]) -> list[TargetModel]:
     by_device: dict[str, TargetModel] = {cfg.device: setup.target}
     for dev in devices:
         if dev not in by_device:
-            by_device[dev] = TargetModel.from_pretrained(resolve_target(cfg.target), device=dev,
-                                                         dtype=dtype_of(cfg.dtype))
+            try:
+                by_device[dev] = TargetModel.from_pretrained(
+                    resolve_target(cfg.target), device=dev, dtype=dtype_of(cfg.dtype))
+            except ValueError as e:
+                raise TrainingError(str(e)) from None
     return [by_device[dev] for dev in devices]
 
 

@@ -8,7 +8,6 @@ the means and counted per window.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import polars as pl
@@ -59,38 +58,129 @@ def window_index(start: int, size: int) -> pl.Expr:
     return ((pl.col("step") - start) // size).alias("_window")
 
 
-def _weighted_mean_parts(value: str, weight: str) -> list[pl.Expr]:
-    ok = pl.col(value).is_finite().fill_null(False)
-    has_weight = ok & pl.col(weight).is_finite().fill_null(False) & (pl.col(weight) > 0).fill_null(False)
+def _masked(value: str, mask: pl.Expr) -> pl.Expr:
+    """``value`` where ``mask`` holds, else null: the group-by then runs plain (fast) aggregations
+    instead of a filter per group."""
+    return pl.when(mask).then(pl.col(value)).otherwise(None)
+
+
+def _finite(name: str) -> pl.Expr:
+    return pl.col(name).is_finite().fill_null(False)
+
+
+def _positive_weight(value: str, weight: str) -> pl.Expr:
+    return _finite(value) & _finite(weight) & (pl.col(weight) > 0).fill_null(False)
+
+
+def _weighted_mean_parts(value: str, weight: str, with_sd: bool = True) -> list[pl.Expr]:
+    """Per-window aggregations of ``value``: finite count, plain mean (and sd), and the weighted
+    sum over the entries with a finite positive ``weight``."""
+    ok = pl.col(f"_{value}_ok")
+    weighted = pl.col(f"_{value}_w")
     return [
-        ok.sum().alias(f"_{value}_n"),
-        pl.col(value).filter(ok).mean().alias(f"_{value}_plain"),
-        pl.col(value).filter(ok).std().alias(f"_{value}_sd"),
-        has_weight.sum().alias(f"_{value}_wn"),
-        (pl.col(value) * pl.col(weight)).filter(has_weight).sum().alias(f"_{value}_wsum"),
-        pl.col(weight).filter(has_weight).sum().alias(f"_{value}_wden"),
+        ok.count().alias(f"_{value}_n"),
+        ok.mean().alias(f"_{value}_plain"),
+        *([ok.std().alias(f"_{value}_sd")] if with_sd else []),
+        weighted.count().alias(f"_{value}_wn"),
+        (weighted * pl.col(f"_{value}_wt")).sum().alias(f"_{value}_wsum"),
+        pl.col(f"_{value}_wt").sum().alias(f"_{value}_wden"),
     ]
 
 
-def _finite_mean(value: str) -> pl.Expr:
-    """Plain mean of a column's finite values (lr and tok/s are not weighted by tokens)."""
-    finite = pl.col(value).is_finite().fill_null(False)
-    return pl.col(value).filter(finite).mean().alias(f"_{value}_mean")
+def _masked_columns(value: str, weight: str) -> list[pl.Expr]:
+    has_weight = _positive_weight(value, weight)
+    return [
+        _masked(value, _finite(value)).alias(f"_{value}_ok"),
+        _masked(value, has_weight).alias(f"_{value}_w"),
+        _masked(weight, has_weight).alias(f"_{value}_wt"),
+    ]
 
 
-def _pick_mean(row: dict, value: str) -> tuple[float | None, bool, float | None]:
-    n = row[f"_{value}_n"]
-    if not n:
-        return None, False, None
-    sd = row[f"_{value}_sd"]
-    se = sd / math.sqrt(n) if n >= 2 and sd is not None and math.isfinite(sd) else None
-    if row[f"_{value}_wn"] == n and row[f"_{value}_wden"]:
-        return row[f"_{value}_wsum"] / row[f"_{value}_wden"], True, se
-    return row[f"_{value}_plain"], False, se
+def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
+    """(mean, weighted, standard error) of ``value`` per window, from :func:`_weighted_mean_parts`.
+
+    The mean is ``n_pred``-weighted when every finite entry has a weight (and the weights do not
+    sum to zero), else plain; None without a finite entry. The standard error needs two entries.
+    """
+    n = pl.col(f"_{value}_n")
+    sd = pl.col(f"_{value}_sd")
+    wden = pl.col(f"_{value}_wden")
+    use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
+    mean = (
+        pl.when(n == 0).then(None)
+        .when(use_weights).then(pl.col(f"_{value}_wsum") / wden)
+        .otherwise(pl.col(f"_{value}_plain"))
+    )
+    if not with_se:
+        return mean, use_weights, None
+    se = pl.when((n >= 2) & sd.is_finite().fill_null(False)).then(sd / n.cast(pl.Float64).sqrt())
+    return mean, use_weights, se
+
+
+def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
+    """One row per non-empty window (sorted), with the columns :class:`Window` is built from."""
+    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc"):
+        if name not in frame.columns:
+            frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
+    nonfinite = sum(
+        (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
+        for name in ("loss", "acc", "tau_train", "lr")
+    )
+    acc, acc_weighted, acc_se = _picked_mean("acc")
+    loss, loss_weighted, loss_se = _picked_mean("loss")
+    tau, _, _ = _picked_mean("tau_train", with_se=False)
+    return (
+        frame.lazy()
+        .filter(pl.col("step") >= start)
+        .select(
+            window_index(start, size),
+            pl.col("step"),
+            nonfinite.alias("_nonfinite"),
+            *_masked_columns("acc", "n_pred"),
+            *_masked_columns("loss", "n_pred"),
+            *_masked_columns("tau_train", "n_blocks"),
+            *(_masked(name, _finite(name)).alias(f"_{name}_ok") for name in ("lr", "tok_per_sec")),
+        )
+        .group_by("_window")
+        .agg(
+            pl.len().alias("_n"),
+            pl.col("step").min().alias("_first"),
+            pl.col("step").max().alias("_last"),
+            pl.col("_nonfinite").sum(),
+            *_weighted_mean_parts("acc", "n_pred"),
+            *_weighted_mean_parts("loss", "n_pred"),
+            *_weighted_mean_parts("tau_train", "n_blocks", with_sd=False),
+            *(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean") for name in ("lr", "tok_per_sec")),
+        )
+        .sort("_window")
+        .select(
+            pl.col("_window").cast(pl.Int64),
+            (pl.col("_window") * size + start).cast(pl.Int64).alias("_start"),
+            pl.col("_n").cast(pl.Int64),
+            pl.col("_first").cast(pl.Int64),
+            pl.col("_last").cast(pl.Int64),
+            loss.alias("_loss"),
+            acc.alias("_acc"),
+            # The flag follows accuracy; a log without accuracy reports the loss's weighting.
+            (acc_weighted | (acc.is_null() & loss_weighted)).alias("_weighted"),
+            acc_se.alias("_acc_se"),
+            loss_se.alias("_loss_se"),
+            pl.col("_nonfinite").cast(pl.Int64),
+            tau.alias("_tau"),
+            pl.col("_lr_mean"),
+            pl.col("_tok_per_sec_mean"),
+        )
+        # The in-memory engine's hash group-by sums like the eager API always did; the streaming
+        # engine accumulates in another order, and the means would move in their last bits.
+        .collect(engine="in-memory")
+    )
 
 
 def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = None) -> list[Window]:
     """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
+
+    The aggregation is one polars query; Python only turns its columns into :class:`Window`
+    objects.
 
     Args:
         frame: metric records (``step``, ``loss``, ``acc``, ``n_pred``; ``n_blocks``, ``tau_train``,
@@ -110,63 +200,14 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
         return []
     if start is None:
         start = int(frame["step"].min())
-    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc"):
-        if name not in frame.columns:
-            frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
-    nonfinite = sum(
-        (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
-        for name in ("loss", "acc", "tau_train", "lr")
-    )
-    tau_ok = pl.col("tau_train").is_finite().fill_null(False)
-    blocks_ok = tau_ok & pl.col("n_blocks").is_finite().fill_null(False) & (pl.col("n_blocks") > 0).fill_null(False)
-    grouped = (
-        frame.filter(pl.col("step") >= start)
-        .with_columns(window_index(start, size), nonfinite.alias("_nonfinite"))
-        .group_by("_window")
-        .agg(
-            pl.len().alias("_n"),
-            pl.col("step").min().alias("_first"),
-            pl.col("step").max().alias("_last"),
-            pl.col("_nonfinite").sum(),
-            *_weighted_mean_parts("acc", "n_pred"),
-            *_weighted_mean_parts("loss", "n_pred"),
-            tau_ok.sum().alias("_tau_n"),
-            pl.col("tau_train").filter(tau_ok).mean().alias("_tau_plain"),
-            blocks_ok.sum().alias("_tau_wn"),
-            (pl.col("tau_train") * pl.col("n_blocks")).filter(blocks_ok).sum().alias("_tau_wsum"),
-            pl.col("n_blocks").filter(blocks_ok).sum().alias("_tau_wden"),
-            *(_finite_mean(name) for name in ("lr", "tok_per_sec")),
-        )
-        .sort("_window")
-    )
-    windows = []
-    for row in grouped.iter_rows(named=True):
-        acc, weighted, acc_se = _pick_mean(row, "acc")
-        loss, loss_weighted, loss_se = _pick_mean(row, "loss")
-        if row["_tau_n"]:
-            use_blocks = row["_tau_wn"] == row["_tau_n"] and row["_tau_wden"]
-            tau = row["_tau_wsum"] / row["_tau_wden"] if use_blocks else row["_tau_plain"]
-        else:
-            tau = None
-        index = int(row["_window"])
-        windows.append(Window(
-            index=index,
-            start=start + index * size,
-            end=start + (index + 1) * size - 1,
-            n=int(row["_n"]),
-            first_step=int(row["_first"]),
-            last_step=int(row["_last"]),
-            loss=loss,
-            acc=acc,
-            weighted=weighted or (acc is None and loss_weighted),
-            acc_se=acc_se,
-            loss_se=loss_se,
-            nonfinite=int(row["_nonfinite"]),
-            tau_train=tau,
-            lr=row["_lr_mean"],
-            tok_per_sec=row["_tok_per_sec_mean"],
-        ))
-    return windows
+    table = _aggregate(frame, size, start)
+    last = size - 1
+    return [
+        Window(index, first, first + last, n, first_step, last_step, loss, acc, weighted, acc_se,
+               loss_se, nonfinite, tau, lr, tok_per_sec)
+        for (index, first, n, first_step, last_step, loss, acc, weighted, acc_se, loss_se,
+             nonfinite, tau, lr, tok_per_sec) in zip(*(column.to_list() for column in table.get_columns()))
+    ]
 
 
 def window_rows(frame: pl.DataFrame, window: Window) -> pl.DataFrame:

@@ -75,14 +75,11 @@ class Verdict:
 
 
 def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[float], list[int]]:
-    xs, ys, ns = [], [], []
-    for w in windows:
-        value = getattr(w, metric)
-        if value is None or not math.isfinite(value):
-            continue
-        xs.append((w.first_step + w.last_step) / 2.0)
-        ys.append(value)
-        ns.append(w.n)
+    isfinite = math.isfinite
+    kept = [(w, value) for w in windows if (value := getattr(w, metric)) is not None and isfinite(value)]
+    xs = [(w.first_step + w.last_step) / 2.0 for w, _ in kept]
+    ys = [value for _, value in kept]
+    ns = [w.n for w, _ in kept]
     if len(xs) > MAX_POINTS:
         # Merge consecutive windows into MAX_POINTS groups (entry-weighted means) to bound O(n^2).
         group = math.ceil(len(xs) / MAX_POINTS)

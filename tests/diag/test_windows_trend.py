@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import random
+import statistics
+
 import polars as pl
 import pytest
 
@@ -74,6 +78,106 @@ def test_tau_train_weighted_by_blocks():
 def test_window_size_must_be_positive():
     with pytest.raises(ValueError):
         compute_windows(_frame([{"step": 1}]), 0)
+
+
+def test_records_before_start_are_ignored_and_gaps_skip_indices():
+    frame = _frame([{"step": s, "acc": 0.1} for s in (5, 12, 14, 41)])
+    windows = compute_windows(frame, 10, start=10)
+    assert [(w.index, w.start, w.end, w.n) for w in windows] == [(0, 10, 19, 2), (3, 40, 49, 1)]
+
+
+def test_loss_only_window_reports_the_loss_weighting():
+    frame = _frame([{"step": 1, "loss": 1.0, "n_pred": 1.0}, {"step": 2, "loss": 4.0, "n_pred": 3.0},
+                    {"step": 11, "loss": 1.0, "n_pred": 1.0}, {"step": 12, "loss": 4.0}])
+    first, second = compute_windows(frame, 10)
+    assert first.acc is None and first.weighted and first.loss == pytest.approx(3.25)
+    assert not second.weighted and second.loss == pytest.approx(2.5)
+
+
+def test_zero_or_negative_n_pred_falls_back_to_the_plain_mean():
+    frame = _frame([{"step": 1, "acc": 0.1, "n_pred": 0.0}, {"step": 2, "acc": 0.3, "n_pred": 300.0},
+                    {"step": 11, "acc": 0.1, "n_pred": -5.0}, {"step": 12, "acc": 0.4, "n_pred": 5.0}])
+    first, second = compute_windows(frame, 10)
+    assert not first.weighted and first.acc == pytest.approx(0.2)
+    assert not second.weighted and second.acc == pytest.approx(0.25)
+
+
+def test_standard_errors_need_two_finite_entries():
+    frame = _frame([{"step": 1, "acc": 0.1, "loss": 2.0}, {"step": 2, "acc": 0.2, "loss": float("nan")},
+                    {"step": 3, "acc": 0.6, "loss": float("inf")}])
+    (window,) = compute_windows(frame, 10)
+    assert window.acc_se == pytest.approx(statistics.stdev([0.1, 0.2, 0.6]) / math.sqrt(3))
+    assert window.loss_se is None  # one finite loss
+    assert window.nonfinite == 2
+
+
+def test_tau_train_plain_mean_when_a_block_count_is_missing():
+    frame = _frame([{"step": 1, "tau_train": 2.0, "n_blocks": 1.0}, {"step": 2, "tau_train": 4.0},
+                    {"step": 3, "tau_train": float("nan"), "n_blocks": 9.0}])
+    (window,) = compute_windows(frame, 10)
+    assert window.tau_train == pytest.approx(3.0)
+    assert window.nonfinite == 1
+
+
+def _reference_windows(rows, size, start):
+    """The documented window semantics, one window at a time in plain Python."""
+    def finite(v):
+        return v is not None and math.isfinite(v)
+
+    def picked(entries, value, weight):
+        ok = [e for e in entries if finite(e[value])]
+        if not ok:
+            return None, False, None
+        se = statistics.stdev([e[value] for e in ok]) / math.sqrt(len(ok)) if len(ok) >= 2 else None
+        if all(finite(e[weight]) and e[weight] > 0 for e in ok):
+            return sum(e[value] * e[weight] for e in ok) / sum(e[weight] for e in ok), True, se
+        return statistics.fmean(e[value] for e in ok), False, se
+
+    by_index: dict[int, list[dict]] = {}
+    for row in rows:
+        if row["step"] >= start:
+            by_index.setdefault((row["step"] - start) // size, []).append(row)
+    out = []
+    for index in sorted(by_index):
+        entries = by_index[index]
+        acc, acc_w, acc_se = picked(entries, "acc", "n_pred")
+        loss, loss_w, loss_se = picked(entries, "loss", "n_pred")
+        tau = picked(entries, "tau_train", "n_blocks")[0]
+        lrs = [e["lr"] for e in entries if finite(e["lr"])]
+        nonfinite = sum(1 for e in entries for k in ("loss", "acc", "tau_train", "lr")
+                        if e[k] is not None and not math.isfinite(e[k]))
+        steps = [e["step"] for e in entries]
+        out.append(Window(index, start + index * size, start + (index + 1) * size - 1, len(entries),
+                          min(steps), max(steps), loss, acc, acc_w or (acc is None and loss_w),
+                          acc_se, loss_se, nonfinite, tau, statistics.fmean(lrs) if lrs else None, None))
+    return out
+
+
+def test_windows_match_a_plain_python_reference_on_messy_records():
+    rng = random.Random(7)
+    special = [None, float("nan"), float("inf"), -float("inf")]
+
+    def value(low, high, p_special=0.1):
+        return rng.choice(special) if rng.random() < p_special else rng.uniform(low, high)
+
+    rows = [{"step": step, "loss": value(1.0, 5.0), "acc": value(0.0, 0.4),
+             "n_pred": rng.choice([None, 0.0, 100.0, 250.0, 400.0, 400.0, 400.0]),
+             "n_blocks": rng.choice([None, 8.0, 16.0, 16.0]), "tau_train": value(1.0, 4.0),
+             "lr": value(1e-5, 1e-3)}
+            for step in sorted(rng.sample(range(0, 600), 240))]
+    for size, start in ((7, None), (50, 30), (1, None)):
+        got = compute_windows(_frame(rows), size, start=start)
+        want = _reference_windows(rows, size, rows[0]["step"] if start is None else start)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert (g.index, g.start, g.end, g.n, g.first_step, g.last_step, g.weighted, g.nonfinite) == (
+                w.index, w.start, w.end, w.n, w.first_step, w.last_step, w.weighted, w.nonfinite)
+            for name in ("loss", "acc", "acc_se", "loss_se", "tau_train", "lr"):
+                expected = getattr(w, name)
+                if expected is None:
+                    assert getattr(g, name) is None, (size, g.index, name)
+                else:
+                    assert getattr(g, name) == pytest.approx(expected, rel=1e-12), (size, g.index, name)
 
 
 def _window(acc, loss=None, acc_se=None, loss_se=None):

@@ -164,7 +164,7 @@ def test_windows_match_a_plain_python_reference_on_messy_records():
              "n_pred": rng.choice([None, 0.0, 100.0, 250.0, 400.0, 400.0, 400.0]),
              "n_blocks": rng.choice([None, 8.0, 16.0, 16.0]), "tau_train": value(1.0, 4.0),
              "lr": value(1e-5, 1e-3)}
-            for step in sorted(rng.sample(range(0, 600), 240))]
+            for step in sorted(rng.sample(range(600), 240))]
     for size, start in ((7, None), (50, 30), (1, None)):
         got = compute_windows(_frame(rows), size, start=start)
         want = _reference_windows(rows, size, rows[0]["step"] if start is None else start)

@@ -51,6 +51,7 @@ from .training import (
     compute_precision,
     dtype_of,
     exit_code_for,
+    grad_scale_for,
     reduce_step,
     resolve_target,
 )
@@ -134,9 +135,10 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
         TrainingError: the run cannot start (bad target, data or checkpoint).
     """
     stop = stop or StopRequest()
-    dp = init_data_parallel(cfg.device)
+    dp = init_data_parallel(cfg.device, cfg.target_devices)
     try:
-        return _run(dataclasses.replace(cfg, device=dp.device), stop, inject or _no_fault, dp)
+        placed = dataclasses.replace(cfg, device=dp.device, target_devices=list(dp.target_devices))
+        return _run(placed, stop, inject or _no_fault, dp)
     finally:
         shutdown_data_parallel(dp)
 
@@ -214,18 +216,21 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     batch = {n: t.to(cfg.device, non_blocking=True) for n, t in item.batch.items()}
                     # Index in the step's global order (ranks get batches round-robin).
                     anchors = anchor_generator(cfg.seed, k, micro * dp.world_size + dp.rank)
-                    with precision:
-                        out = compute_loss_and_metrics(drafter, setup.target, batch, anchors,
-                                                       features=item.features)
-                    # Backpropagate the unnormalised sum; dividing the accumulated gradient by the
-                    # step's total loss weight below gives the exact per-token mean over the step
-                    # (not a mean of micro-batch means) without knowing the total in advance.
-                    out.loss_sum.backward()
+                    # DDP all-reduces in the last micro-batch's backward only.
+                    with dp.grad_sync(setup.model, last=micro == cfg.grad_accum - 1):
+                        with precision:
+                            out = compute_loss_and_metrics(setup.model, setup.target, batch,
+                                                           anchors, features=item.features)
+                        # Backpropagate the unnormalised sum; scaling the accumulated gradient by
+                        # world_size / the step's total loss weight below gives the exact
+                        # per-token mean over the step (not a mean of micro-batch means) without
+                        # knowing the total in advance.
+                        out.loss_sum.backward()
                     m = m + out.metrics
                     cursor, epoch = item.cursor, item.epoch
-                m = reduce_step(dp, drafter, m)
+                m = reduce_step(dp, m)
                 lr = setup.schedule.lr_at(k)
-                scale = 1.0 / m.weight_sum if m.weight_sum else 1.0
+                scale = grad_scale_for(dp, m)
                 upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
                 step = outcome.step = k
                 if not upd.applied:

@@ -26,6 +26,7 @@ from .training import (
     build_setup,
     compute_precision,
     exit_code_for,
+    grad_scale_for,
     reduce_step,
 )
 
@@ -43,7 +44,7 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
         TrainingError: the run cannot start (bad target, data or checkpoint).
     """
     stop = stop or StopRequest()
-    dp = init_data_parallel(cfg.device)
+    dp = init_data_parallel(cfg.device)  # before anything is loaded: a bad launch is one line
     try:
         return _run(dataclasses.replace(cfg, device=dp.device), stop, dp)
     finally:
@@ -52,7 +53,7 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
 
 def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
     setup = build_setup(cfg, dp)
-    drafter, target, loader = setup.drafter, setup.target, setup.loader
+    drafter, model, target, loader = setup.drafter, setup.model, setup.target, setup.loader
     runlog = RunLog(setup, SCRIPT, steps_per_epoch=float(loader.batches_per_epoch()), dp=dp)
     step, reason = setup.start_step, "max_steps"
     cursor = loader.state_dict()
@@ -68,13 +69,14 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
                 batch = {n: t.to(cfg.device) for n, t in loader.next_batch().items()}
                 cursor = loader.state_dict()
                 with precision:
-                    out = compute_loss_and_metrics(drafter, target, batch,
+                    out = compute_loss_and_metrics(model, target, batch,
                                                    anchor_generator(cfg.seed, k, dp.rank))
-                # The unnormalised sum, divided below by the loss weight of all ranks together.
+                # The unnormalised sum (DDP averages it over the ranks in this backward), scaled
+                # below by world_size / the loss weight of all ranks together.
                 out.loss_sum.backward()
-                m = reduce_step(dp, drafter, out.metrics)
+                m = reduce_step(dp, out.metrics)
                 lr = setup.schedule.lr_at(k)
-                scale = 1.0 / m.weight_sum if m.weight_sum else 1.0
+                scale = grad_scale_for(dp, m)
                 upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
                 step = k  # a skipped update still consumed its batch: the count moves on
                 if not upd.applied:

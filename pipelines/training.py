@@ -99,6 +99,13 @@ class Setup:
     start_step: int = 0
     resumed_from: dict[str, Any] | None = None
     eval_prompts: list[list[int]] = field(default_factory=list)
+    model: torch.nn.Module | None = None
+    """What forward/backward call: the drafter in DistributedDataParallel on several ranks, the
+    drafter itself on one. Checkpoints and evals use ``drafter`` (same parameters)."""
+
+    def __post_init__(self) -> None:
+        if self.model is None:
+            self.model = self.drafter
 
     @property
     def block_size(self) -> int:
@@ -174,7 +181,7 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
                                    warmup_ratio=cfg.warmup_ratio, min_lr=cfg.min_lr)
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
-                 eval_prompts=prompts)
+                 eval_prompts=prompts, model=dp.wrap(drafter))
 
 
 def _drafter_overrides(saved: DFlashConfig) -> dict[str, Any]:
@@ -284,13 +291,22 @@ class RunLog:
             self.log.close()
 
 
-def reduce_step(dp: DataParallel, drafter: torch.nn.Module, metrics: StepMetrics) -> StepMetrics:
-    """Make the step global: metric sums and gradients summed over the ranks (no-op on one)."""
+def reduce_step(dp: DataParallel, metrics: StepMetrics) -> StepMetrics:
+    """The step's metric sums over all ranks (the gradients were averaged by DDP in backward)."""
     if not dp.active:
         return metrics
     total = dp.all_reduce_sum(metrics.as_tensor(dp.device))
-    dp.all_reduce_grads([p for p in drafter.parameters() if p.requires_grad])
     return StepMetrics.from_tensor(total, metrics.block_size)
+
+
+def grad_scale_for(dp: DataParallel, global_metrics: StepMetrics) -> float:
+    """Factor turning the accumulated gradients into the step's exact per-token mean.
+
+    Each micro-batch backpropagated its unnormalised loss sum and DDP averaged over the ranks, so
+    the gradient holds (sum over every micro-batch of every rank) / world_size.
+    """
+    w = global_metrics.weight_sum
+    return dp.grad_average / w if w else 1.0
 
 
 @dataclass

@@ -208,7 +208,7 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     break
                 k = step + 1
                 m = StepMetrics(block_size=drafter.config.block_size)
-                epoch = 0.0
+                epoch, sync_wait = 0.0, 0.0
                 for micro in range(cfg.grad_accum):
                     item = next_micro()
                     inject("drafter", consumed, item)
@@ -217,7 +217,8 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     # Index in the step's global order (ranks get batches round-robin).
                     anchors = anchor_generator(cfg.seed, k, micro * dp.world_size + dp.rank)
                     # DDP all-reduces in the last micro-batch's backward only.
-                    with dp.grad_sync(setup.model, last=micro == cfg.grad_accum - 1):
+                    last = micro == cfg.grad_accum - 1
+                    with dp.grad_sync(setup.model, last=last):
                         with precision:
                             out = compute_loss_and_metrics(setup.model, setup.target, batch,
                                                            anchors, features=item.features)
@@ -225,10 +226,12 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                         # world_size / the step's total loss weight below gives the exact
                         # per-token mean over the step (not a mean of micro-batch means) without
                         # knowing the total in advance.
+                        if last and runlog.per_rank:
+                            sync_wait = dp.wait_for_others()
                         out.loss_sum.backward()
                     m = m + out.metrics
                     cursor, epoch = item.cursor, item.epoch
-                m = reduce_step(dp, m)
+                local, m = m, reduce_step(dp, m)
                 lr = setup.schedule.lr_at(k)
                 scale = grad_scale_for(dp, m)
                 upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
@@ -241,7 +244,8 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     continue
                 runlog.finite()
                 now = time.perf_counter()
-                tok_per_sec = m.n_tokens / (now - t_last) if now > t_last else 0.0
+                step_time = now - t_last
+                tok_per_sec = m.n_tokens / step_time if step_time > 0 else 0.0
                 t_last = now
                 if k % cfg.log_every == 0:
                     busy, fill = graph.sample()
@@ -250,6 +254,8 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                         grad_norm=upd.grad_norm, stage_busy=busy, queue_fill=fill,
                         **m.to_log_dict(),
                     ))
+                    runlog.rank_metrics(k, epoch, lr, local, upd.grad_norm, step_time, sync_wait,
+                                        busy, fill)
                 bar.update(k, m.loss, m.acc, tok_per_sec)
                 if cfg.eval_every and k % cfg.eval_every == 0 and dp.is_main:
                     runlog.write(run_eval(drafter, setup.target, setup.eval_prompts,

@@ -53,6 +53,9 @@ DeviceOpt = Annotated[str | None, typer.Option("--device", help="Drafter device:
                                                "cuda:N.")]
 DataOpt = Annotated[str | None, typer.Option("--data", help="Training data directory "
                                              "(default: the bundled dataset).")]
+LogAllRanksOpt = Annotated[bool | None, typer.Option(
+    "--log-all-ranks/--no-log-all-ranks", help="Every rank also writes <log stem>.rank{N}.jsonl beside the log, with "
+    "its own throughput (torchrun runs).")]
 
 
 def _build(cls: type, config: Path | None, flags: dict[str, Any]):
@@ -101,14 +104,14 @@ def sync(
     config: ConfigOpt = None, target: TargetOpt = None, max_steps: MaxStepsOpt = None,
     log: LogOpt = None, ckpt_dir: CkptDirOpt = None, ckpt_every: CkptEveryOpt = None,
     resume: ResumeOpt = None, seed: SeedOpt = None, token_budget: BudgetOpt = None,
-    device: DeviceOpt = None, data: DataOpt = None,
+    device: DeviceOpt = None, data: DataOpt = None, log_all_ranks: LogAllRanksOpt = None,
 ) -> None:
     """Lock-step trainer: batch, target forward, drafter forward/backward, step; one at a time."""
     from .config import TrainConfig
 
     flags = {"target": target, "max_steps": max_steps, "log": log, "ckpt_dir": ckpt_dir,
                  "ckpt_every": ckpt_every, "resume": resume, "seed": seed, "token_budget": token_budget,
-                 "device": device, "data": data}
+                 "device": device, "data": data, "log_all_ranks": log_all_ranks}
     _run("sync", _build(TrainConfig, config, flags))
 
 
@@ -117,7 +120,7 @@ def pipeline(
     config: ConfigOpt = None, target: TargetOpt = None, max_steps: MaxStepsOpt = None,
     log: LogOpt = None, ckpt_dir: CkptDirOpt = None, ckpt_every: CkptEveryOpt = None,
     resume: ResumeOpt = None, seed: SeedOpt = None, token_budget: BudgetOpt = None,
-    device: DeviceOpt = None, data: DataOpt = None,
+    device: DeviceOpt = None, data: DataOpt = None, log_all_ranks: LogAllRanksOpt = None,
     grad_accum: Annotated[int | None, typer.Option(
         "--grad-accum", help="Micro-batches per optimizer step (default 4).")] = None,
     target_devices: Annotated[str | None, typer.Option(
@@ -132,7 +135,7 @@ def pipeline(
     flags = {"target": target, "max_steps": max_steps, "log": log, "ckpt_dir": ckpt_dir,
                  "ckpt_every": ckpt_every, "resume": resume, "seed": seed, "token_budget": token_budget,
                  "device": device, "data": data, "grad_accum": grad_accum, "target_devices": target_devices,
-                 "eval_every": eval_every}
+                 "eval_every": eval_every, "log_all_ranks": log_all_ranks}
     _run("pipeline", _build(PipelineConfig, config, flags))
 
 

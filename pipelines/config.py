@@ -63,6 +63,9 @@ class TrainConfig:
     """JSONL log, appended to (never truncated)."""
     log_every: int = 1
     """Write a metrics record every N optimizer steps."""
+    log_all_ranks: bool = False
+    """Every rank also writes ``<log stem>.rank{N}.jsonl`` beside ``log`` with its own throughput
+    (rank 0 keeps writing the global log)."""
     ckpt_dir: str = "checkpoints"
     """Directory holding one ``step-NNNNNN/`` checkpoint per save."""
     ckpt_every: int = 50
@@ -105,6 +108,9 @@ class TrainConfig:
             raise ValueError(f"warmup_ratio must be < 1, got {self.warmup_ratio}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        for name in ("log_all_ranks",):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")  # noqa: TRY004 - user input
         for name in ("target", "data", "device", "log", "ckpt_dir"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")

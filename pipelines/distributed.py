@@ -22,7 +22,9 @@ log per rank). With one process nothing is wrapped and nothing is communicated.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -69,7 +71,7 @@ class DataParallel:
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """``model`` in DistributedDataParallel (itself on one rank).
 
-        ``broadcast_buffers=False``: the drafter's only buffers are rotary constants, identical
+        No buffer sync before each forward: the drafter's only buffers are rotary constants, identical
         everywhere, so there is nothing to sync before every forward. The replicas start equal
         (same seed, or the same checkpoint); DDP also broadcasts rank 0's weights once here.
         """
@@ -78,7 +80,11 @@ class DataParallel:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.device(self.device).index] if self.device.startswith("cuda") else None
-        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        # Newer torch renames the option (and deprecates the old name); same meaning here.
+        no_buffer_sync = ({"forward_sync_buffers": False}
+                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                          else {"broadcast_buffers": False})
+        return DistributedDataParallel(model, device_ids=ids, **no_buffer_sync)
 
     def grad_sync(self, model: torch.nn.Module, last: bool) -> contextlib.AbstractContextManager:
         """Around one micro-batch's backward: DDP communicates only in the step's last one."""
@@ -90,6 +96,21 @@ class DataParallel:
     def grad_average(self) -> float:
         """What DDP divided the summed gradients by (undone by the step's gradient scale)."""
         return float(self.world_size)
+
+    def wait_for_others(self) -> float:
+        """Block until every rank reaches this point; return the seconds spent waiting.
+
+        Used by ``--log-all-ranks`` just before the step's synchronising backward, so that a
+        rank's own pace (its step time minus this wait) can be told from the slowest rank's.
+        Queued GPU work is finished first so that it counts as this rank's work, not as waiting.
+        """
+        if not self.active:
+            return 0.0
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        self.any(False)  # a one-element all-reduce, read back: returns when all ranks sent theirs
+        return time.perf_counter() - t0
 
     def barrier(self) -> None:
         if self.active:

@@ -42,11 +42,15 @@ class RunStart:
     steps_per_epoch: float | None
     world_size: int = 1
     resumed_from: dict[str, Any] | None = None  # {"path": str, "step": int}
+    rank: int | None = None
+    """Only in a per-rank log (``--log-all-ranks``): the rank that wrote it."""
     event: str = "run_start"
     schema: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["rank"] is None:
+            del d["rank"]
         # key order: event and schema first, for people reading the log with `head`
         return {"event": d.pop("event"), "schema": d.pop("schema"), **d}
 
@@ -75,6 +79,10 @@ class Metrics:
     grad_norm: float | None = None
     stage_busy: dict[str, float] | None = None
     queue_fill: dict[str, float] | None = None
+    step_time: float | None = None
+    """Per-rank logs only: wall seconds of this step on this rank (waits included)."""
+    sync_wait: float | None = None
+    """Per-rank logs only: seconds of ``step_time`` spent waiting for the other ranks."""
 
     def to_json(self) -> dict[str, Any]:
         return _drop_none(asdict(self))
@@ -158,13 +166,15 @@ _PIPELINE = {
     "acc_pos": (list,), "accept_pos": (list,), "tau_train": _NUM, "grad_norm": _NUM,
     "stage_busy": (dict,), "queue_fill": (dict,),
 }
+#: Fields of the per-rank logs (``--log-all-ranks``) only, on top of the pipeline fields.
+_RANK_METRICS = {"step_time": _NUM, "sync_wait": _NUM}
 _SPECS = {
-    "metrics": _Spec(_LEGACY, _PIPELINE),
+    "metrics": _Spec(_LEGACY, {**_PIPELINE, **_RANK_METRICS}),
     "run_start": _Spec({
         "event": (str,), "schema": (int,), "script": (str,), "time": _NUM, "config": (dict,),
         "schedule": (dict,), "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)),
         "world_size": (int,), "resumed_from": (dict, type(None)),
-    }),
+    }, {"rank": (int,)}),
     "eval": _Spec({
         "event": (str,), "step": (int,), "time": _NUM, "tau": _NUM, "tau_hist": (list,),
         "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM,
@@ -214,10 +224,15 @@ def validate_record(rec: dict[str, Any]) -> str:
             raise ValueError(f"run_start: schedule fields {sorted(rec['schedule'])}")
         if rec["resumed_from"] is not None and set(rec["resumed_from"]) != {"path", "step"}:
             raise ValueError("run_start: resumed_from must be {path, step}")
+        if "rank" in rec and not 0 <= rec["rank"] < rec["world_size"]:
+            raise ValueError(f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}")
     if kind == "metrics":
         present = set(rec) & set(_PIPELINE)
         if present and present != set(_PIPELINE):
             raise ValueError(f"metrics: partial pipeline fields, missing {set(_PIPELINE) - present}")
+        rank_fields = set(rec) & set(_RANK_METRICS)
+        if rank_fields and (rank_fields != set(_RANK_METRICS) or not present):
+            raise ValueError("metrics: step_time and sync_wait come together, with the pipeline fields")
         for name in ("acc_pos", "accept_pos"):
             if name in rec and not all(isinstance(x, _NUM) for x in rec[name]):
                 raise ValueError(f"metrics: {name} must hold numbers")

@@ -59,6 +59,7 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
     cursor = loader.state_dict()
     drafter.train()
     precision = compute_precision(cfg.device, cfg.dtype)
+    t_last = time.perf_counter()  # start of the current step, for the per-rank log
     try:
         with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
             while step < cfg.max_steps:
@@ -73,6 +74,7 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
                                                    anchor_generator(cfg.seed, k, dp.rank))
                 # The unnormalised sum (DDP averages it over the ranks in this backward), scaled
                 # below by world_size / the loss weight of all ranks together.
+                sync_wait = dp.wait_for_others() if runlog.per_rank else 0.0
                 out.loss_sum.backward()
                 m = reduce_step(dp, out.metrics)
                 lr = setup.schedule.lr_at(k)
@@ -83,14 +85,18 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
                     if runlog.nonfinite(k, m.loss, upd.grad_norm):
                         reason = "nonfinite"
                         break
+                    t_last = time.perf_counter()
                     continue
                 runlog.finite()
                 if k % cfg.log_every == 0:
                     runlog.write(Metrics(step=k, time=time.time(), epoch=loader.epoch_float,
                                          loss=m.loss, acc=m.acc, lr=lr))
+                    runlog.rank_metrics(k, loader.epoch_float, lr, out.metrics, upd.grad_norm,
+                                        time.perf_counter() - t_last, sync_wait)
                 bar.update(k, m.loss, m.acc)
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:
                     runlog.checkpoint(k, cursor, SCRIPT)
+                t_last = time.perf_counter()  # checkpoint time stays out of the next step
         if step > setup.start_step and runlog.last_ckpt_step != step:
             runlog.checkpoint(step, cursor, SCRIPT)
     except Exception as e:  # noqa: BLE001 - any failure ends the run with a stop record

@@ -15,6 +15,7 @@ Reproducibility rules that make resumed runs match uninterrupted ones:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -37,9 +38,15 @@ from .checkpoints import checkpoint_config, restore_training_checkpoint, save_tr
 from .config import BUNDLED, TrainConfig
 from .distributed import DataParallel
 from .errors import TrainingError
-from .log_schema import CheckpointRecord, NonFiniteRecord, RunStart, StopRecord
+from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog
 from .schedule import Schedule
+
+
+def rank_log_path(log: str | Path, rank: int) -> Path:
+    """``logs/train.jsonl`` -> ``logs/train.rank3.jsonl``: rank 3's log, beside the main one."""
+    p = Path(log)
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
 
 
 def resolve_target(target: str) -> str:
@@ -246,18 +253,49 @@ class RunLog:
         self.clock = clock
         dp = dp or DataParallel(device=self.cfg.device)
         self.log = JsonlLog(self.cfg.log) if dp.is_main else None
+        self.rank_log = (JsonlLog(rank_log_path(self.cfg.log, dp.rank))
+                         if self.cfg.log_all_ranks else None)
         self.nonfinite_in_a_row = 0
         self.last_ckpt_step: int | None = None
-        self.write(RunStart(
+        header = RunStart(
             script=script, time=clock(), config=self.cfg.to_dict(),
             schedule=setup.schedule.to_dict(), block_size=setup.block_size,
             steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
             resumed_from=setup.resumed_from,
-        ))
+        )
+        self.write(header)
+        self.write_rank(dataclasses.replace(header, rank=dp.rank))
+
+    @property
+    def per_rank(self) -> bool:
+        """Whether this launch writes a per-rank log (``--log-all-ranks``)."""
+        return self.rank_log is not None
 
     def write(self, record: Any) -> None:
+        """Append to the global log (rank 0 only; a no-op elsewhere)."""
         if self.log is not None:
             self.log.write(record)
+
+    def write_rank(self, record: Any) -> None:
+        """Append to this rank's own log (a no-op without ``--log-all-ranks``)."""
+        if self.rank_log is not None:
+            self.rank_log.write(record)
+
+    def rank_metrics(self, step: int, epoch: float, lr: float, local: StepMetrics,
+                     grad_norm: float, step_time: float, sync_wait: float,
+                     stage_busy: dict[str, float] | None = None,
+                     queue_fill: dict[str, float] | None = None) -> None:
+        """This rank's own view of a step: its local metric sums and its own throughput
+        (real tokens / (step time - time waiting for the other ranks))."""
+        if self.rank_log is None:
+            return
+        own = step_time - sync_wait
+        self.write_rank(Metrics(
+            step=step, time=self.clock(), epoch=epoch, lr=lr,
+            tok_per_sec=local.n_tokens / own if own > 0 else 0.0, grad_norm=grad_norm,
+            stage_busy=stage_busy or {}, queue_fill=queue_fill or {},
+            step_time=step_time, sync_wait=sync_wait, **local.to_log_dict(),
+        ))
 
     def nonfinite(self, step: int, loss: float, grad_norm: float | None) -> bool:
         """Record a skipped update; True when the run must stop (too many in a row)."""
@@ -284,11 +322,14 @@ class RunLog:
         return path
 
     def stop(self, step: int, reason: str, error: str | None = None) -> None:
-        self.write(StopRecord(step=step, time=self.clock(), reason=reason, error=error))
+        record = StopRecord(step=step, time=self.clock(), reason=reason, error=error)
+        self.write(record)
+        self.write_rank(record)
 
     def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
+        for log in (self.log, self.rank_log):
+            if log is not None:
+                log.close()
 
 
 def reduce_step(dp: DataParallel, metrics: StepMetrics) -> StepMetrics:

@@ -1,4 +1,5 @@
-"""Two data-parallel ranks (torchrun, gloo on CPU) reproduce one rank with twice the batches."""
+"""Two data-parallel ranks (torchrun, gloo on CPU, drafter in DDP) reproduce one rank with twice
+the batches, and with ``log_all_ranks`` each rank logs its own share of every step."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets
     # torchrun's own options swallow a trailing --log, so paths go in the file.
     toml.write_text("\n".join([
         f'target = "{target}"', f'data = "{data}"', "token_budget = 128", "max_steps = 3",
-        "ckpt_every = 0", "eval_every = 0", "progress = false",
+        "ckpt_every = 0", "eval_every = 0", "progress = false", "log_all_ranks = true",
         f'log = "{tmp_path / "two.jsonl"}"', f'ckpt_dir = "{tmp_path / "two"}"',
         "[drafter]", "block_size = 4", "num_anchors = 8",
     ]) + "\n")
@@ -61,3 +62,21 @@ def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-6)
     assert json.loads((step_dir(tmp_path / "two", 3) / "state.json").read_text())["step"] == 3
+
+    # Per-rank logs (read_log validates every record): each rank's own header and metric sums,
+    # which add up to the global step.
+    ranks = [read_log(tmp_path / f"two.rank{r}.jsonl") for r in (0, 1)]
+    for r, records in enumerate(ranks):
+        head = records[0]
+        assert head["event"] == "run_start" and head["rank"] == r and head["world_size"] == 2
+        assert records[-1]["event"] == "stop"
+        for rec in metrics_of(records):
+            assert 0 <= rec["sync_wait"] <= rec["step_time"]
+            own = rec["step_time"] - rec["sync_wait"]
+            assert rec["tok_per_sec"] == pytest.approx(rec["n_tokens"] / own)
+    for step, (g, r0, r1) in enumerate(zip(b, *map(metrics_of, ranks)), start=1):
+        assert r0["step"] == r1["step"] == step
+        n_pred = r0["n_pred"] + r1["n_pred"]
+        assert g["acc"] == pytest.approx((r0["acc"] * r0["n_pred"] + r1["acc"] * r1["n_pred"]) / n_pred)
+        if program == "pipeline":
+            assert g["n_tokens"] == r0["n_tokens"] + r1["n_tokens"] and g["n_pred"] == n_pred

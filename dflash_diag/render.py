@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dflash_diag.number_format import format_lr, format_number, format_percent
+from dflash_diag.ranks import skew_lines
 from dflash_diag.report import ConvergeReport, WindowRow
 from dflash_diag.safe_text import visible
 from dflash_diag.trend import ARROWS
@@ -166,6 +167,8 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
         lines.append(("types", text))
     if issues.without_step:
         lines.append(("no step", f"{issues.without_step} record(s) without a step ignored"))
+    if report.ranks is not None:
+        lines += skew_lines(report.ranks)
     for note in report.notes:
         lines.append(("note", visible(note)))
     for warning in a.warnings:

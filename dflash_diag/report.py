@@ -15,6 +15,7 @@ import polars as pl
 from dflash_diag.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance
 from dflash_diag.errors import DiagError
 from dflash_diag.phase import Phase, Selection, select_phase
+from dflash_diag.ranks import RankSkew
 from dflash_diag.reader import LogEvent, ParsedLog, ParseIssues, fetch_lists
 from dflash_diag.restarts import Restart, resolve_restarts
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
@@ -92,10 +93,13 @@ class ConvergeReport:
     issues: ParseIssues
     header: LogEvent | None = None
     notes: list[str] = field(default_factory=list)
+    ranks: RankSkew | None = None
+    """Per-rank throughput skew, when per-rank logs were given (additive ``ranks`` JSON key)."""
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The JSON contract: exactly the keys documented in docs/diagnostics.md."""
-        return {
+        """The JSON contract: exactly the keys documented in docs/diagnostics.md (plus ``ranks``
+        when per-rank logs were given)."""
+        out = {
             "windows": [
                 {
                     "start": row.window.start,
@@ -135,6 +139,9 @@ class ConvergeReport:
             "skipped_lines": self.issues.malformed,
             "nonfinite": self.issues.nonfinite_total,
         }
+        if self.ranks is not None:
+            out["ranks"] = self.ranks.to_json_dict()
+        return out
 
 
 def _num(value: float | None) -> float | None:

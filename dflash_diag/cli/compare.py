@@ -26,13 +26,16 @@ from dflash_diag.cli.common import (
     PhaseChoice,
     PhaseOption,
     StrictOption,
+    expand_log_args,
     fail,
     make_console,
+    split_rank_logs,
     use_rich,
     user_errors,
 )
 from dflash_diag.errors import DiagError
 from dflash_diag.number_format import format_number
+from dflash_diag.ranks import RankSkew, skew_lines
 from dflash_diag.safe_text import visible
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
@@ -258,9 +261,11 @@ def _rich_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) 
 
 
 def render_rich(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None,
 ) -> RenderableType:
-    """Rich tables of the regimes, the boundary explanations and the aligned windows."""
+    """Rich tables of the regimes, the boundary explanations and the aligned windows (and the
+    per-rank throughput skew when per-rank logs were given)."""
     parts: list[RenderableType] = []
     for comparison in [_merged(comparisons)]:
         head, rows = _regime_rows(comparison)
@@ -279,11 +284,15 @@ def render_rich(
             )
         )
         parts.append(Text(_legend(alignment), style="dim"))
+    if ranks is not None:
+        for label, text in skew_lines(ranks):
+            parts.append(Text(f"{label}: {text}" if label else text, style="bold" if label else ""))
     return Group(*parts)
 
 
 def render_markdown(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None,
 ) -> str:
     """The same content as markdown tables and paragraphs."""
 
@@ -306,13 +315,17 @@ def render_markdown(
         lines += [f"_{note}_" for note in comparison.notes]
     if alignment is not None:
         lines += ["## Two runs", "", _legend(alignment), ""] + table(*_alignment_rows(alignment))
+    if ranks is not None:
+        lines += ["", "## Ranks", ""] + [f"- {text.strip()}" for _, text in skew_lines(ranks)]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def to_json(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None,
 ) -> dict[str, Any]:
-    """The JSON contract: ``regimes`` and ``boundaries`` (all runs), plus ``alignment``."""
+    """The JSON contract: ``regimes`` and ``boundaries`` (all runs), plus ``alignment``, plus
+    ``ranks`` when per-rank logs were given."""
     out: dict[str, Any] = {"regimes": [], "boundaries": [], "notes": []}
     for comparison in comparisons:
         d = comparison.to_dict()
@@ -323,6 +336,8 @@ def to_json(
         out.setdefault("split_on", d["split_on"])
     if alignment is not None:
         out["alignment"] = alignment.to_dict()
+    if ranks is not None:
+        out["ranks"] = ranks.to_json_dict()
     return out
 
 
@@ -353,7 +368,8 @@ def compare(
     logs: Annotated[
         list[str],
         typer.Argument(
-            help="One log (its regimes) or two logs (two runs); - for standard input.",
+            help="One log (its regimes) or two logs (two runs); - for standard input. A quoted "
+            "glob is expanded here; per-rank logs (*.rank{N}.jsonl) add the throughput skew.",
             metavar="LOG [LOG_B]",
         ),
     ],
@@ -381,10 +397,13 @@ def compare(
     """
     with user_errors():
         from dflash_diag.compare import CompareConfig
+        from dflash_diag.ranks import rank_skew
         from dflash_diag.schema import parse_field_map
 
+        logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
         if len(logs) not in (1, 2):
-            fail(f"compare takes one log or two, got {len(logs)}")
+            fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")
+        ranks = rank_skew(rank_logs) if rank_logs else None
         if fmt is OutputFormat.CSV:
             fail("compare has no csv output (use json, markdown, text or rich)")
         try:
@@ -409,13 +428,13 @@ def compare(
                 fields=field_map,
             )
         if fmt is OutputFormat.JSON:
-            typer.echo(dump_json(to_json(comparisons, alignment)))
+            typer.echo(dump_json(to_json(comparisons, alignment, ranks)))
             return
         if fmt is OutputFormat.MARKDOWN:
-            typer.echo(render_markdown(comparisons, alignment), nl=False)
+            typer.echo(render_markdown(comparisons, alignment, ranks), nl=False)
             return
         console = make_console()
         if not use_rich(fmt, console):
             # plain text: no colour, and no terminal width to fit, so wide enough for the tables
             console = Console(color_system=None, force_terminal=False, highlight=False, width=140)
-        console.print(render_rich(comparisons, alignment))
+        console.print(render_rich(comparisons, alignment, ranks))

@@ -19,8 +19,10 @@ from dflash_diag.cli.common import (
     PhaseOption,
     StrictOption,
     ToStepOption,
+    expand_log_args,
     fail,
     make_console,
+    split_rank_logs,
     use_rich,
     user_errors,
 )
@@ -63,6 +65,7 @@ def converge(
     with user_errors():
         # Imported here so that `dflash-diag --help` does not pay for polars.
         from dflash_diag.acceptance import AcceptanceConfig
+        from dflash_diag.ranks import rank_skew
         from dflash_diag.reader import load_log
         from dflash_diag.render import (
             render_csv,
@@ -87,8 +90,14 @@ def converge(
         except ValueError as exc:
             fail(str(exc))
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
-        log = load_log(logs, strict=strict, fields=parse_field_map(fields or []), lists=False)
+        main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
+        log = load_log(main, strict=strict, fields=parse_field_map(fields or []), lists=False)
         report = build_converge_report(log, config)
+        if rank_logs:
+            report.ranks = rank_skew(rank_logs, from_step, to_step)
+            report.sources += [r.path for r in rank_logs if r.path not in report.sources]
+        if rank_note:
+            report.notes.append(rank_note)
 
         console = make_console()
         if fmt is OutputFormat.JSON:

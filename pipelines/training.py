@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,6 +175,9 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         start_step = state["step"]
         cursor = Cursor.from_json(state["cursor"]) if state.get("cursor") else None
         resumed_from = {"path": str(cfg.resume), "step": start_step}
+        note = resume_layout_note(state, dp or DataParallel(device=cfg.device), cfg)
+        if note and (dp is None or dp.is_main):
+            print(f"dflash-train: note: {note}", file=sys.stderr)
     if start_step >= cfg.max_steps:
         raise TrainingError(
             f"checkpoint is at step {start_step}: --max-steps {cfg.max_steps} leaves nothing to do"
@@ -189,6 +193,32 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
                  eval_prompts=prompts, model=dp.wrap(drafter))
+
+
+def micro_batches_per_step(cfg: TrainConfig) -> int:
+    """Micro-batches each rank runs per optimizer step (the lock-step trainer: one)."""
+    return int(getattr(cfg, "grad_accum", 1))
+
+
+def resume_layout_note(state: dict[str, Any], dp: DataParallel, cfg: TrainConfig) -> str | None:
+    """What changes when a checkpoint resumes under another rank count or accumulation.
+
+    Nothing has to be remapped: the saved data cursor counts the examples consumed by ALL ranks
+    together (dflash.data deals global batches round-robin), so the resumed run continues the
+    global stream exactly where it stopped, whatever the new world size. What changes is the
+    global batch (ranks x micro-batches): with the same product the run continues exactly as an
+    uninterrupted run of the new layout would; otherwise each step averages a different number of
+    batches (checkpoints written before world_size was recorded are taken as one rank).
+    """
+    old_w = int(state.get("world_size", 1))
+    old_a = int(state.get("micro_batches", state.get("grad_accum", 1)))
+    new_w, new_a = dp.world_size, micro_batches_per_step(cfg)
+    if (old_w, old_a) == (new_w, new_a):
+        return None
+    same = old_w * old_a == new_w * new_a
+    return (f"checkpoint of {old_w} rank(s) x {old_a} micro-batch(es) resumed as {new_w} x {new_a}: "
+            f"the data cursor (examples of all ranks) continues exactly; the global batch "
+            + ("is unchanged" if same else f"changes from {old_w * old_a} to {new_w * new_a} batches"))
 
 
 def _drafter_overrides(saved: DFlashConfig) -> dict[str, Any]:
@@ -252,6 +282,7 @@ class RunLog:
         self.cfg = setup.cfg
         self.clock = clock
         dp = dp or DataParallel(device=self.cfg.device)
+        self.dp = dp
         self.log = JsonlLog(self.cfg.log) if dp.is_main else None
         self.rank_log = (JsonlLog(rank_log_path(self.cfg.log, dp.rank))
                          if self.cfg.log_all_ranks else None)
@@ -316,7 +347,8 @@ class RunLog:
         path = save_training_checkpoint(
             Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
             state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
-                   "script": script, "seed": self.cfg.seed},
+                   "script": script, "seed": self.cfg.seed, "world_size": self.dp.world_size,
+                   "micro_batches": micro_batches_per_step(self.cfg)},
         )
         self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))
         return path

@@ -37,8 +37,9 @@ TargetOpt = Annotated[str | None, typer.Option("--target", help="Target model: l
                                                "or hub id (default: the bundled tiny target).")]
 MaxStepsOpt = Annotated[int | None, typer.Option("--max-steps", help="Train until this optimizer "
                                                  "step (absolute; resumed runs continue).")]
-LogOpt = Annotated[str | None, typer.Option("--log", help="JSONL log to append to "
-                                            "(default logs/train.jsonl).")]
+LogOpt = Annotated[str | None, typer.Option("--log", "--log-file", help="JSONL log to append "
+                                            "to (default logs/train.jsonl). Under torchrun write "
+                                            "--log-file: torchrun takes --log for its own options.")]
 CkptDirOpt = Annotated[str | None, typer.Option("--ckpt-dir", help="Where step-NNNNNN/ "
                                                 "checkpoints go (default checkpoints).")]
 CkptEveryOpt = Annotated[int | None, typer.Option("--ckpt-every", help="Checkpoint every N steps "

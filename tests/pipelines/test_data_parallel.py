@@ -35,14 +35,14 @@ def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets
                                                            program, flags):
     target, data = tiny_assets
     toml = tmp_path / "dp.toml"
-    # torchrun's own options swallow a trailing --log, so paths go in the file.
+    # torchrun's own options swallow --log (an ambiguous prefix of its --log-dir): --log-file.
     toml.write_text("\n".join([
         f'target = "{target}"', f'data = "{data}"', "token_budget = 128", "max_steps = 3",
         "ckpt_every = 0", "eval_every = 0", "progress = false", "log_all_ranks = true",
-        f'log = "{tmp_path / "two.jsonl"}"', f'ckpt_dir = "{tmp_path / "two"}"',
+        f'ckpt_dir = "{tmp_path / "two"}"',
         "[drafter]", "block_size = 4", "num_anchors = 8",
     ]) + "\n")
-    torchrun(program, toml, *flags)
+    torchrun(program, toml, *flags, "--log-file", str(tmp_path / "two.jsonl"))
     # One rank, one process: each step takes the two batches the two ranks shared.
     one = run_pipeline(make_cfg(max_steps=3, grad_accum=2 if program == "sync" else 4,
                                 log=str(tmp_path / "one.jsonl"), ckpt_dir=str(tmp_path / "one")))

@@ -106,3 +106,28 @@ def test_ranks_of_a_node_take_consecutive_device_slices():
     assert rank_devices(["cuda"], 3) == ["cuda:3"]
     assert rank_devices(["cuda:0", "cuda:0"], 2) == ["cuda:2", "cuda:2"]
     assert rank_devices(["cpu", "cpu"], 5) == ["cpu", "cpu"]
+
+
+def test_schema_accepts_rank_fields_only_whole():
+    from pipelines.log_schema import Metrics, RunStart, validate_record
+    from pipelines.training import rank_log_path
+
+    assert rank_log_path("logs/train.jsonl", 3).as_posix() == "logs/train.rank3.jsonl"
+    assert rank_log_path("run", 0).as_posix() == "run.rank0.jsonl"
+    sched = {"kind": "cosine", "peak_lr": 1.0, "warmup_steps": 0, "total_steps": 1, "min_lr": 0.0}
+    head = RunStart(script="sync", time=0.0, config={}, schedule=sched, block_size=4,
+                    steps_per_epoch=None, world_size=2)
+    assert "rank" not in head.to_json()  # the global log's header is unchanged
+    validate_record({**head.to_json(), "rank": 1})
+    with pytest.raises(ValueError, match="outside world_size"):
+        validate_record({**head.to_json(), "rank": 2})
+    rec = Metrics(step=1, time=0.0, epoch=0.0, loss=1.0, acc=0.5, lr=1e-3, tok_per_sec=10.0,
+                  n_tokens=5, n_blocks=1, n_pred=3, acc_pos=[0.5] * 3, accept_pos=[0.5] * 3,
+                  tau_train=2.0, grad_norm=1.0, stage_busy={}, queue_fill={},
+                  step_time=0.5, sync_wait=0.1).to_json()
+    assert validate_record(rec) == "metrics"
+    with pytest.raises(ValueError, match="come together"):
+        validate_record({k: v for k, v in rec.items() if k != "sync_wait"})
+    legacy = {k: rec[k] for k in ("step", "time", "epoch", "loss", "acc", "lr")}
+    with pytest.raises(ValueError, match="come together"):
+        validate_record({**legacy, "step_time": 0.5, "sync_wait": 0.1})

@@ -79,7 +79,7 @@ def generate(seed: int = 0, *, pipeline_steps: int = 1_000, torn: bool = True) -
     # sequences per token budget, halving it against the pipeline's per-token normalisation.
     for step in range(25, SWITCH_STEP + 1, 25):
         t += 25 * 0.93
-        acc = learned_acc(step) + rng.gauss(0, 0.006)
+        acc = max(0.0, learned_acc(step) + rng.gauss(0, 0.006))  # an accuracy is never negative
         loss = 0.5 * (4.8 - 9.7 * learned_acc(step)) + rng.gauss(0, 0.02)
         lines.append(_dump({"step": step, "time": round(t, 3), "epoch": round(step / 5000, 4),
                             "loss": round(loss, 4), "acc": round(acc, 4), "lr": schedule_lr(step)}))

@@ -245,7 +245,13 @@ def estimate_acceptance(
         estimates = [estimates[0]] + [
             TauEstimate(e.name, e.tau, e.basis, e.tau - measured_tau) for e in estimates[1:]
         ]
-        promised = next((e for e in estimates if e.name in (PREFIX, LINEAR)), None)
+        # Compare with the chain estimate (positions treated as independent), not with prefix or
+        # linear: tau_train averages the correct prefix over uniformly drawn anchors, so long
+        # correct runs count once per token while decoding crosses them in one verify step, and
+        # the linear formula ignores that acceptance stops at the first miss. Both read well above
+        # the measured tau in healthy runs (on the bundled sample: 6.0 and 8.7 against a measured
+        # 2.0, chain 2.7), so only a measured tau far below the chain estimate is a mismatch.
+        promised = next((e for e in estimates if e.name in (CHAIN, LINEAR)), None)
         if promised is not None and promised.tau > 1 and (measured_tau - 1) < MISMATCH_RATIO * (promised.tau - 1):
             warnings.append(
                 f"train/serve mismatch? training metrics imply tau {promised.tau:.2f} ({promised.name}) "

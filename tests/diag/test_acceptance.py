@@ -88,3 +88,17 @@ def test_config_validation():
     for bad in ({"block_size": 1}, {"target_acc": 0.0}, {"target_tau": 1.0}, {"baseline_tau": 0.5}):
         with pytest.raises(ValueError):
             AcceptanceConfig(**bad)
+
+
+def test_mismatch_is_judged_against_chain_not_the_upward_biased_prefix():
+    # A healthy run of the bundled pipeline: tau_train (uniform anchors) and the linear formula
+    # read far above the measured tau, the chain estimate close to it: no alarm.
+    healthy = _rows(acc_pos=[[0.6, 0.45, 0.35, 0.3]], accept_pos=[[0.6, 0.5, 0.45, 0.42]])
+    result = estimate_acceptance(0.5, "w", healthy, [_eval(10, 1.6)], AcceptanceConfig(block_size=5),
+                                 tau_train=2.97)
+    assert [e.name for e in result.estimates][:2] == ["measured", "prefix"]
+    assert result.warnings == []
+    # A label-shift or anchor-leak drafter: near-perfect per position in training, tau ~1 served.
+    leaky = _rows(acc_pos=[[0.97, 0.96, 0.95, 0.95]], accept_pos=[[0.97, 0.94, 0.9, 0.87]])
+    result = estimate_acceptance(0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5))
+    assert result.warnings and "chain" in result.warnings[0]

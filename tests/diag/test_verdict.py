@@ -88,3 +88,18 @@ def test_eta_hours_and_config_validation():
     assert verdict.eta_hours == pytest.approx(600 * 3.6 / 3600)
     with pytest.raises(ValueError):
         VerdictConfig(alpha=1.5)
+
+
+def test_eta_targets_the_accuracy_at_which_the_chosen_estimator_reaches_target_tau():
+    from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance
+    from dflash_diag.report import accuracy_goal
+
+    empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
+                                 "n_blocks": pl.Float64})
+    linear = estimate_acceptance(0.2, "w", empty, [], AcceptanceConfig())
+    assert accuracy_goal(linear) == pytest.approx(0.27)
+    # Measured tau 2.0 at acc 0.5: tau - 1 = 2 * acc, so target tau 5.05 needs acc 2.025 (> 1).
+    measured = estimate_acceptance(0.5, "w", empty, [LogEvent("eval", 0, 0, 5, {"step": 5, "tau": 2.0})],
+                                   AcceptanceConfig())
+    assert measured.estimator == "measured"
+    assert accuracy_goal(measured) == pytest.approx(0.5 * 4.05 / 1.0)

@@ -29,7 +29,8 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +195,20 @@ class Channel:
         return self._q.qsize()
 
     # -- blocking operations -----------------------------------------------------------------------
+    @contextmanager
+    def _blocked(self) -> Iterator[None]:
+        """Count the time inside as the calling stage's time blocked on a channel."""
+        stats = _stage_stats()
+        t0 = self._clock()
+        if stats is not None:
+            stats.blocked_since = t0
+        try:
+            yield
+        finally:
+            if stats is not None:
+                stats.blocked += self._clock() - t0
+                stats.blocked_since = None
+
     def _check(self) -> None:
         if self._token is not None:
             self._token.check()
@@ -205,11 +220,7 @@ class Channel:
             ChannelClosed: the channel was closed (the consumer has finished).
             Cancelled: the graph was cancelled.
         """
-        stats = _stage_stats()
-        t0 = self._clock()
-        if stats is not None:
-            stats.blocked_since = t0
-        try:
+        with self._blocked():
             while True:
                 self._check()
                 if self._closed.is_set():
@@ -220,10 +231,6 @@ class Channel:
                     continue
                 self._record(+1)
                 return
-        finally:
-            if stats is not None:
-                stats.blocked += self._clock() - t0
-                stats.blocked_since = None
 
     def get(self) -> Any:
         """Remove and return the oldest item, waiting while the channel is empty.
@@ -232,11 +239,7 @@ class Channel:
             ChannelClosed: the channel is closed and drained (end of stream).
             Cancelled: the graph was cancelled.
         """
-        stats = _stage_stats()
-        t0 = self._clock()
-        if stats is not None:
-            stats.blocked_since = t0
-        try:
+        with self._blocked():
             while True:
                 self._check()
                 try:
@@ -247,10 +250,6 @@ class Channel:
                     continue
                 self._record(-1)
                 return item
-        finally:
-            if stats is not None:
-                stats.blocked += self._clock() - t0
-                stats.blocked_since = None
 
 
 @dataclass

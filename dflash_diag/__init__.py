@@ -34,6 +34,7 @@ _EXPORTS = {
     "estimate_acceptance": "acceptance", "linear_tau": "acceptance", "chain_tau": "acceptance",
     "prefix_tau": "acceptance",
     "Verdict": "verdict", "VerdictConfig": "verdict", "judge": "verdict",
+    "judge_toward": "verdict", "accuracy_goal": "verdict",
     "theil_sen_slope": "robust_trend", "mann_kendall": "robust_trend",
     "ConvergeConfig": "report", "ConvergeReport": "report", "build_converge_report": "report",
     "render_rich": "render", "render_text": "render", "render_markdown": "render",
@@ -91,7 +92,13 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from dflash_diag.schema import parse_field_map  # noqa: F401
     from dflash_diag.tail import LogTail  # noqa: F401
     from dflash_diag.trend import Trend, TrendConfig, compute_trends  # noqa: F401
-    from dflash_diag.verdict import Verdict, VerdictConfig, judge  # noqa: F401
+    from dflash_diag.verdict import (  # noqa: F401
+        Verdict,
+        VerdictConfig,
+        accuracy_goal,
+        judge,
+        judge_toward,
+    )
     from dflash_diag.watch_render import render_view  # noqa: F401
     from dflash_diag.watch_state import LiveLog, WatchConfig  # noqa: F401
     from dflash_diag.watch_view import build_view  # noqa: F401

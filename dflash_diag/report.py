@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -20,7 +20,7 @@ from dflash_diag.reader import LogEvent, ParsedLog, ParseIssues, fetch_lists
 from dflash_diag.restarts import Restart, resolve_restarts
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.trend import Trend, TrendConfig, compute_trends
-from dflash_diag.verdict import Verdict, VerdictConfig, judge
+from dflash_diag.verdict import Verdict, VerdictConfig, judge_toward
 from dflash_diag.windows import Window, compute_windows, window_rows
 
 
@@ -211,18 +211,7 @@ def build_converge_report(log: ParsedLog, config: ConvergeConfig | None = None) 
         tau_train=last.tau_train,
         up_to_step=int(selected["step"].max()),
     )
-    acc_goal = accuracy_goal(acceptance)
-    verdict = judge(
-        windows,
-        current_acc=acceptance.acc,
-        target_acc=acc_goal if acc_goal is not None else acceptance.target_acc,
-        frame=selected,
-        config=config.verdict,
-    )
-    if acc_goal is not None and acc_goal > 1.0:
-        verdict = replace(verdict, eta_steps=None, eta_hours=None,
-                          reason=verdict.reason + f"; no ETA: at the current tau/acc ratio the "
-                          f"target tau {acceptance.target_tau:.2f} would need acc {acc_goal:.2f} > 1")
+    verdict = judge_toward(windows, acceptance, frame=selected, config=config.verdict)
     notes = list(schedule.notes)
     return ConvergeReport(
         sources=list(log.sources),
@@ -237,19 +226,3 @@ def build_converge_report(log: ParsedLog, config: ConvergeConfig | None = None) 
         notes=notes,
     )
 
-
-def accuracy_goal(acceptance: Acceptance) -> float | None:
-    """The accuracy at which the chosen estimator reaches the target tau.
-
-    The ETA extrapolates the accuracy slope, so it needs the target in accuracy. Assuming the
-    extra tokens per verify step (tau - 1) stay proportional to accuracy at the ratio measured now,
-    the goal is acc * (target_tau - 1) / (tau - 1): exactly ``target_acc`` under the linear
-    estimator, and consistent with the progress figure under the others (whose tau may lag or lead
-    what the linear formula promises). None when any input is missing or tau has not left 1.
-    """
-    acc, tau, target_tau = acceptance.acc, acceptance.tau, acceptance.target_tau
-    if acc is None or tau is None or target_tau is None or acc <= 0 or tau <= 1.0:
-        return None
-    if acceptance.estimator == "linear" and acceptance.target_acc is not None:
-        return acceptance.target_acc  # the same value, without a rounding step
-    return acc * (target_tau - 1.0) / (tau - 1.0)

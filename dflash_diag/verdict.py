@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from dflash_diag.robust_trend import mann_kendall, theil_sen_slope
 from dflash_diag.windows import Window
+
+if TYPE_CHECKING:
+    from dflash_diag.acceptance import Acceptance
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 #: Statuses in the order a watchdog would worry about them.
@@ -158,3 +162,38 @@ def judge(
     eta_hours = eta_steps * sec / 3600.0 if eta_steps is not None and sec is not None else None
     return Verdict(status, metric, slope * 1000.0, test.p_value, len(xs), eta_steps, eta_hours,
                    sec, sec_source, reason)
+
+
+def accuracy_goal(acceptance: Acceptance) -> float | None:
+    """The accuracy at which the chosen tau estimator reaches the target tau.
+
+    The ETA extrapolates the accuracy slope, so it needs the target in accuracy. Assuming the
+    extra tokens per verify step (tau - 1) stay proportional to accuracy at the ratio measured now,
+    the goal is acc * (target_tau - 1) / (tau - 1): exactly ``target_acc`` under the linear
+    estimator, and consistent with the progress figure under the others (whose tau may lag or lead
+    what the linear formula promises). None when any input is missing or tau has not left 1.
+    """
+    acc, tau, target_tau = acceptance.acc, acceptance.tau, acceptance.target_tau
+    if acc is None or tau is None or target_tau is None or acc <= 0 or tau <= 1.0:
+        return None
+    if acceptance.estimator == "linear" and acceptance.target_acc is not None:
+        return acceptance.target_acc  # the same value, without a rounding step
+    return acc * (target_tau - 1.0) / (tau - 1.0)
+
+
+def judge_toward(windows: Sequence[Window], acceptance: Acceptance, *,
+                 frame: pl.DataFrame | None = None, config: VerdictConfig | None = None) -> Verdict:
+    """:func:`judge` with the ETA aimed at the accuracy where ``acceptance`` reaches its target.
+
+    A goal above accuracy 1 (the measured tau lags what accuracy promises too far) gives no ETA,
+    and the reason says so.
+    """
+    goal = accuracy_goal(acceptance)
+    verdict = judge(windows, current_acc=acceptance.acc,
+                    target_acc=goal if goal is not None else acceptance.target_acc,
+                    frame=frame, config=config)
+    if goal is not None and goal > 1.0:
+        verdict = replace(verdict, eta_steps=None, eta_hours=None,
+                          reason=verdict.reason + f"; no ETA: at the current tau/acc ratio the "
+                          f"target tau {acceptance.target_tau:.2f} would need acc {goal:.2f} > 1")
+    return verdict

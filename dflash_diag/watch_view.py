@@ -16,7 +16,7 @@ from dflash_diag.alerts import Alert, loss_spikes, stall_alert
 from dflash_diag.numbers import finite_number
 from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.trend import Trend, TrendConfig, compute_trends
-from dflash_diag.verdict import DIVERGING, Verdict, judge
+from dflash_diag.verdict import DIVERGING, Verdict, judge_toward
 from dflash_diag.watch_state import LiveLog
 from dflash_diag.windows import Window, compute_windows, window_rows
 
@@ -200,7 +200,7 @@ def build_view(live: LiveLog) -> WatchView:
         tau_train=last.tau_train,
         up_to_step=last.end,
     )
-    verdict = judge(windows, current_acc=last.acc, target_acc=config.target_acc, frame=frame)
+    verdict = judge_toward(windows, acceptance, frame=frame)
     if verdict.status == DIVERGING:
         alerts.append(Alert("diverging", f"diverging: {verdict.reason}"))
     return WatchView(

@@ -92,7 +92,7 @@ def test_eta_hours_and_config_validation():
 
 def test_eta_targets_the_accuracy_at_which_the_chosen_estimator_reaches_target_tau():
     from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance
-    from dflash_diag.report import accuracy_goal
+    from dflash_diag.verdict import accuracy_goal
 
     empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
                                  "n_blocks": pl.Float64})
@@ -103,3 +103,19 @@ def test_eta_targets_the_accuracy_at_which_the_chosen_estimator_reaches_target_t
                                    AcceptanceConfig())
     assert measured.estimator == "measured"
     assert accuracy_goal(measured) == pytest.approx(0.5 * 4.05 / 1.0)
+
+
+def test_judge_toward_gives_no_eta_when_the_measured_tau_lags_too_far():
+    from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance, judge_toward
+
+    empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
+                                 "n_blocks": pl.Float64})
+    windows = _windows([0.30, 0.35, 0.40, 0.45, 0.50])
+    lagging = estimate_acceptance(0.5, "w", empty, [LogEvent("eval", 0, 0, 5, {"step": 5, "tau": 2.0})],
+                                  AcceptanceConfig())
+    verdict = judge_toward(windows, lagging)
+    assert verdict.status == "converging" and verdict.eta_steps is None and "no ETA" in verdict.reason
+    # Under the linear estimator the goal is target_acc itself: ETA as judge gives it.
+    linear = estimate_acceptance(0.2, "w", empty, [], AcceptanceConfig())
+    plain = judge(windows, current_acc=0.2, target_acc=0.27)
+    assert judge_toward(windows, linear).eta_steps == pytest.approx(plain.eta_steps)

@@ -27,7 +27,7 @@ METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos")
 EVENT_FIELDS: tuple[str, ...] = (
     "event", "script", "schema", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature",
     "block_size", "steps_per_epoch", "world_size", "schedule", "resumed_from", "config", "path",
-    "reason",
+    "reason", "resume_schedule",
 )
 
 #: Every canonical field that a map may rename.

@@ -146,6 +146,7 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
 def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
          dp: DataParallel) -> RunResult:
     setup = build_setup(cfg, dp)
+    cfg = setup.cfg  # max_steps resolved from --epochs
     if not cfg.torch_threads:
         torch.set_num_threads(cpu_threads_per_stage(cfg))
     workers = target_workers(setup, cfg.target_devices)

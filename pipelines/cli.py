@@ -11,12 +11,23 @@ a run stopped by SIGINT/SIGTERM checkpoints and exits 128 + the signal number.
 
 from __future__ import annotations
 
+import inspect
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from .config import (
+    RESUME_SCHEDULE_MODES,
+    SCHEDULE_KINDS,
+    PipelineConfig,
+    TrainConfig,
+    default_of,
+)
 
 PROG = "dflash-train"
 
@@ -30,33 +41,127 @@ class UsageFailure(Exception):
     """Bad user input: one line, exit code 2."""
 
 
-# -- common options (the signature is the interface) ---------------------------------------------
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML file of config values "
-                                                 "(flags override it).")]
-TargetOpt = Annotated[str | None, typer.Option("--target", help="Target model: local HF directory "
-                                               "or hub id (default: the bundled tiny target).")]
-MaxStepsOpt = Annotated[int | None, typer.Option("--max-steps", help="Train until this optimizer "
-                                                 "step (absolute; resumed runs continue).")]
-LogOpt = Annotated[str | None, typer.Option("--log", "--log-file", help="JSONL log to append "
-                                            "to (default logs/train.jsonl). Under torchrun write "
-                                            "--log-file: torchrun takes --log for its own options.")]
-CkptDirOpt = Annotated[str | None, typer.Option("--ckpt-dir", help="Where step-NNNNNN/ "
-                                                "checkpoints go (default checkpoints).")]
-CkptEveryOpt = Annotated[int | None, typer.Option("--ckpt-every", help="Checkpoint every N steps "
-                                                  "(0: only at the end).")]
-ResumeOpt = Annotated[str | None, typer.Option("--resume", help="Checkpoint directory to continue "
-                                               "from (written by either program).")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed for data order, anchors and "
-                                             "initialisation.")]
-BudgetOpt = Annotated[int | None, typer.Option("--token-budget", help="Tokens (padding included) "
-                                               "per micro-batch.")]
-DeviceOpt = Annotated[str | None, typer.Option("--device", help="Drafter device: cpu, cuda, "
-                                               "cuda:N.")]
-DataOpt = Annotated[str | None, typer.Option("--data", help="Training data directory "
-                                             "(default: the bundled dataset).")]
-LogAllRanksOpt = Annotated[bool | None, typer.Option(
-    "--log-all-ranks/--no-log-all-ranks", help="Every rank also writes <log stem>.rank{N}.jsonl beside the log, with "
-    "its own throughput (torchrun runs).")]
+# -- options --------------------------------------------------------------------------------------
+# One table declares the training options of both programs; each option's default is the config
+# dataclass's (``default_of``), the one place defaults are defined, so the help cannot disagree
+# with the config. Only options given on the command line override the file (click tells which:
+# ``ParameterSource``), so the file still wins over the dataclass defaults.
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One training option: its parameter name, the config field it sets, its declarations."""
+
+    name: str
+    field: str
+    decls: tuple[str, ...]
+    type: Any
+    help: str
+    metavar: str | None = None
+    pipeline_only: bool = False
+
+
+#: What a None default means, for the help (a None default is never shown as "None").
+NONE_MEANS = {
+    "resume": "none", "warmup_steps": "warmup_ratio of the schedule",
+    "epochs": "none: --max-steps ends the run", "target_devices": "the drafter's device",
+    "progress": "a bar on a terminal, lines elsewhere",
+}
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("target", "target", ("--target",), str, "Target model: local HF directory, hub id, or "
+         "bundled (the tiny target)."),
+    Flag("data", "data", ("--data",), str, "Training data directory (bundled: the tiny target's "
+         "dataset)."),
+    Flag("device", "device", ("--device",), str, "Drafter device: cpu, cuda, cuda:N."),
+    Flag("max_steps", "max_steps", ("--max-steps",), int, "Train until this optimizer step "
+         "(absolute; resumed runs continue)."),
+    Flag("epochs", "epochs", ("--epochs",), float, "Train until this many data epochs instead "
+         "(absolute, like --max-steps)."),
+    Flag("log", "log", ("--log", "--log-file"), str, "JSONL log to append to. Under torchrun "
+         "write --log-file: torchrun takes --log for its own options."),
+    Flag("ckpt_dir", "ckpt_dir", ("--ckpt-dir",), str, "Where step-NNNNNN/ checkpoints go."),
+    Flag("ckpt_every", "ckpt_every", ("--ckpt-every",), int, "Checkpoint every N steps (0: only "
+         "at the end)."),
+    Flag("resume", "resume", ("--resume",), str, "Checkpoint directory to continue from "
+         "(written by either program)."),
+    Flag("resume_schedule", "resume_schedule", ("--resume-schedule",), str, "With --resume: "
+         "continue the checkpoint's lr schedule where it stopped, or restart this run's schedule "
+         "(warmup included) from the resumed step. AdamW moments are kept either way.",
+         metavar="|".join(RESUME_SCHEDULE_MODES)),
+    Flag("seed", "seed", ("--seed",), int, "Seed for data order, anchors and initialisation."),
+    Flag("token_budget", "token_budget", ("--token-budget",), int, "Tokens (padding included) "
+         "per micro-batch."),
+    Flag("lr", "peak_lr", ("--lr",), float, "Peak learning rate (AdamW), reached at the end of "
+         "the warmup (config key peak_lr)."),
+    Flag("min_lr", "min_lr", ("--min-lr",), float, "Floor the decay reaches at the end of the "
+         "schedule."),
+    Flag("warmup_steps", "warmup_steps", ("--warmup-steps",), int, "Warmup length in steps."),
+    Flag("schedule", "schedule", ("--schedule",), str, "Shape of the lr decay after the warmup.",
+         metavar="|".join(SCHEDULE_KINDS)),
+    Flag("block_size", "drafter.block_size", ("--block-size",), int, "Drafter block size "
+         "(drafter table: block_size; a resumed run keeps its checkpoint's)."),
+    Flag("draft_layers", "drafter.num_draft_layers", ("--draft-layers",), int, "Drafter decoder "
+         "layers (drafter table: num_draft_layers; a resumed run keeps its checkpoint's)."),
+    Flag("log_all_ranks", "log_all_ranks", ("--log-all-ranks/--no-log-all-ranks",), bool,
+         "Every rank also writes <log stem>.rank{N}.jsonl beside the log, with its own "
+         "throughput (torchrun runs)."),
+    Flag("progress", "progress", ("--progress/--no-progress",), bool, "Force the progress bar, "
+         "or silence progress (the closing summary stays)."),
+    Flag("progress_every", "progress_every", ("--progress-every",), int, "Off a terminal: a "
+         "progress line every N steps (0: by time only)..."),
+    Flag("progress_seconds", "progress_seconds", ("--progress-seconds",), float, "... or every "
+         "T seconds, whichever comes first (0: by steps only)."),
+    Flag("grad_accum", "grad_accum", ("--grad-accum",), int, "Micro-batches per optimizer step.",
+         pipeline_only=True),
+    Flag("target_devices", "target_devices", ("--target-devices",), str, "Comma-separated "
+         "devices, one target worker each.", pipeline_only=True),
+    Flag("eval_every", "eval_every", ("--eval-every",), int, "Measure real tau every N steps "
+         "(0: never).", pipeline_only=True),
+)
+
+
+def flags_of(program: str) -> list[Flag]:
+    """The training options of ``sync`` or ``pipeline``, in help order."""
+    return [f for f in FLAGS if program == "pipeline" or not f.pipeline_only]
+
+
+def _parameter(cls: type, flag: Flag) -> inspect.Parameter:
+    default = default_of(cls, flag.field)
+    show: bool | str = True if default is not None else NONE_MEANS[flag.field]
+    if isinstance(default, list):  # target_devices given in the file: shown as on the command line
+        default = ",".join(default)
+    option = typer.Option(default, *flag.decls, help=flag.help, show_default=show,
+                          metavar=flag.metavar)
+    return inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=flag.type | None)
+
+
+def given_flags(ctx: typer.Context, program: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The options given on the command line, as config overrides (``--lr`` is ``peak_lr``)."""
+    out = {}
+    for flag in flags_of(program):
+        # By name: typer may carry its own copy of click's ParameterSource enum.
+        source = ctx.get_parameter_source(flag.name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out[flag.field] = params[flag.name]
+    return out
+
+
+def _training_command(program: str, cls: type, doc: str) -> Callable[..., None]:
+    def command(ctx: typer.Context, config: Path | None = None, **params: Any) -> None:
+        _run(program, _build(cls, config, given_flags(ctx, program, params)))
+
+    config = inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                               default=typer.Option(None, "--config", help="TOML file of config "
+                                                    "values (flags override it)."))
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                           annotation=typer.Context), config,
+         *(_parameter(cls, f) for f in flags_of(program))])
+    command.__doc__ = doc
+    command.__name__ = program
+    return command
 
 
 def _build(cls: type, config: Path | None, flags: dict[str, Any]):
@@ -100,50 +205,22 @@ def _run(program: str, cfg: Any) -> None:
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
-def sync(
-    config: ConfigOpt = None, target: TargetOpt = None, max_steps: MaxStepsOpt = None,
-    log: LogOpt = None, ckpt_dir: CkptDirOpt = None, ckpt_every: CkptEveryOpt = None,
-    resume: ResumeOpt = None, seed: SeedOpt = None, token_budget: BudgetOpt = None,
-    device: DeviceOpt = None, data: DataOpt = None, log_all_ranks: LogAllRanksOpt = None,
-) -> None:
-    """Lock-step trainer: batch, target forward, drafter forward/backward, step; one at a time."""
-    from .config import TrainConfig
-
-    flags = {"target": target, "max_steps": max_steps, "log": log, "ckpt_dir": ckpt_dir,
-                 "ckpt_every": ckpt_every, "resume": resume, "seed": seed, "token_budget": token_budget,
-                 "device": device, "data": data, "log_all_ranks": log_all_ranks}
-    _run("sync", _build(TrainConfig, config, flags))
-
-
-@app.command()
-def pipeline(
-    config: ConfigOpt = None, target: TargetOpt = None, max_steps: MaxStepsOpt = None,
-    log: LogOpt = None, ckpt_dir: CkptDirOpt = None, ckpt_every: CkptEveryOpt = None,
-    resume: ResumeOpt = None, seed: SeedOpt = None, token_budget: BudgetOpt = None,
-    device: DeviceOpt = None, data: DataOpt = None, log_all_ranks: LogAllRanksOpt = None,
-    grad_accum: Annotated[int | None, typer.Option(
-        "--grad-accum", help="Micro-batches per optimizer step (default 4).")] = None,
-    target_devices: Annotated[str | None, typer.Option(
-        "--target-devices", help="Comma-separated devices, one target worker each "
-        "(default: the drafter's device).")] = None,
-    eval_every: Annotated[int | None, typer.Option(
-        "--eval-every", help="Measure real tau every N steps (0: never; default 50).")] = None,
-) -> None:
-    """CSP pipeline: loader -> target workers -> drafter, overlapped through bounded channels."""
-    from .config import PipelineConfig
-
-    flags = {"target": target, "max_steps": max_steps, "log": log, "ckpt_dir": ckpt_dir,
-                 "ckpt_every": ckpt_every, "resume": resume, "seed": seed, "token_budget": token_budget,
-                 "device": device, "data": data, "grad_accum": grad_accum, "target_devices": target_devices,
-                 "eval_every": eval_every, "log_all_ranks": log_all_ranks}
-    _run("pipeline", _build(PipelineConfig, config, flags))
+app.command("sync")(_training_command(
+    "sync", TrainConfig,
+    "Lock-step trainer: batch, target forward, drafter forward/backward, step; one at a time."))
+app.command("pipeline")(_training_command(
+    "pipeline", PipelineConfig,
+    "CSP pipeline: loader -> target workers -> drafter, overlapped through bounded channels."))
 
 
 @app.command("eval")
 def eval_(
     drafter: Annotated[str, typer.Option("--drafter", help="Checkpoint directory to measure.")],
-    target: TargetOpt = None, data: DataOpt = None, device: DeviceOpt = None,
+    target: Annotated[str | None, typer.Option("--target", help="Target model (default: the "
+                                               "bundled tiny target).")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="Directory with eval_prompts.jsonl "
+                                             "(default: the bundled dataset).")] = None,
+    device: Annotated[str, typer.Option("--device", help="Device of drafter and target.")] = "cpu",
     prompts: Annotated[int, typer.Option("--prompts", help="Held-out prompts to decode.")] = 8,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")]
     = 32,
@@ -158,7 +235,7 @@ def eval_(
 
     hf_logging.disable_progress_bar()
     try:
-        req = EvalRequest(drafter=drafter, target=target, data=data, device=device or "cpu",
+        req = EvalRequest(drafter=drafter, target=target, data=data, device=device,
                           prompts=prompts, new_tokens=new_tokens)
         record = evaluate_checkpoint(req)
     except (TrainingError, ValueError) as e:

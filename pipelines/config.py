@@ -28,6 +28,23 @@ BUNDLED = "bundled"
 #: similar density). Real targets: num_draft_layers 5, num_anchors 512.
 CPU_DRAFTER: dict[str, Any] = {"block_size": 16, "num_draft_layers": 1, "num_anchors": 8}
 
+#: Shapes of the lr decay (``schedule``) and what a resume does with the schedule.
+SCHEDULE_KINDS = ("cosine", "linear", "constant")
+RESUME_SCHEDULE_MODES = ("continue", "restart")
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of config field ``name`` of ``cls`` (``drafter.X``: of the [drafter] table),
+    the one place defaults are defined: the CLI's help shows these."""
+    if name.startswith("drafter."):
+        return CPU_DRAFTER.get(name.split(".", 1)[1])
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if f is None:
+        raise KeyError(f"{cls.__name__} has no field {name!r}")
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return f.default
+
 
 @dataclass
 class TrainConfig:
@@ -55,6 +72,18 @@ class TrainConfig:
     """Warmup length as a fraction of ``total_steps``."""
     total_steps: int | None = None
     """Length of the schedule; default ``max_steps``."""
+    schedule: str = "cosine"
+    """Shape of the lr decay after the warmup: cosine, linear (both to ``min_lr`` at
+    ``total_steps``) or constant (the peak to the end)."""
+    warmup_steps: int | None = None
+    """Warmup length in steps; default ``warmup_ratio`` of the schedule's length."""
+    epochs: float | None = None
+    """Train until this many data epochs (absolute, like ``max_steps``, which it replaces: the
+    run stops at step ceil(epochs * steps per epoch))."""
+    resume_schedule: str = "continue"
+    """What ``resume`` does with the lr schedule: ``continue`` the checkpoint's schedule at the
+    step it reached, or ``restart`` this config's schedule (warmup included) from that step. The
+    AdamW moments are carried over in both cases."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -84,7 +113,13 @@ class TrainConfig:
     """torch intra-op threads for the whole process (0: automatic: torch's default in the
     lock-step trainer; the pipeline splits the cores between the stages computing on the CPU)."""
     progress: bool | None = None
-    """Show a progress bar (default: only when stderr is a terminal)."""
+    """Progress on stderr: a bar on a terminal, plain lines elsewhere (default); true forces
+    the bar, false silences both (the closing summary stays)."""
+    progress_every: int = 100
+    """Off a terminal, a progress line after N optimizer steps or ``progress_seconds``,
+    whichever comes first (0: by time only)."""
+    progress_seconds: float = 30.0
+    """See ``progress_every`` (0: by steps only)."""
     drafter: dict[str, Any] = field(default_factory=lambda: dict(CPU_DRAFTER))
     """DFlashConfig overrides ([drafter] table): block_size, num_draft_layers, num_anchors, ...
     A [drafter] table replaces these defaults as a whole."""
@@ -92,10 +127,28 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
                        "eval_new_tokens", "max_nonfinite")
-        _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads")
+        _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads",
+                           "progress_every")
         if self.total_steps is not None:
             _positive_ints(self, "total_steps")
-        for name in ("peak_lr", "min_lr", "weight_decay", "grad_clip", "warmup_ratio"):
+        if self.warmup_steps is not None:
+            _non_negative_ints(self, "warmup_steps")
+            if self.warmup_steps > self.schedule_total_steps:
+                raise ValueError(f"warmup_steps ({self.warmup_steps}) exceeds the schedule's "
+                                 f"{self.schedule_total_steps} steps")
+        if self.schedule not in SCHEDULE_KINDS:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULE_KINDS)}, "
+                             f"got {self.schedule!r}")
+        if self.resume_schedule not in RESUME_SCHEDULE_MODES:
+            raise ValueError(f"resume_schedule must be one of {', '.join(RESUME_SCHEDULE_MODES)}, "
+                             f"got {self.resume_schedule!r}")
+        if self.epochs is not None:
+            e = self.epochs
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0:
+                raise ValueError(f"epochs must be a finite number > 0, got {e!r}")
+            self.epochs = float(e)
+        for name in ("peak_lr", "min_lr", "weight_decay", "grad_clip", "warmup_ratio",
+                     "progress_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
@@ -128,6 +181,12 @@ class TrainConfig:
     @property
     def schedule_total_steps(self) -> int:
         return self.total_steps if self.total_steps is not None else self.max_steps
+
+    def for_epochs(self, steps_per_epoch: float) -> TrainConfig:
+        """This config with ``max_steps`` resolved from ``epochs`` (itself when none is set)."""
+        if self.epochs is None:
+            return self
+        return dataclasses.replace(self, max_steps=max(1, math.ceil(self.epochs * steps_per_epoch)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the ``config`` of the log header)."""
@@ -239,11 +298,24 @@ def build_config(cls: type[C], file: str | Path | None = None,
                 if section == "sync" and set(unknown) & {f.name for f in dataclasses.fields(PipelineConfig)}
                 else "")
         raise ValueError(f"unknown config key(s){where}: {', '.join(unknown)}{hint}")
-    for k, v in (overrides or {}).items():
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    # A flag wins over the file, also over the file's way of giving the same thing.
+    if "epochs" in overrides:
+        values.pop("max_steps", None)
+    if "max_steps" in overrides:
+        values.pop("epochs", None)
+    for k, v in overrides.items():
+        if k.startswith("drafter."):  # --block-size, --draft-layers: into the [drafter] table
+            table = dict(values.get("drafter", CPU_DRAFTER))
+            table[k.split(".", 1)[1]] = v
+            values["drafter"] = table
+            continue
         if k not in known:
             raise ValueError(f"unknown config key: {k}")
-        if v is not None:
-            values[k] = v
+        values[k] = v
+    if "epochs" in values and "max_steps" in values:
+        raise ValueError("max_steps and epochs both given: the run ends at one of them "
+                         "(a flag replaces the file's)")
     try:
         return cls(**values)
     except TypeError as e:  # e.g. a table where a number belongs

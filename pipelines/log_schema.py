@@ -19,6 +19,10 @@ from typing import Any
 SCHEMA_VERSION = 1
 SCRIPTS = ("sync", "pipeline")
 STOP_REASONS = ("max_steps", "signal", "nonfinite", "error", "data_exhausted")
+RESUME_SCHEDULE_MODES = ("continue", "restart")
+SCHEDULE_FIELDS = frozenset({"kind", "peak_lr", "warmup_steps", "total_steps", "min_lr"})
+#: Optional in ``schedule``: present (and > 0) only when the schedule restarted at a resume.
+SCHEDULE_OPTIONAL = frozenset({"start_step"})
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -44,13 +48,17 @@ class RunStart:
     resumed_from: dict[str, Any] | None = None  # {"path": str, "step": int}
     rank: int | None = None
     """Only in a per-rank log (``--log-all-ranks``): the rank that wrote it."""
+    resume_schedule: str | None = None
+    """Only in a resumed launch: ``continue`` (the checkpoint's lr schedule goes on) or
+    ``restart`` (``schedule`` starts anew after the resumed step; its ``start_step`` says where)."""
     event: str = "run_start"
     schema: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        if d["rank"] is None:
-            del d["rank"]
+        for name in ("rank", "resume_schedule"):
+            if d[name] is None:
+                del d[name]
         # key order: event and schema first, for people reading the log with `head`
         return {"event": d.pop("event"), "schema": d.pop("schema"), **d}
 
@@ -174,7 +182,7 @@ _SPECS = {
         "event": (str,), "schema": (int,), "script": (str,), "time": _NUM, "config": (dict,),
         "schedule": (dict,), "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)),
         "world_size": (int,), "resumed_from": (dict, type(None)),
-    }, {"rank": (int,)}),
+    }, {"rank": (int,), "resume_schedule": (str,)}),
     "eval": _Spec({
         "event": (str,), "step": (int,), "time": _NUM, "tau": _NUM, "tau_hist": (list,),
         "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM,
@@ -220,8 +228,13 @@ def validate_record(rec: dict[str, Any]) -> str:
     if kind == "run_start":
         if rec["schema"] != SCHEMA_VERSION or rec["script"] not in SCRIPTS:
             raise ValueError(f"run_start: bad schema/script {rec['schema']}/{rec['script']}")
-        if set(rec["schedule"]) != {"kind", "peak_lr", "warmup_steps", "total_steps", "min_lr"}:
+        keys = set(rec["schedule"])
+        if not SCHEDULE_FIELDS <= keys <= SCHEDULE_FIELDS | SCHEDULE_OPTIONAL:
             raise ValueError(f"run_start: schedule fields {sorted(rec['schedule'])}")
+        if "resume_schedule" in rec and (rec["resume_schedule"] not in RESUME_SCHEDULE_MODES
+                                         or rec["resumed_from"] is None):
+            raise ValueError(f"run_start: resume_schedule {rec['resume_schedule']!r} "
+                             f"(one of {RESUME_SCHEDULE_MODES}, in a resumed launch only)")
         if rec["resumed_from"] is not None and set(rec["resumed_from"]) != {"path", "step"}:
             raise ValueError("run_start: resumed_from must be {path, step}")
         if "rank" in rec and not 0 <= rec["rank"] < rec["world_size"]:

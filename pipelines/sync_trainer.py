@@ -53,6 +53,7 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
 
 def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
     setup = build_setup(cfg, dp)
+    cfg = setup.cfg  # max_steps resolved from --epochs
     drafter, model, target, loader = setup.drafter, setup.model, setup.target, setup.loader
     runlog = RunLog(setup, SCRIPT, steps_per_epoch=float(loader.batches_per_epoch()), dp=dp)
     step, reason = setup.start_step, "max_steps"

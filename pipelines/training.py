@@ -169,30 +169,99 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     drafter = DFlashDraftModel(dcfg).to(device=cfg.device)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.peak_lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    start_step, cursor, resumed_from = 0, None, None
+    start_step, cursor, resumed_from, saved_schedule = 0, None, None, None
+    dp = dp or DataParallel(device=cfg.device)
     if cfg.resume is not None:
         state = restore_training_checkpoint(cfg.resume, drafter, optimizer, device=cfg.device)
+        # The AdamW moments travel with the checkpoint; its hyper-parameters are this config's
+        # (load_state_dict brought back the old run's weight decay with the moments).
+        for group in optimizer.param_groups:
+            group["weight_decay"] = cfg.weight_decay
         start_step = state["step"]
         cursor = Cursor.from_json(state["cursor"]) if state.get("cursor") else None
         resumed_from = {"path": str(cfg.resume), "step": start_step}
-        note = resume_layout_note(state, dp or DataParallel(device=cfg.device), cfg)
-        if note and (dp is None or dp.is_main):
+        saved_schedule = state.get("schedule")
+        note = resume_layout_note(state, dp, cfg)
+        if note and dp.is_main:
             print(f"dflash-train: note: {note}", file=sys.stderr)
-    if start_step >= cfg.max_steps:
-        raise TrainingError(
-            f"checkpoint is at step {start_step}: --max-steps {cfg.max_steps} leaves nothing to do"
-        )
     try:
-        dp = dp or DataParallel(device=cfg.device)
         loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor,
                                    rank=dp.rank, world_size=dp.world_size)
     except ValueError as e:
         raise TrainingError(str(e)) from None
-    schedule = Schedule.from_ratio(cfg.schedule_total_steps, peak_lr=cfg.peak_lr,
-                                   warmup_ratio=cfg.warmup_ratio, min_lr=cfg.min_lr)
+    # --epochs: the step count follows from the data (steps per epoch of THIS layout).
+    cfg = cfg.for_epochs(loader.batches_per_epoch() / micro_batches_per_step(cfg))
+    if start_step >= cfg.max_steps:
+        raise TrainingError(
+            f"checkpoint is at step {start_step}: --max-steps {cfg.max_steps} leaves nothing to do"
+        )
+    schedule, note = schedule_for(cfg, start_step, saved_schedule)
+    if note and dp.is_main:
+        print(f"dflash-train: note: {note}", file=sys.stderr)
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
                  eval_prompts=prompts, model=dp.wrap(drafter))
+
+
+def config_schedule(cfg: TrainConfig, start_step: int = 0) -> Schedule:
+    """The schedule ``cfg`` asks for, starting after step ``start_step`` (0: a fresh run).
+
+    Raises:
+        TrainingError: the schedule does not fit (e.g. its warmup is longer than what is left).
+    """
+    try:
+        return Schedule.from_ratio(cfg.schedule_total_steps, peak_lr=cfg.peak_lr,
+                                   warmup_ratio=cfg.warmup_ratio, min_lr=cfg.min_lr,
+                                   kind=cfg.schedule, start_step=start_step,
+                                   warmup_steps=cfg.warmup_steps)
+    except ValueError as e:
+        raise TrainingError(f"lr schedule: {e}") from None
+
+
+def schedule_for(cfg: TrainConfig, start_step: int,
+                 saved: dict[str, Any] | None) -> tuple[Schedule, str | None]:
+    """The lr schedule of a launch, and what to tell the user about it when it resumes.
+
+    * a fresh run: the config's schedule;
+    * ``resume_schedule = "continue"``: the checkpoint's schedule (``saved``), at the step it
+      reached: a migrated run goes on exactly as the old one would have (past its end: the
+      floor). A checkpoint recording no schedule falls back to the config's, at the absolute step;
+    * ``"restart"``: the config's schedule from step ``start_step + 1`` on: warmup again over
+      ``warmup_steps`` (or ``warmup_ratio`` of the steps left), then the decay to ``min_lr`` at
+      ``total_steps`` (default ``max_steps``).
+
+    Raises:
+        TrainingError: a restart with no steps left for the schedule, an unreadable saved schedule.
+    """
+    if cfg.resume is None:
+        return config_schedule(cfg), None
+    old = None
+    if saved is not None:
+        try:
+            old = Schedule.from_dict(saved)
+        except (TypeError, ValueError) as e:
+            raise TrainingError(f"checkpoint {cfg.resume}: unreadable schedule {saved!r}: {e}") from None
+    k = start_step + 1
+    if cfg.resume_schedule == "restart":
+        if cfg.schedule_total_steps <= start_step:
+            raise TrainingError(f"--resume-schedule restart at step {start_step}: the schedule ends "
+                                f"at step {cfg.schedule_total_steps} (total_steps)")
+        new = config_schedule(cfg, start_step)
+        before = f"{old.lr_at(start_step):.1e} -> " if old is not None and start_step else ""
+        return new, (f"lr schedule restarted at step {k}: {before}{new.lr_at(k):.1e} "
+                     f"({new.describe()}); the AdamW moments are the checkpoint's")
+    if old is None:
+        new = config_schedule(cfg)
+        return new, (f"checkpoint {cfg.resume} records no lr schedule: this config's applies at "
+                     f"step {k}: {new.lr_at(k):.1e} ({new.describe()})")
+    note = f"lr schedule continued at step {k}: {old.lr_at(k):.1e} ({old.describe()})"
+    if old.kind != "constant" and old.total_steps <= start_step:
+        note += f"; it ended at step {old.total_steps}, so its floor holds"
+    mine = config_schedule(cfg)
+    if mine != old:
+        note += (f"; this config's schedule ({mine.describe()}) is not used: "
+                 f"--resume-schedule restart starts it here")
+    return old, note
 
 
 def micro_batches_per_step(cfg: TrainConfig) -> int:
@@ -293,6 +362,7 @@ class RunLog:
             schedule=setup.schedule.to_dict(), block_size=setup.block_size,
             steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
             resumed_from=setup.resumed_from,
+            resume_schedule=self.cfg.resume_schedule if setup.resumed_from else None,
         )
         self.write(header)
         self.write_rank(dataclasses.replace(header, rank=dp.rank))

@@ -40,7 +40,6 @@ from .distributed import DataParallel, init_data_parallel, shutdown_data_paralle
 from .errors import TrainingError
 from .evaluate import run_eval
 from .log_schema import Metrics
-from .progress import StepProgress
 from .training import (
     RunLog,
     RunResult,
@@ -52,8 +51,10 @@ from .training import (
     dtype_of,
     exit_code_for,
     grad_scale_for,
+    make_progress,
     reduce_step,
     resolve_target,
+    summarize,
 )
 
 SCRIPT = "pipeline"
@@ -135,16 +136,17 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
         TrainingError: the run cannot start (bad target, data or checkpoint).
     """
     stop = stop or StopRequest()
+    started_at = time.monotonic()
     dp = init_data_parallel(cfg.device, cfg.target_devices)
     try:
         placed = dataclasses.replace(cfg, device=dp.device, target_devices=list(dp.target_devices))
-        return _run(placed, stop, inject or _no_fault, dp)
+        return _run(placed, stop, inject or _no_fault, dp, started_at)
     finally:
         shutdown_data_parallel(dp)
 
 
 def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
-         dp: DataParallel) -> RunResult:
+         dp: DataParallel, started_at: float) -> RunResult:
     setup = build_setup(cfg, dp)
     cfg = setup.cfg  # max_steps resolved from --epochs
     if not cfg.torch_threads:
@@ -158,6 +160,7 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
     ch_batches = Channel("batches", cfg.channel_capacity)
     ch_features = Channel("features", cfg.channel_capacity)
     outcome = _Outcome(step=setup.start_step)
+    bar = make_progress(setup, dp, started_at)
     graph: Graph  # assigned below; the drafter stage samples its accounting
 
     def loader_stage() -> None:
@@ -202,7 +205,7 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
         drafter.train()
         precision = compute_precision(cfg.device, cfg.dtype)
         t_last = time.perf_counter()
-        with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
+        with bar:
             while step < cfg.max_steps:
                 if dp.any(stop.is_set()):  # every rank stops after the same step
                     outcome.reason = "signal"
@@ -257,7 +260,7 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     ))
                     runlog.rank_metrics(k, epoch, lr, local, upd.grad_norm, step_time, sync_wait,
                                         busy, fill)
-                bar.update(k, m.loss, m.acc, tok_per_sec)
+                bar.update(k, m, step_time)
                 if cfg.eval_every and k % cfg.eval_every == 0 and dp.is_main:
                     runlog.write(run_eval(drafter, setup.target, setup.eval_prompts,
                                           cfg.eval_new_tokens, step=k))
@@ -281,7 +284,9 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
     except StageError as e:
         runlog.stop(outcome.step, "error", str(e))
         runlog.close()
-        return RunResult(step=outcome.step, reason="error", exit_code=1, error=str(e))
+        return RunResult(step=outcome.step, reason="error", exit_code=1, error=str(e),
+                         summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, "error",
+                                           str(e)))
     except BaseException as e:  # KeyboardInterrupt from a second signal: stages already stopped
         runlog.stop(outcome.step, "signal", f"{type(e).__name__}: interrupted twice, no checkpoint")
         runlog.close()
@@ -289,4 +294,5 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
     runlog.stop(outcome.step, outcome.reason)
     runlog.close()
     return RunResult(step=outcome.step, reason=outcome.reason,
-                     exit_code=exit_code_for(outcome.reason, stop.signum))
+                     exit_code=exit_code_for(outcome.reason, stop.signum),
+                     summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, outcome.reason))

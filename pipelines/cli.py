@@ -198,10 +198,19 @@ def _run(program: str, cfg: Any) -> None:
         raise typer.Exit(128 + (stop.signum or signal.SIGINT)) from None
     finally:
         restore()
+    summary = result.summary
+    if summary is not None:
+        for line in summary.lines():
+            print(line, file=sys.stderr)
+    # The last line says how it ended and where to resume from.
+    where = ""
+    if summary is not None and result.reason != "max_steps":
+        where = (f"; last good checkpoint: {summary.checkpoint}" if summary.checkpoint
+                 else "; no checkpoint to resume from")
     if result.error:
-        print(f"{PROG}: error: {result.error}", file=sys.stderr)
+        print(f"{PROG}: error: {result.error}{where}", file=sys.stderr)
     elif result.reason != "max_steps":
-        print(f"{PROG}: stopped at step {result.step} ({result.reason})", file=sys.stderr)
+        print(f"{PROG}: stopped at step {result.step} ({result.reason}){where}", file=sys.stderr)
     raise typer.Exit(result.exit_code)
 
 

@@ -17,7 +17,6 @@ from .config import TrainConfig
 from .csp import StopRequest
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .log_schema import Metrics
-from .progress import StepProgress
 from .training import (
     RunLog,
     RunResult,
@@ -27,7 +26,9 @@ from .training import (
     compute_precision,
     exit_code_for,
     grad_scale_for,
+    make_progress,
     reduce_step,
+    summarize,
 )
 
 SCRIPT = "sync"
@@ -44,14 +45,15 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
         TrainingError: the run cannot start (bad target, data or checkpoint).
     """
     stop = stop or StopRequest()
+    started_at = time.monotonic()
     dp = init_data_parallel(cfg.device)  # before anything is loaded: a bad launch is one line
     try:
-        return _run(dataclasses.replace(cfg, device=dp.device), stop, dp)
+        return _run(dataclasses.replace(cfg, device=dp.device), stop, dp, started_at)
     finally:
         shutdown_data_parallel(dp)
 
 
-def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
+def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel, started_at: float) -> RunResult:
     setup = build_setup(cfg, dp)
     cfg = setup.cfg  # max_steps resolved from --epochs
     drafter, model, target, loader = setup.drafter, setup.model, setup.target, setup.loader
@@ -60,9 +62,10 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
     cursor = loader.state_dict()
     drafter.train()
     precision = compute_precision(cfg.device, cfg.dtype)
-    t_last = time.perf_counter()  # start of the current step, for the per-rank log
+    t_last = time.perf_counter()  # start of the current step (progress, per-rank log)
+    bar = make_progress(setup, dp, started_at)
     try:
-        with StepProgress(step, cfg.max_steps, cfg.progress) as bar:
+        with bar:
             while step < cfg.max_steps:
                 if dp.any(stop.is_set()):  # every rank stops after the same step
                     reason = "signal"
@@ -94,7 +97,7 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
                                          loss=m.loss, acc=m.acc, lr=lr))
                     runlog.rank_metrics(k, loader.epoch_float, lr, out.metrics, upd.grad_norm,
                                         time.perf_counter() - t_last, sync_wait)
-                bar.update(k, m.loss, m.acc)
+                bar.update(k, m, time.perf_counter() - t_last)
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:
                     runlog.checkpoint(k, cursor, SCRIPT)
                 t_last = time.perf_counter()  # checkpoint time stays out of the next step
@@ -104,11 +107,13 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel) -> RunResult:
         error = f"{type(e).__name__}: {e}"
         runlog.stop(step, "error", error)
         runlog.close()
-        return RunResult(step=step, reason="error", exit_code=1, error=error)
+        return RunResult(step=step, reason="error", exit_code=1, error=error,
+                         summary=summarize(SCRIPT, setup, runlog, bar, step, "error", error))
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, without a final checkpoint
         runlog.stop(step, "signal", "interrupted twice: stopped without a final checkpoint")
         runlog.close()
         raise
     runlog.stop(step, reason)
     runlog.close()
-    return RunResult(step=step, reason=reason, exit_code=exit_code_for(reason, stop.signum))
+    return RunResult(step=step, reason=reason, exit_code=exit_code_for(reason, stop.signum),
+                     summary=summarize(SCRIPT, setup, runlog, bar, step, reason))

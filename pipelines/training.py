@@ -41,6 +41,7 @@ from .distributed import DataParallel
 from .errors import TrainingError
 from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog
+from .progress import RunSummary, StepProgress
 from .schedule import Schedule
 
 
@@ -357,6 +358,7 @@ class RunLog:
                          if self.cfg.log_all_ranks else None)
         self.nonfinite_in_a_row = 0
         self.last_ckpt_step: int | None = None
+        self.last_ckpt_path: Path | None = None
         header = RunStart(
             script=script, time=clock(), config=self.cfg.to_dict(),
             schedule=setup.schedule.to_dict(), block_size=setup.block_size,
@@ -420,6 +422,7 @@ class RunLog:
                    "script": script, "seed": self.cfg.seed, "world_size": self.dp.world_size,
                    "micro_batches": micro_batches_per_step(self.cfg)},
         )
+        self.last_ckpt_path = path
         self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))
         return path
 
@@ -460,6 +463,29 @@ class RunResult:
     reason: str
     exit_code: int
     error: str | None = None
+    summary: RunSummary | None = None
+    """The closing summary (rank 0; None on the other ranks)."""
+
+
+def make_progress(setup: Setup, dp: DataParallel, started_at: float) -> StepProgress:
+    """The launch's progress display (rank 0 only: the others stay quiet)."""
+    cfg = setup.cfg
+    return StepProgress(setup.start_step, cfg.max_steps, cfg.progress if dp.is_main else False,
+                        every_steps=cfg.progress_every, every_seconds=cfg.progress_seconds,
+                        started_at=started_at)
+
+
+def summarize(program: str, setup: Setup, runlog: RunLog, progress: StepProgress, step: int,
+              reason: str, error: str | None = None) -> RunSummary | None:
+    """The closing summary of a launch (None off rank 0). The last good checkpoint is the
+    launch's last one, else the checkpoint it resumed from."""
+    if not runlog.dp.is_main:
+        return None
+    ckpt = runlog.last_ckpt_path or (setup.resumed_from or {}).get("path")
+    return RunSummary.of(program, progress, start_step=setup.start_step, step=step,
+                         max_steps=setup.cfg.max_steps, reason=reason,
+                         checkpoint=str(ckpt) if ckpt is not None else None,
+                         log=str(setup.cfg.log), error=error)
 
 
 def exit_code_for(reason: str, signum: int | None) -> int:

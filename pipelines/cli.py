@@ -230,9 +230,18 @@ def eval_(
     data: Annotated[str | None, typer.Option("--data", help="Directory with eval_prompts.jsonl "
                                              "(default: the bundled dataset).")] = None,
     device: Annotated[str, typer.Option("--device", help="Device of drafter and target.")] = "cpu",
-    prompts: Annotated[int, typer.Option("--prompts", help="Held-out prompts to decode.")] = 8,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")]
-    = 32,
+    prompts: Annotated[int, typer.Option(
+        "--prompts", help="Prompts decoded from each prompt file (the first N).")]
+    = default_of(TrainConfig, "eval_prompts"),
+    new_tokens: Annotated[int, typer.Option(
+        "--new-tokens", help="Horizon: tokens generated per prompt at most.")]
+    = default_of(TrainConfig, "eval_new_tokens"),
+    prompts_file: Annotated[list[str] | None, typer.Option(
+        "--prompts-file", help="JSONL prompt set ({\"input_ids\": [...], \"benchmark\": ...} per "
+        "line; repeatable: tau is also split by benchmark). Default: the data's eval prompts.")]
+    = None,
+    fmt: Annotated[str, typer.Option("-f", "--format", help="text, or json for scripts.",
+                                     metavar="text|json")] = "text",
     log: Annotated[str | None, typer.Option("--log", help="Also append an eval record to this "
                                             "JSONL log.")] = None,
 ) -> None:
@@ -240,21 +249,28 @@ def eval_(
     from transformers.utils import logging as hf_logging
 
     from .errors import TrainingError
-    from .evaluate import EvalRequest, evaluate_checkpoint, render_eval
+    from .eval_report import render_json, render_text
+    from .evaluate import EvalRequest, eval_record, evaluate_checkpoint
 
+    if fmt not in ("text", "json"):
+        raise UsageFailure(f"--format must be text or json, got {fmt!r}")
     hf_logging.disable_progress_bar()
     try:
         req = EvalRequest(drafter=drafter, target=target, data=data, device=device,
-                          prompts=prompts, new_tokens=new_tokens)
-        record = evaluate_checkpoint(req)
+                          prompts=prompts, new_tokens=new_tokens,
+                          prompt_files=list(prompts_file or []))
+        report = evaluate_checkpoint(req)
     except (TrainingError, ValueError) as e:
         raise UsageFailure(str(e)) from None
-    render_eval(record)
+    if fmt == "json":
+        print(render_json(report))
+    else:
+        print("\n".join(render_text(report)))
     if log is not None:
         from .logwriter import JsonlLog
 
         with JsonlLog(log) as f:
-            f.write(record)
+            f.write(eval_record(report))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,22 +2,30 @@
 
 Used by the pipeline's periodic eval and by ``dflash-train eval``. The measurement itself is
 :func:`dflash.evaluate_tau` (lossless greedy speculative decoding against the target); this module
-turns it into the log's eval record and renders it.
+turns it into the log's eval record and, for ``dflash-train eval``, into a prompt-by-prompt
+:class:`~pipelines.eval_report.EvalReport` (interval over prompts, split by benchmark).
+
+Prompt files are JSONL, one ``{"input_ids": [...]}`` per line, optionally with a
+``"benchmark"`` name; lines without one belong to the set named after the file (the data
+directory's own file: ``held-out``).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from rich.console import Console
-from rich.table import Table
 
+from .config import TrainConfig, default_of
 from .errors import TrainingError
+from .eval_report import EvalReport, PromptResult
 from .log_schema import EvalRecord
+
+#: Set name of the data directory's own eval prompts.
+HELD_OUT = "held-out"
 
 
 def run_eval(drafter: torch.nn.Module, target, prompts: list[list[int]], new_tokens: int,
@@ -42,8 +50,12 @@ class EvalRequest:
     data: str | None = None
     """Directory with eval_prompts.jsonl (default: the bundled dataset)."""
     device: str = "cpu"
-    prompts: int = 8
-    new_tokens: int = 32
+    prompts: int = default_of(TrainConfig, "eval_prompts")
+    """Prompts taken from each prompt file (the first N)."""
+    new_tokens: int = default_of(TrainConfig, "eval_new_tokens")
+    """The horizon: tokens generated per prompt at most."""
+    prompt_files: list[str] = field(default_factory=list)
+    """JSONL prompt sets (default: the data directory's eval prompts)."""
 
     def __post_init__(self) -> None:
         if self.prompts < 1:
@@ -52,17 +64,69 @@ class EvalRequest:
             raise ValueError(f"--new-tokens must be >= 1, got {self.new_tokens}")
         if not Path(self.drafter).is_dir():
             raise ValueError(f"--drafter: no checkpoint directory at {self.drafter}")
+        for f in self.prompt_files:
+            if not Path(f).is_file():
+                raise ValueError(f"--prompts-file: no file at {f}")
 
 
-def evaluate_checkpoint(req: EvalRequest) -> EvalRecord:
-    """Load a checkpoint and its target, and measure tau on the held-out prompts.
+def load_prompt_sets(files: list[str | Path], n: int,
+                     default_name: str | None = None) -> list[tuple[str, list[int]]]:
+    """``(benchmark, token ids)`` of the first ``n`` prompts of each JSONL file.
+
+    Raises:
+        ValueError: unreadable file or a line without a list of token ids (one line).
+    """
+    out = []
+    for f in files:
+        p = Path(f)
+        name = default_name or p.stem
+        try:
+            lines = [x for x in p.read_text().splitlines() if x.strip()]
+        except OSError as e:
+            raise ValueError(f"cannot read prompts {p}: {e}") from None
+        for i, line in enumerate(lines[:n], start=1):
+            try:
+                rec = json.loads(line)
+                ids = rec["input_ids"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(f"{p} line {i}: expected {{\"input_ids\": [...]}}") from None
+            if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
+                raise ValueError(f"{p} line {i}: input_ids must be a non-empty list of token ids")
+            out.append((str(rec.get("benchmark") or name), ids))
+    return out
+
+
+def measure_prompts(drafter: torch.nn.Module, target, prompts: list[tuple[str, list[int]]],
+                    new_tokens: int) -> list[PromptResult]:
+    """Decode each prompt on its own (greedy) and keep its histogram: the interval over prompts
+    and the split by benchmark need them one by one."""
+    from dflash import evaluate_tau
+
+    out = []
+    for benchmark, ids in prompts:
+        res = evaluate_tau(target, drafter, [ids], max_new_tokens=new_tokens, temperature=0.0)
+        out.append(PromptResult(benchmark=benchmark, hist=list(res.tau_hist),
+                                new_tokens=res.new_tokens))
+    return out
+
+
+def eval_record(report: EvalReport) -> EvalRecord:
+    """The log's eval record of a report (the same numbers a periodic eval writes)."""
+    o = report.overall
+    return EvalRecord(step=report.step, time=time.time(), tau=o.tau, tau_hist=report.hist,
+                      n_prompts=o.n_prompts, new_tokens=o.new_tokens,
+                      temperature=report.temperature)
+
+
+def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
+    """Load a checkpoint and its target, and measure tau prompt by prompt.
 
     Raises:
         TrainingError: unreadable checkpoint, target or prompts; drafter and target do not fit.
     """
     from dflash import TargetModel
     from dflash.checkpoint import load_drafter
-    from dflash.data import load_eval_prompts
+    from dflash.data import EVAL_FILE
 
     from .config import BUNDLED
     from .training import resolve_data, resolve_target
@@ -71,7 +135,11 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalRecord:
         target = TargetModel.from_pretrained(resolve_target(req.target or BUNDLED),
                                              device=req.device)
         drafter = load_drafter(req.drafter, device=req.device, dtype=target.dtype)
-        prompts = load_eval_prompts(resolve_data(req.data or BUNDLED), n=req.prompts)
+        if req.prompt_files:
+            prompts = load_prompt_sets(req.prompt_files, req.prompts)
+        else:
+            prompts = load_prompt_sets([Path(resolve_data(req.data or BUNDLED)) / EVAL_FILE],
+                                       req.prompts, default_name=HELD_OUT)
         state = json.loads((Path(req.drafter) / "state.json").read_text())
     except (OSError, ValueError, KeyError) as e:
         raise TrainingError(str(e)) from None
@@ -79,19 +147,5 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalRecord:
     if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
         raise TrainingError(f"checkpoint {req.drafter} was trained for another target "
                             f"(hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
-    return run_eval(drafter, target, prompts, req.new_tokens, step=int(state.get("step", 0)))
-
-
-def render_eval(record: EvalRecord, console: Console | None = None) -> None:
-    """Print tau and the histogram of acceptance lengths (tokens gained per verify step)."""
-    console = console or Console()
-    steps = sum(record.tau_hist)
-    console.print(f"step {record.step}: tau = {record.tau:.3f} over {steps} verify steps "
-                  f"({record.n_prompts} prompts, {record.new_tokens} new tokens, greedy)")
-    table = Table("accepted", "steps", "share", "", box=None, pad_edge=False)
-    peak = max(record.tau_hist) if steps else 0
-    for length, count in enumerate(record.tau_hist, start=1):
-        share = count / steps if steps else 0.0
-        bar = "█" * round(30 * count / peak) if peak else ""
-        table.add_row(str(length), str(count), f"{share:6.1%}", bar)
-    console.print(table)
+    return EvalReport(step=int(state.get("step", 0)), horizon=req.new_tokens, temperature=0.0,
+                      prompts=measure_prompts(drafter, target, prompts, req.new_tokens))

@@ -142,8 +142,9 @@ def test_eval_record_from_a_sync_checkpoint_fits_the_schema(tmp_path, tiny_asset
     run_sync(TrainConfig(target=target, data=data, max_steps=1, token_budget=128,
                          log=str(tmp_path / "t.jsonl"), ckpt_dir=str(tmp_path / "ck"),
                          progress=False, drafter={"block_size": 4, "num_anchors": 8}))
-    from pipelines.evaluate import EvalRequest, evaluate_checkpoint
+    from pipelines.evaluate import EvalRequest, eval_record, evaluate_checkpoint
 
-    rec = evaluate_checkpoint(EvalRequest(drafter=str(step_dir(tmp_path / "ck", 1)), target=target,
-                                          data=data, prompts=1, new_tokens=3))
+    report = evaluate_checkpoint(EvalRequest(drafter=str(step_dir(tmp_path / "ck", 1)),
+                                             target=target, data=data, prompts=1, new_tokens=3))
+    rec = eval_record(report)
     assert validate_record(rec.to_json()) == "eval" and sum(rec.tau_hist) >= 1

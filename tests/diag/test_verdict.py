@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from dflash_diag import VerdictConfig, judge, mann_kendall, theil_sen_slope
-from dflash_diag.verdict import MAX_POINTS, seconds_per_step
-from dflash_diag.windows import Window
+from dflash_diag.analysis.verdict import MAX_POINTS, seconds_per_step
+from dflash_diag.analysis.windows import Window
 
 
 def test_theil_sen_is_the_median_pairwise_slope():
@@ -92,7 +92,7 @@ def test_eta_hours_and_config_validation():
 
 def test_eta_targets_the_accuracy_at_which_the_chosen_estimator_reaches_target_tau():
     from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance
-    from dflash_diag.verdict import accuracy_goal
+    from dflash_diag.analysis.verdict import accuracy_goal
 
     empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
                                  "n_blocks": pl.Float64})

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from dflash_diag import TrendConfig, compute_trends, compute_windows
-from dflash_diag.trend import classify
-from dflash_diag.windows import Window
+from dflash_diag.analysis.trend import classify
+from dflash_diag.analysis.windows import Window
 
 
 def _frame(rows):

@@ -21,10 +21,10 @@ from typing import Any
 
 import polars as pl
 
-from dflash_diag.frame_means import mean_acc, mean_loss, mean_of
-from dflash_diag.numbers import finite_number
-from dflash_diag.robust_trend import theil_sen_slope
-from dflash_diag.windows import compute_windows
+from dflash_diag.analysis.frame_means import mean_acc, mean_loss, mean_of
+from dflash_diag.analysis.numbers import finite_number
+from dflash_diag.analysis.robust_trend import theil_sen_slope
+from dflash_diag.analysis.windows import compute_windows
 
 # Header/config keys that name the same setting in different trainers.
 _WORLD_SIZE_KEYS = ("world_size", "dp", "data_parallel", "dp_size", "num_gpus")

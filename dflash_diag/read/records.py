@@ -1,6 +1,6 @@
 """The parsed form of a log: metric records as a polars frame, events, and the parse account.
 
-Produced by :mod:`dflash_diag.reader`; consumed by every analysis (converge, compare, watch).
+Produced by :mod:`dflash_diag.read.jsonl`; consumed by every analysis (converge, compare, watch).
 """
 
 from __future__ import annotations

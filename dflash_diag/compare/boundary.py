@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from dflash_diag.frame_means import mean_acc, mean_loss, weighted_loss
-from dflash_diag.regimes import Regime, RunConfig
+from dflash_diag.analysis.frame_means import mean_acc, mean_loss, weighted_loss
+from dflash_diag.compare.regimes import Regime, RunConfig
 
 
 @dataclass(frozen=True)

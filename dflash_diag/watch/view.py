@@ -3,7 +3,7 @@
 `build_view` runs the converge command's analysis (windows, trend, schedule, acceptance, verdict)
 on the recent records the state keeps and adds the live view's own parts: sparkline series over
 the recent windows, the time since the last record and the `Alert`s. No file access, no drawing
-(`dflash_diag.watch_render` draws it).
+(`dflash_diag.watch.render` draws it).
 """
 
 from __future__ import annotations
@@ -11,14 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dflash_diag.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance, linear_tau
-from dflash_diag.alerts import Alert, loss_spikes, stall_alert
-from dflash_diag.numbers import finite_number
-from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
-from dflash_diag.trend import Trend, TrendConfig, compute_trends
-from dflash_diag.verdict import DIVERGING, Verdict, judge_toward
-from dflash_diag.watch_state import LiveLog
-from dflash_diag.windows import Window, compute_windows, window_rows
+from dflash_diag.analysis.acceptance import (
+    Acceptance,
+    AcceptanceConfig,
+    estimate_acceptance,
+    linear_tau,
+)
+from dflash_diag.analysis.alerts import Alert, loss_spikes, stall_alert
+from dflash_diag.analysis.numbers import finite_number
+from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
+from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
+from dflash_diag.analysis.verdict import DIVERGING, Verdict, judge_toward
+from dflash_diag.analysis.windows import Window, compute_windows, window_rows
+from dflash_diag.watch.state import LiveLog
 
 
 @dataclass(frozen=True)

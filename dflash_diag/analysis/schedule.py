@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from dflash_diag.numbers import finite_number
+from dflash_diag.analysis.numbers import finite_number
 
 #: Entries looked at to infer the phase from the lr's direction when the header does not say.
 _INFER_TAIL = 20

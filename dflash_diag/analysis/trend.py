@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dflash_diag.windows import Window
+from dflash_diag.analysis.windows import Window
 
 UP, DOWN, FLAT = "up", "down", "flat"
 ARROWS = {UP: "↑", DOWN: "↓", FLAT: "→", None: ""}

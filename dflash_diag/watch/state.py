@@ -19,12 +19,12 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.analysis.phase import Phase, select_phase
+from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.errors import DiagError
-from dflash_diag.phase import Phase, select_phase
-from dflash_diag.reader import parse_records
-from dflash_diag.records import ParsedLog, ParseIssues
-from dflash_diag.restarts import Restart, resolve_restarts
-from dflash_diag.tail import LogTail
+from dflash_diag.read.jsonl import parse_records
+from dflash_diag.read.records import ParsedLog, ParseIssues
+from dflash_diag.read.tail import LogTail
 
 Clock = Callable[[], float]
 

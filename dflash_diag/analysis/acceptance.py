@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from dflash_diag.reader import LogEvent
+from dflash_diag.read.jsonl import LogEvent
 
 LINEAR, CHAIN, PREFIX, MEASURED = "linear", "chain", "prefix", "measured"
 #: Strongest first.

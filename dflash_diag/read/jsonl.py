@@ -29,13 +29,8 @@ sentinels turned back into NaN/inf after (only those lines pay a Python pass).
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gzip
-import io
 import json
 import math
-import os
-import sys
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,8 +41,13 @@ from typing import IO, Any
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.nonfinite_tokens import replace_nonfinite_tokens, restore_nonfinite, undo_sentinels
-from dflash_diag.records import (  # re-exported: the reader's public types live in records.py
+from dflash_diag.read.files import CHUNK_BYTES, line_chunks, open_input, read_input
+from dflash_diag.read.nonfinite_tokens import (
+    replace_nonfinite_tokens,
+    restore_nonfinite,
+    undo_sentinels,
+)
+from dflash_diag.read.records import (  # re-exported: the reader's public types live in records.py
     BOOKKEEPING_COLUMNS,
     FIRST_N,
     LogEvent,
@@ -55,7 +55,7 @@ from dflash_diag.records import (  # re-exported: the reader's public types live
     ParseIssues,
     join_sequential,
 )
-from dflash_diag.schema import METRIC_LISTS, read_schema
+from dflash_diag.read.schema import METRIC_LISTS, read_schema
 
 __all__ = [
     "BOOKKEEPING_COLUMNS", "CHUNK_BYTES", "LogEvent", "ParseIssues", "ParsedLog", "fetch_lists",
@@ -64,16 +64,11 @@ __all__ = [
 
 #: Lines per piece below which a failing piece is parsed line by line in Python.
 _LEAF_LINES = 64
-#: Bytes per read when streaming a file: big enough for polars' threads, small enough that the
-#: raw text never dominates memory (the parsed columns are what a report keeps).
-CHUNK_BYTES = 16 * 2**20
 #: Chunks read and handed to polars before the oldest one's Python work is done (raw text held:
 #: this many chunks plus one).
 _CHUNKS_AHEAD = 1
 #: Rows per slice when counting NaN/Inf inside list columns (see _count_issues).
 _LIST_COUNT_ROWS = 2**16
-#: Bytes read at the far end of a chunk to find its last line end (see _file_line_chunks).
-_PROBE_BYTES = 64 * 2**10
 
 # --------------------------------------------------------------------------------------------
 # parsing one buffer
@@ -571,121 +566,6 @@ def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) ->
                     fields=record)
 
 
-# --------------------------------------------------------------------------------------------
-# files
-
-
-@contextlib.contextmanager
-def open_input(path: str | Path) -> Iterator[IO[bytes]]:
-    """A binary stream of a log: a file, a ``.gz`` file (by its magic bytes), or ``-`` for stdin.
-
-    Raises:
-        DiagError: the file is missing or unreadable.
-    """
-    name = str(path)
-    try:
-        if name == "-":
-            raw: IO[bytes] = sys.stdin.buffer
-            if not hasattr(raw, "peek"):
-                raw = io.BufferedReader(raw)  # e.g. a BytesIO standing in for stdin
-            peek = raw.peek(2)[:2]
-            if peek == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=raw) as handle:
-                    yield handle
-            else:
-                yield raw
-            return
-        file = Path(name)
-        if not file.exists():
-            raise DiagError(f"no such file: {name}")
-        if file.is_dir():
-            raise DiagError(f"is a directory, not a log: {name}")
-        with file.open("rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                handle.seek(0)
-                with gzip.GzipFile(fileobj=handle) as unzipped:
-                    yield unzipped
-            else:
-                handle.seek(0)
-                yield handle
-    except OSError as exc:
-        raise DiagError(f"cannot read {name}: {exc}") from None
-
-
-def read_input(path: str | Path) -> bytes:
-    """All bytes of a log (see :func:`open_input`); a corrupt ``.gz`` is a :class:`DiagError`."""
-    with open_input(path) as handle:
-        try:
-            return handle.read()
-        except (OSError, EOFError) as exc:
-            raise DiagError(f"cannot read {path}: {exc}") from None
-
-
-def _line_chunks(handle: IO[bytes], chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
-    """``(text, final)`` pieces of about ``chunk_bytes`` that end at a line end (except the last)."""
-    if isinstance(handle, io.BufferedReader) and handle.seekable() and _has_fd(handle):
-        yield from _file_line_chunks(handle, chunk_bytes)
-        return
-    pending = b""
-    while True:
-        try:
-            block = handle.read(chunk_bytes)
-        except (OSError, EOFError) as exc:
-            raise DiagError(f"cannot read input: {exc}") from None
-        if not block:
-            yield pending, True
-            return
-        buffer = pending + block if pending else block
-        cut = buffer.rfind(b"\n") + 1
-        if cut == 0:
-            pending = buffer  # no complete line yet
-            continue
-        pending = buffer[cut:]
-        yield (buffer if cut == len(buffer) else buffer[:cut]), False
-
-
-def _has_fd(handle: IO[bytes]) -> bool:
-    """Whether ``handle`` is backed by an OS file (``os.pread`` works on it), not an in-memory one."""
-    try:
-        handle.fileno()
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _file_line_chunks(handle: io.BufferedReader, chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
-    """Like :func:`_line_chunks` for a plain file, with one copy of each byte: the end of a chunk
-    is found in a small probe read at its far end, then the chunk is read (``os.pread``) exactly
-    up to its last line end, so it is never sliced or joined."""
-    fd = handle.fileno()
-    offset = handle.tell()
-    probe_bytes = min(chunk_bytes, _PROBE_BYTES)
-    try:
-        while True:
-            probe = os.pread(fd, probe_bytes, offset + chunk_bytes - probe_bytes)
-            if len(probe) < probe_bytes:  # the file ends within this chunk
-                block = os.pread(fd, chunk_bytes, offset)
-                if len(block) < chunk_bytes:
-                    handle.seek(offset + len(block))
-                    yield block, True
-                    return
-                continue  # the file grew between the two reads: probe again
-            newline = probe.rfind(b"\n")
-            if newline >= 0:
-                block = os.pread(fd, chunk_bytes - probe_bytes + newline + 1, offset)
-            else:  # a line longer than the probe: read on until it ends
-                handle.seek(offset)
-                block = handle.read(chunk_bytes) + handle.readline()
-                if not block.endswith(b"\n"):
-                    handle.seek(offset + len(block))
-                    yield block, True
-                    return
-            offset += len(block)
-            yield block, False
-    except OSError as exc:
-        raise DiagError(f"cannot read input: {exc}") from None
-
-
 def parse_stream(
     handle: IO[bytes],
     *,
@@ -721,7 +601,7 @@ def parse_stream(
             line_no = piece.next_line_no
 
         try:
-            for text, final in _line_chunks(handle, chunk_bytes):
+            for text, final in line_chunks(handle, chunk_bytes):
                 body_end = _complete_end(text, final=final)
                 body = text if body_end == len(text) else text[:body_end]
                 queued.append((text, final, body_end, pool.submit(_read, body, schema)))
@@ -758,7 +638,7 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
                               default=(0, 1))
         with open_input(log.sources[source]) as handle:
             handle.seek(offset)
-            for text, final in _line_chunks(handle, chunk_bytes):
+            for text, final in line_chunks(handle, chunk_bytes):
                 index = _LineIndex(text)
                 newlines = index.newlines
                 if line_no + newlines >= first:

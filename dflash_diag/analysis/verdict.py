@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from dflash_diag.robust_trend import mann_kendall, theil_sen_slope
-from dflash_diag.windows import Window
+from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope
+from dflash_diag.analysis.windows import Window
 
 if TYPE_CHECKING:
-    from dflash_diag.acceptance import Acceptance
+    from dflash_diag.analysis.acceptance import Acceptance
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 #: Statuses in the order a watchdog would worry about them.

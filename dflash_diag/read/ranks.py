@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from dflash_diag.errors import DiagError
-from dflash_diag.number_format import format_percent
-from dflash_diag.safe_text import visible
+from dflash_diag.render.number_format import format_percent
+from dflash_diag.render.safe_text import visible
 
 _RANK_NAME = re.compile(r"\.rank(\d+)\.jsonl(\.gz)?$")
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import polars as pl
 
-from dflash_diag.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance
+from dflash_diag.analysis.acceptance import Acceptance, AcceptanceConfig, estimate_acceptance
+from dflash_diag.analysis.phase import Phase, Selection, select_phase
+from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
+from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
+from dflash_diag.analysis.verdict import Verdict, VerdictConfig, judge_toward
+from dflash_diag.analysis.windows import Window, compute_windows, window_rows
 from dflash_diag.errors import DiagError
-from dflash_diag.phase import Phase, Selection, select_phase
-from dflash_diag.ranks import RankSkew
-from dflash_diag.reader import LogEvent, ParsedLog, ParseIssues, fetch_lists
-from dflash_diag.restarts import Restart, resolve_restarts
-from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position
-from dflash_diag.trend import Trend, TrendConfig, compute_trends
-from dflash_diag.verdict import Verdict, VerdictConfig, judge_toward
-from dflash_diag.windows import Window, compute_windows, window_rows
+from dflash_diag.read.jsonl import LogEvent, ParsedLog, ParseIssues, fetch_lists
+from dflash_diag.read.ranks import RankSkew
 
 
 @dataclass(frozen=True)
@@ -98,57 +98,10 @@ class ConvergeReport:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON contract: exactly the keys documented in docs/diagnostics.md (plus ``ranks``
-        when per-rank logs were given)."""
-        out = {
-            "windows": [
-                {
-                    "start": row.window.start,
-                    "end": row.window.end,
-                    "n": row.window.n,
-                    "loss": _num(row.window.loss),
-                    "acc": _num(row.window.acc),
-                    "acc_delta": _num(row.trend.acc_delta),
-                    "trend": row.trend.acc_trend,
-                }
-                for row in self.windows
-            ],
-            "lr": {
-                "current": _num(self.schedule.current),
-                "peak": _num(self.schedule.peak),
-                "peak_source": self.schedule.peak_source,
-                "fraction_of_peak": _num(self.schedule.fraction_of_peak),
-                "phase": self.schedule.phase,
-            },
-            "acceptance": {
-                "acc": _num(self.acceptance.acc),
-                "tau": _num(self.acceptance.tau),
-                "estimator": self.acceptance.estimator,
-                "block_size": self.acceptance.block_size,
-                "target_acc": _num(self.acceptance.target_acc),
-                "target_tau": _num(self.acceptance.target_tau),
-                "progress": _num(self.acceptance.progress),
-                "baseline_tau": _num(self.acceptance.baseline_tau),
-            },
-            "verdict": {
-                "status": self.verdict.status,
-                "slope_per_1k_steps": _num(self.verdict.slope_per_1k_steps),
-                "p_value": _num(self.verdict.p_value),
-                "eta_steps": _num(self.verdict.eta_steps),
-            },
-            "restarts": [r.step for r in self.restarts],
-            "skipped_lines": self.issues.malformed,
-            "nonfinite": self.issues.nonfinite_total,
-        }
-        if self.ranks is not None:
-            out["ranks"] = self.ranks.to_json_dict()
-        return out
+        when per-rank logs were given); built by :func:`dflash_diag.render.json.converge_json`."""
+        from dflash_diag.render.json import converge_json
 
-
-def _num(value: float | None) -> float | None:
-    """JSON has no NaN/Infinity: non-finite numbers become null."""
-    if value is None or not math.isfinite(value):
-        return None
-    return float(value)
+        return converge_json(self)
 
 
 def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:

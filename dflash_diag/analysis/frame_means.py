@@ -1,8 +1,8 @@
 """Means over metric rows that respect schema v1: NaN/Inf left out (the reader counts them), acc
 per predicted token where every row carries ``n_pred``.
 
-Shared by the regime summaries (`dflash_diag.regimes`) and the boundary measurements
-(`dflash_diag.boundary`).
+Shared by the regime summaries (`dflash_diag.compare.regimes`) and the boundary measurements
+(`dflash_diag.compare.boundary`).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 The analysis lives in one module per concept; this one assembles it into the report:
 
-* `dflash_diag.regimes`: finding the regimes (`find_regimes`, `RunConfig`, `Regime`);
-* `dflash_diag.boundary`: the loss ratio and acc delta at a boundary and their explanation
+* `dflash_diag.compare.regimes`: finding the regimes (`find_regimes`, `RunConfig`, `Regime`);
+* `dflash_diag.compare.boundary`: the loss ratio and acc delta at a boundary and their explanation
   (`measure_boundary`, `explain_boundary`, `normalisation_factors`, `CompareConfig`);
-* `dflash_diag.align`: two runs side by side on steps or tokens seen (`align_runs`);
+* `dflash_diag.compare.align`: two runs side by side on steps or tokens seen (`align_runs`);
 * here: `compare_regimes`, which runs the first two over a log into a `RegimeComparison`.
 
 The public names of those modules are importable from here as well.
@@ -20,16 +20,16 @@ from typing import Any
 
 import polars as pl
 
-from dflash_diag.align import AlignedWindow, RunAlignment, align_runs, tokens_seen
-from dflash_diag.boundary import (
+from dflash_diag.analysis.frame_means import mean_acc, mean_loss
+from dflash_diag.compare.align import AlignedWindow, RunAlignment, align_runs, tokens_seen
+from dflash_diag.compare.boundary import (
     Boundary,
     CompareConfig,
     explain_boundary,
     measure_boundary,
     normalisation_factors,
 )
-from dflash_diag.frame_means import mean_acc, mean_loss
-from dflash_diag.regimes import Regime, RunConfig, TrendFn, find_regimes, regime_trend
+from dflash_diag.compare.regimes import Regime, RunConfig, TrendFn, find_regimes, regime_trend
 
 __all__ = [
     "AlignedWindow",

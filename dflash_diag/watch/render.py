@@ -13,13 +13,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dflash_diag.alerts import format_duration
-from dflash_diag.number_format import format_lr, format_number, format_percent
-from dflash_diag.safe_text import visible
-from dflash_diag.sparkline import sparkline
-from dflash_diag.trend import ARROWS
-from dflash_diag.verdict import Verdict
-from dflash_diag.watch_view import WatchView
+from dflash_diag.analysis.alerts import format_duration
+from dflash_diag.analysis.trend import ARROWS
+from dflash_diag.analysis.verdict import Verdict
+from dflash_diag.render.number_format import format_lr, format_number, format_percent
+from dflash_diag.render.safe_text import visible
+from dflash_diag.render.sparkline import sparkline
+from dflash_diag.watch.view import WatchView
 
 
 def _literal(text: str) -> Text:

@@ -93,8 +93,8 @@ class ParsedLog:
             ``seq`` (the record's 1-based line number in its source), ``run`` (index into
             :attr:`run_starts` of the header governing the record, -1 before any), ``script``
             (that header's ``script``), ``step`` (Int64) and the metric fields of
-            :data:`dflash_diag.schema.METRIC_NUMBERS` (Float64) and
-            :data:`~dflash_diag.schema.METRIC_LISTS` (List(Float64)), plus any ``extra`` fields.
+            :data:`dflash_diag.logschema.METRIC_NUMBERS` (Float64) and
+            :data:`~dflash_diag.logschema.METRIC_LISTS` (List(Float64)), plus any ``extra`` fields.
         events: the event records in file order.
         issues: the parse account.
         consumed_bytes: bytes up to and including the last complete line; a watch loop keeps

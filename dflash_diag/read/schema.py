@@ -1,8 +1,11 @@
-"""Field names and dtypes of the JSONL log schema v1 that the reader declares (DESIGN.md section 4).
+"""The polars schema of the fields the reader parses, and ``--field`` maps.
 
-Only these fields are read; anything else in a line is ignored, which keeps the parse fast and the
-memory small. Other trainers' logs name their fields differently: a field map (``--field acc=train/acc``)
-renames a log field to the canonical name before anything else sees it.
+The field names are the log schema v1's, defined once in :mod:`dflash_diag.logschema` (shared with
+the writer; docs/design.md, "The log schema"). Only the metric numbers and lists are parsed into
+the frame; any other field of a metric line is ignored, which keeps the parse fast and the memory
+small (event lines are rare and decoded whole). Other trainers' logs name their fields differently:
+a field map (``--field acc=train/acc``) renames a log field to the canonical name before anything
+else sees it.
 """
 
 from __future__ import annotations
@@ -12,23 +15,11 @@ from collections.abc import Iterable, Mapping
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.logschema import EVENT_FIELDS, METRIC_LISTS, METRIC_NUMBERS
 
-#: Scalar numbers of a metric record. ``step`` is read as a float (some writers emit ``15000.0``)
-#: and cast to Int64 afterwards.
-METRIC_NUMBERS: tuple[str, ...] = (
-    "step", "time", "epoch", "loss", "acc", "lr", "tok_per_sec", "n_tokens", "n_blocks", "n_pred",
-    "tau_train", "grad_norm",
-)
-#: Per-block-position lists of a pipeline metric record (index 0 is block position 1).
-METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos")
-#: Fields of event records (``run_start``, ``eval``, ...). Events are rare, so they are not part of
-#: the polars schema (every declared column costs parse time on every line); their lines are found
-#: by a byte search and decoded whole with :mod:`json`. These names can still be mapped.
-EVENT_FIELDS: tuple[str, ...] = (
-    "event", "script", "schema", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature",
-    "block_size", "steps_per_epoch", "world_size", "schedule", "resumed_from", "config", "path",
-    "reason",
-)
+__all__ = [
+    "CANONICAL_FIELDS", "EVENT_FIELDS", "METRIC_LISTS", "METRIC_NUMBERS", "parse_field_map", "read_schema",
+]
 
 #: Every canonical field that a map may rename.
 CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + EVENT_FIELDS)

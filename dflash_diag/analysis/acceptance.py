@@ -1,11 +1,12 @@
-"""From accuracy to acceptance length (tau), and progress toward a target (DESIGN.md section 3).
+"""From accuracy to acceptance length (tau), and progress toward a target (docs/design.md, Metrics).
 
 Estimators, weakest to strongest; the report uses the strongest the log supports and names it:
 
 * ``linear``   1 + (B-1) * acc: the original analysis' rough formula; marginal accuracy is not
   prefix acceptance, so it can be far off.
 * ``chain``    1 + sum_k prod_{j<=k} acc_pos[j]: treats block positions as independent.
-* ``prefix``   tau_train (or 1 + sum_k accept_pos[k]): the teacher-forced greedy tau.
+* ``prefix``   tau_train (or 1 + sum_k accept_pos[k]): the mean correct prefix over uniformly
+  drawn anchors; size-biased (a long correct run counts once per token of it), so it reads high.
 * ``measured`` tau of the latest ``eval`` record: real speculative decoding on held-out prompts.
 
 Target: ``--target-tau``, or ``--target-acc`` mapped through the linear formula
@@ -29,7 +30,7 @@ LINEAR, CHAIN, PREFIX, MEASURED = "linear", "chain", "prefix", "measured"
 ESTIMATOR_ORDER = (MEASURED, PREFIX, CHAIN, LINEAR)
 
 #: A measured tau gaining less than this fraction of the tokens that training metrics promise
-#: is the tell-tale of a train/serve mismatch (DESIGN.md section 2).
+#: is the tell-tale of a train/serve mismatch (docs/design.md, Pitfalls).
 MISMATCH_RATIO = 0.5
 
 

@@ -1,4 +1,4 @@
-"""Restarts: a step at or below an earlier step starts a new segment (DESIGN.md section 5).
+"""Restarts: a step at or below an earlier step starts a new segment (docs/design.md, Diagnosis rules).
 
 A run that crashes at step 1200 and resumes from its step-1000 checkpoint logs steps 1001-1200
 twice. The entries of the crashed attempt after the resume point are orphaned (the weights they

@@ -1,4 +1,4 @@
-"""N-step windows: per-window counts and means of loss and accuracy (DESIGN.md section 5).
+"""N-step windows: per-window counts and means of loss and accuracy (docs/design.md, Diagnosis rules).
 
 A window's mean is weighted by ``n_pred`` (the accuracy denominator) when every entry of the window
 carries it: batches hold different numbers of predicted tokens, and the per-token mean is the exact

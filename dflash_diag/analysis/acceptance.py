@@ -107,7 +107,7 @@ class AcceptanceConfig:
             raise ValueError(f"baseline tau must be >= 1, got {self.baseline_tau}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Acceptance:
     """The acceptance section of the report.
 

@@ -55,7 +55,7 @@ class ScheduleHeader:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulePosition:
     """The schedule at the last analysed step.
 

@@ -48,7 +48,7 @@ class VerdictConfig:
             raise ValueError(f"min_points must be >= 3, got {self.min_points}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     """The verdict section of the report.
 
@@ -142,7 +142,9 @@ def judge(
     if len(xs) < config.min_points or len(set(xs)) < 2:
         reason = (f"{len(xs)} window(s) with {metric or 'acc/loss'}; need {config.min_points}"
                   " (try a smaller --window)")
-        return Verdict(NOT_ENOUGH, metric, None, None, len(xs), None, None, sec, sec_source, reason)
+        return Verdict(status=NOT_ENOUGH, metric=metric, slope_per_1k_steps=None, p_value=None,
+                       n_points=len(xs), eta_steps=None, eta_hours=None, seconds_per_step=sec,
+                       seconds_source=sec_source, reason=reason)
     slope = theil_sen_slope(xs, ys)
     test = mann_kendall(ys)
     # "Better" is up for accuracy, down for loss.
@@ -160,8 +162,9 @@ def judge(
         elif slope > 0:
             eta_steps = (target_acc - current_acc) / slope
     eta_hours = eta_steps * sec / 3600.0 if eta_steps is not None and sec is not None else None
-    return Verdict(status, metric, slope * 1000.0, test.p_value, len(xs), eta_steps, eta_hours,
-                   sec, sec_source, reason)
+    return Verdict(status=status, metric=metric, slope_per_1k_steps=slope * 1000.0,
+                   p_value=test.p_value, n_points=len(xs), eta_steps=eta_steps, eta_hours=eta_hours,
+                   seconds_per_step=sec, seconds_source=sec_source, reason=reason)
 
 
 def accuracy_goal(acceptance: Acceptance) -> float | None:

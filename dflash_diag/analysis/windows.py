@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Window:
     """One window of ``size`` steps, ``start <= step <= end``.
 
@@ -203,8 +203,9 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
     table = _aggregate(frame, size, start)
     last = size - 1
     return [
-        Window(index, first, first + last, n, first_step, last_step, loss, acc, weighted, acc_se,
-               loss_se, nonfinite, tau, lr, tok_per_sec)
+        Window(index=index, start=first, end=first + last, n=n, first_step=first_step,
+               last_step=last_step, loss=loss, acc=acc, weighted=weighted, acc_se=acc_se,
+               loss_se=loss_se, nonfinite=nonfinite, tau_train=tau, lr=lr, tok_per_sec=tok_per_sec)
         for (index, first, n, first_step, last_step, loss, acc, weighted, acc_se, loss_se,
              nonfinite, tau, lr, tok_per_sec) in zip(*(column.to_list() for column in table.get_columns()))
     ]

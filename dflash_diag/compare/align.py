@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AlignedWindow:
     """One x window of two runs side by side; ``*_diff`` is run B minus run A."""
 

@@ -49,7 +49,7 @@ class CompareConfig:
             raise ValueError(f"acc tolerance must be >= 0, got {self.acc_tolerance}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Boundary:
     """The jump between two adjacent regimes, measured over K steps on each side."""
 

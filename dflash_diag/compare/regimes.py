@@ -82,7 +82,7 @@ class RunConfig:
         return " ".join(parts) or "no config"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Regime:
     """One training regime: a contiguous step range logged under the same script/settings.
 

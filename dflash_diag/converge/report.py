@@ -66,7 +66,7 @@ class WindowRow:
     trend: Trend
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ConvergeReport:
     """Everything ``converge`` shows.
 

@@ -84,7 +84,7 @@ class LogEvent:
     fields: dict[str, Any]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ParsedLog:
     """A parsed log: metric records as a frame, events as a list, and what went wrong.
 

@@ -29,7 +29,7 @@ from dflash_diag.read.tail import LogTail
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchConfig:
     """Settings of the live view.
 

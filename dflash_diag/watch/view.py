@@ -40,7 +40,7 @@ class Series:
         return self.values[-1] if self.values else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WatchView:
     """Everything one frame of the live view shows, as plain data.
 

@@ -1,7 +1,7 @@
 """Alerts of the live view: a loss spike, a stall, and the durations they are told in.
 
 The other alerts (NaN/Inf, a diverging verdict, a truncated log) come straight from the state and
-the verdict; see `dflash_diag.watch_view.build_view`.
+the verdict; see `dflash_diag.watch.view.build_view`.
 """
 
 from __future__ import annotations

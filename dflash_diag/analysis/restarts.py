@@ -36,7 +36,7 @@ def resolve_restarts(frame: pl.DataFrame, keep_all: bool = False) -> tuple[pl.Da
 
     Args:
         frame: metric records with ``source``, ``seq`` and ``step`` columns
-            (:attr:`dflash_diag.reader.ParsedLog.metrics`), in file order per source.
+            (:attr:`dflash_diag.read.jsonl.ParsedLog.metrics`), in file order per source.
         keep_all: keep every entry, orphaned ones included (still sorted by step).
 
     Returns:

@@ -34,7 +34,7 @@ class OutputFormat(str, enum.Enum):
 
 
 class PhaseChoice(str, enum.Enum):
-    """``--phase`` values (mirrors :class:`dflash_diag.phase.Phase` without importing polars)."""
+    """``--phase`` values (mirrors :class:`dflash_diag.analysis.phase.Phase` without importing polars)."""
 
     AUTO = "auto"
     PIPELINE = "pipeline"

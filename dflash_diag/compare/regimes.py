@@ -9,7 +9,7 @@ summarises each regime; `RunConfig` reads the settings that change how a loss is
 Input is the metrics frame after restart resolution (one row per step, step order) with the columns
 of schema v1 (``step``, ``loss``, ``acc`` and, where logged, ``n_tokens``, ``n_pred``,
 ``tok_per_sec``), plus ``run``: the index into ``headers`` of the ``run_start`` header in force
-for the record (-1 or null before any header), as `dflash_diag.records.ParsedLog.metrics` has it.
+for the record (-1 or null before any header), as `dflash_diag.read.records.ParsedLog.metrics` has it.
 """
 
 from __future__ import annotations

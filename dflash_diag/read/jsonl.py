@@ -7,7 +7,7 @@ Layers (each usable alone, so a watch loop can feed new bytes as they arrive):
    :class:`ParseIssues` account of torn, malformed and non-numeric lines and of NaN/Inf values.
 2. :func:`load_log` streams files, ``.gz`` files and ``-`` (standard input) through
    :func:`parse_records` in chunks of a few MiB and merges them.
-3. :func:`dflash_diag.restarts.resolve_restarts` and :func:`dflash_diag.phase.select_phase`
+3. :func:`dflash_diag.analysis.restarts.resolve_restarts` and :func:`dflash_diag.analysis.phase.select_phase`
    work on the resulting frame.
 
 How the parse stays fast on clean logs and robust on dirty ones: a whole chunk goes to polars'
@@ -678,7 +678,7 @@ def load_log(
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
     resolved per source and the records merged in step order by
-    :func:`dflash_diag.restarts.resolve_restarts`.
+    :func:`dflash_diag.analysis.restarts.resolve_restarts`.
 
     Raises:
         DiagError: a missing or unreadable file, a log with no records at all, or records none of

@@ -1,7 +1,7 @@
 """Number formats shared by every command's output (converge, compare, watch).
 
-No heavy imports: the command modules use it at import time and ``dflash-diag --help`` stays fast.
-`dflash_diag.render` re-exports the formatters.
+No heavy imports: the command modules may use it at import time and ``dflash-diag --help`` stays
+fast.
 """
 
 from __future__ import annotations

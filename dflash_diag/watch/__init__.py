@@ -3,8 +3,8 @@
 Three layers, so the maths is testable without a terminal and the terminal code stays thin:
 
 * `dflash_diag.watch.state`: `WatchConfig` and `LiveLog`, which follows the log with
-  `dflash_diag.tail.LogTail` and feeds only the newly appended complete lines to
-  `dflash_diag.reader.parse_records`; it keeps every event (headers, evals) but only the recent
+  `dflash_diag.read.tail.LogTail` and feeds only the newly appended complete lines to
+  `dflash_diag.read.jsonl.parse_records`; it keeps every event (headers, evals) but only the recent
   metric records (the windows the view shows), so a refresh costs what the new lines cost, not
   what the file costs. Truncation or rotation rebuilds it from the new file.
 * `dflash_diag.watch.view`: `build_view` turns the state into a `WatchView` (plain data):

@@ -1,7 +1,7 @@
 """Drawing one frame of `dflash-diag watch` (a `WatchView`) with rich, and plotext with --plot.
 
 Text taken from the log or the command line (the path) goes through
-`dflash_diag.safe_text.visible` and into rich as `rich.text.Text`, never as markup.
+`dflash_diag.render.safe_text.visible` and into rich as `rich.text.Text`, never as markup.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The state of `dflash-diag watch`: its settings and a log followed incrementally.
 
-`LiveLog` follows the log with `dflash_diag.tail.LogTail` and feeds only the newly appended
-complete lines to `dflash_diag.reader.parse_records`; it keeps every event (headers, evals) but
+`LiveLog` follows the log with `dflash_diag.read.tail.LogTail` and feeds only the newly appended
+complete lines to `dflash_diag.read.jsonl.parse_records`; it keeps every event (headers, evals) but
 only the recent metric records (the windows the view shows), so a refresh costs what the new lines
 cost, not what the file costs. Truncation or rotation rebuilds it from the new file.
 

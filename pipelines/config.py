@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dflash_diag import logschema
+
+from .schedule import KINDS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - the project runs on 3.11; 3.10 needs the tomli backport
@@ -28,9 +32,10 @@ BUNDLED = "bundled"
 #: similar density). Real targets: num_draft_layers 5, num_anchors 512.
 CPU_DRAFTER: dict[str, Any] = {"block_size": 16, "num_draft_layers": 1, "num_anchors": 8}
 
-#: Shapes of the lr decay (``schedule``) and what a resume does with the schedule.
-SCHEDULE_KINDS = ("cosine", "linear", "constant")
-RESUME_SCHEDULE_MODES = ("continue", "restart")
+#: Shapes of the lr decay (``schedule``) and what a resume does with the schedule (the log
+#: header's ``resume_schedule``).
+SCHEDULE_KINDS = KINDS
+RESUME_SCHEDULE_MODES = logschema.RESUME_SCHEDULE_MODES
 
 
 def default_of(cls: type, name: str) -> Any:

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dflash import StepMetrics
-from dflash_diag.acceptance import chain_tau
+from dflash_diag.analysis.acceptance import chain_tau
 
 if TYPE_CHECKING:
     from typing_extensions import Self

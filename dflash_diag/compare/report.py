@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.analysis.frame_means import mean_acc, mean_loss
+from dflash_diag.analysis.schedule_events import ScheduleEvent
 from dflash_diag.compare.align import AlignedWindow, RunAlignment, align_runs, tokens_seen
 from dflash_diag.compare.boundary import (
     Boundary,
@@ -67,6 +68,8 @@ class RegimeComparison:
     split_on: str | None
     k: int = 50
     notes: list[str] = field(default_factory=list)
+    schedule_events: list[ScheduleEvent] = field(default_factory=list)
+    """lr schedule restarts at resumes (additive ``schedule_events`` JSON key when any)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: ``regimes`` and ``boundaries`` with their documented keys first."""
@@ -75,13 +78,16 @@ class RegimeComparison:
             d = asdict(r)
             d["config"] = asdict(r.config) if r.config is not None else None
             regimes.append(d)
-        return {
+        out = {
             "regimes": regimes,
             "boundaries": [asdict(b) for b in self.boundaries],
             "split_on": self.split_on,
             "k": self.k,
             "notes": list(self.notes),
         }
+        if self.schedule_events:
+            out["schedule_events"] = [e.to_json_dict() for e in self.schedule_events]
+        return out
 
 
 def compare_regimes(

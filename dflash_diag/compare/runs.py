@@ -35,6 +35,7 @@ def compare_log(
     log = load_log([path], strict=strict, fields=fields)
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
+    comparison = with_schedule_events(comparison, log, frame)
     if restarts:
         comparison.notes.append("restarts at steps " + ", ".join(str(r.step) for r in restarts))
     if log.issues.malformed:
@@ -73,9 +74,8 @@ def compare_two_runs(
     for path, name in zip((path_a, path_b), names):
         log = load_log([path], strict=strict, fields=fields)
         frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
-        comparisons.append(
-            _prefixed(compare_regimes(frame, [e.fields for e in log.run_starts], config), name)
-        )
+        comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
+        comparisons.append(_prefixed(with_schedule_events(comparison, log, frame), name))
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")
@@ -88,6 +88,31 @@ def compare_two_runs(
     except ValueError as exc:
         raise DiagError(str(exc)) from None
     return alignment, comparisons
+
+
+def with_schedule_events(comparison: RegimeComparison, log, frame) -> RegimeComparison:
+    """The comparison with the log's lr schedule restarts: listed, in the notes, and named in
+    the explanation of a boundary they coincide with (a rate that jumps at the boundary changes
+    what the loss does after it, whichever program runs)."""
+    from dataclasses import replace
+
+    from dflash_diag.analysis.schedule_events import detect_schedule_events, event_at
+
+    events = detect_schedule_events([e.fields for e in log.run_starts], frame["step"].to_list(),
+                                    frame["lr"].to_list())
+    if not events:
+        return comparison
+    boundaries = []
+    for b in comparison.boundaries:
+        event = event_at(events, b.step)
+        if event is not None:
+            why = ("; also, the " + event.text() if b.matched else
+                   f"; but the {event.text()}: part of the change is the new learning rate, "
+                   "not the program")
+            b = replace(b, explanation=b.explanation + why)
+        boundaries.append(b)
+    notes = [*comparison.notes, *(e.text() for e in events)]
+    return replace(comparison, boundaries=boundaries, notes=notes, schedule_events=events)
 
 
 def _run_names(path_a: str, path_b: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from dflash_diag.analysis.acceptance import Acceptance, AcceptanceConfig, estima
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
+from dflash_diag.analysis.schedule_events import ScheduleEvent, detect_schedule_events
 from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
 from dflash_diag.analysis.verdict import Verdict, VerdictConfig, judge_toward
 from dflash_diag.analysis.windows import Window, compute_windows, window_rows
@@ -95,6 +96,8 @@ class ConvergeReport:
     notes: list[str] = field(default_factory=list)
     ranks: RankSkew | None = None
     """Per-rank throughput skew, when per-rank logs were given (additive ``ranks`` JSON key)."""
+    schedule_events: list[ScheduleEvent] = field(default_factory=list)
+    """lr schedule restarts at resumes (additive ``schedule_events`` JSON key when any)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON contract: exactly the keys documented in docs/diagnostics.md (plus ``ranks``
@@ -177,5 +180,7 @@ def build_converge_report(log: ParsedLog, config: ConvergeConfig | None = None) 
         issues=log.issues,
         header=header,
         notes=notes,
+        schedule_events=detect_schedule_events(
+            [e.fields for e in log.run_starts], frame["step"].to_list(), frame["lr"].to_list()),
     )
 

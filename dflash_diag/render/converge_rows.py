@@ -142,6 +142,8 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
         shown = ", ".join(f"{r.step} (after {r.previous_step})" for r in report.restarts[:8])
         more = f" and {len(report.restarts) - 8} more" if len(report.restarts) > 8 else ""
         lines.append(("restarts", f"{len(report.restarts)}: at step {shown}{more}"))
+    for event in report.schedule_events:
+        lines.append(("event", visible(event.text())))
     issues = report.issues
     if issues.malformed:
         where = _line_list(report, issues.malformed_lines, issues.malformed)

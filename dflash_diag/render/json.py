@@ -76,6 +76,8 @@ def converge_json(report: ConvergeReport) -> dict[str, Any]:
     }
     if report.ranks is not None:
         out["ranks"] = report.ranks.to_json_dict()
+    if report.schedule_events:
+        out["schedule_events"] = [e.to_json_dict() for e in report.schedule_events]
     return out
 
 
@@ -115,6 +117,8 @@ def compare_json(
         out["notes"] += d["notes"]
         out.setdefault("k", d["k"])
         out.setdefault("split_on", d["split_on"])
+        if "schedule_events" in d:
+            out.setdefault("schedule_events", []).extend(d["schedule_events"])
     if alignment is not None:
         out["alignment"] = alignment.to_dict()
     if ranks is not None:

@@ -92,6 +92,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     parts: list[RenderableType] = [head, Text("  ·  ".join(facts), style="dim")]
     for alert in view.alerts:
         parts.append(Text(f"! {alert.message}", style="bold red"))
+    for event in view.schedule_events[-2:]:
+        parts.append(Text(visible(event), style="yellow"))
     if view.waiting:
         parts.append(Text(view.waiting, style="yellow"))
         return Group(*parts)

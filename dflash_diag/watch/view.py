@@ -8,7 +8,7 @@ the recent windows, the time since the last record and the `Alert`s. No file acc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dflash_diag.analysis.acceptance import (
@@ -20,6 +20,7 @@ from dflash_diag.analysis.acceptance import (
 from dflash_diag.analysis.alerts import Alert, loss_spikes, stall_alert
 from dflash_diag.analysis.numbers import finite_number
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
+from dflash_diag.analysis.schedule_events import detect_schedule_events
 from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
 from dflash_diag.analysis.verdict import DIVERGING, Verdict, judge_toward
 from dflash_diag.analysis.windows import Window, compute_windows, window_rows
@@ -82,6 +83,8 @@ class WatchView:
     restarts: list[int]
     resets: int
     waiting: str | None = None
+    schedule_events: list[str] = field(default_factory=list)
+    """lr schedule restarts at resumes, one sentence each (see analysis.schedule_events)."""
 
 
 def _block_size(live: LiveLog) -> int:
@@ -136,6 +139,9 @@ def build_view(live: LiveLog) -> WatchView:
         "nonfinite": live.issues.nonfinite_total,
         "restarts": sorted(r.step for r in live.restarts.values()),
         "resets": live.tail.resets,
+        "schedule_events": [e.text() for e in detect_schedule_events(
+            live.headers(), frame["step"].to_list() if frame.height else [],
+            frame["lr"].to_list() if frame.height else [])],
     }
     windows = []
     if frame.height and live.origin is not None:

@@ -103,3 +103,32 @@ def test_restart_past_the_schedule_end_is_one_line(migrated, tmp_path, capsys, t
                  str(step_dir(tmp_path / "ck", 4)), "--resume-schedule", "restart"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the schedule ends at step 3" in err[0], err
+
+
+def test_the_diagnostics_report_the_restart_of_a_real_migration(migrated, tmp_path):
+    from typer.testing import CliRunner
+
+    from dflash_diag.cli import app
+
+    migrated("--resume-schedule", "restart", "--warmup-steps", "2")
+    log = str(tmp_path / "train.jsonl")
+    runner = CliRunner()
+    text = "lr schedule restarted at step 5: 6.0e-05 -> 3.0e-04, warmup 2 steps"
+    converge = json.loads(runner.invoke(app, ["converge", log, "-f", "json", "--window", "2"]).stdout)
+    assert [e["text"] for e in converge["schedule_events"]] == [text]
+    compare = json.loads(runner.invoke(app, ["compare", log, "-f", "json", "--k", "2"]).stdout)
+    assert [b["step"] for b in compare["boundaries"]] == [5]
+    assert text in compare["boundaries"][0]["explanation"]
+    watch = runner.invoke(app, ["watch", log, "--once", "--window", "2"], env={"COLUMNS": "300"})
+    assert text in watch.stdout
+
+
+def test_the_diagnostics_see_no_restart_when_the_schedule_continued(migrated, tmp_path):
+    from typer.testing import CliRunner
+
+    from dflash_diag.cli import app
+
+    migrated()
+    out = CliRunner().invoke(app, ["converge", str(tmp_path / "train.jsonl"), "-f", "json",
+                                   "--window", "2"]).stdout
+    assert "schedule_events" not in json.loads(out)

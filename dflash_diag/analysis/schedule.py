@@ -31,6 +31,9 @@ class ScheduleHeader:
     warmup_steps: int | None = None
     total_steps: int | None = None
     min_lr: float | None = None
+    start_step: int = 0
+    """Steps before the schedule's own step 1 (a schedule restarted at a resume); its warmup
+    counts from there."""
 
     @classmethod
     def from_fields(cls, schedule: Any) -> ScheduleHeader | None:
@@ -52,6 +55,7 @@ class ScheduleHeader:
             warmup_steps=count("warmup_steps"),
             total_steps=count("total_steps"),
             min_lr=number("min_lr"),
+            start_step=count("start_step") or 0,
         )
 
 
@@ -105,7 +109,7 @@ def infer_phase(lrs: list[float]) -> str | None:
 
 def header_phase(step: int, header: ScheduleHeader) -> str | None:
     """The phase the header's schedule puts ``step`` in (None if the header cannot tell)."""
-    if header.warmup_steps is not None and step < header.warmup_steps:
+    if header.warmup_steps is not None and step - header.start_step < header.warmup_steps:
         return WARMUP
     if header.kind is None:
         return None
@@ -156,7 +160,7 @@ def schedule_position(
         phase_source = "inferred" if phase is not None else None
     warmup_fraction = run_fraction = total_epochs = None
     if header is not None and header.warmup_steps:
-        warmup_fraction = min(1.0, step / header.warmup_steps)
+        warmup_fraction = min(1.0, max(0, step - header.start_step) / header.warmup_steps)
     if header is not None and header.total_steps:
         run_fraction = step / header.total_steps
         if steps_per_epoch:

@@ -65,3 +65,13 @@ def test_header_from_fields_tolerates_junk():
     assert ScheduleHeader.from_fields("cosine") is None
     header = ScheduleHeader.from_fields({"kind": "cosine", "peak_lr": "high", "warmup_steps": 10.0})
     assert header == ScheduleHeader(kind="cosine", peak_lr=None, warmup_steps=10)
+
+
+def test_a_restarted_schedule_phase_counts_from_its_start_step():
+    from dflash_diag.analysis.schedule import WARMUP, ScheduleHeader, header_phase
+
+    h = ScheduleHeader.from_fields({"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 10,
+                                    "total_steps": 300, "min_lr": 6e-5, "start_step": 150})
+    assert h.start_step == 150
+    assert header_phase(155, h) == WARMUP and header_phase(165, h) == "decay"
+    assert ScheduleHeader.from_fields({"warmup_steps": 10}).start_step == 0

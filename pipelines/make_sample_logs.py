@@ -3,7 +3,8 @@
 The story of the original analysis, for real and small enough to commit:
 
 1. ``dflash-train sync`` (the lock-step "old script", legacy records) to step ``--sync-steps``;
-2. ``dflash-train pipeline --resume`` from that checkpoint (the migration), checkpointing every
+2. ``dflash-train pipeline --resume ... --resume-schedule restart`` from that checkpoint (the
+   migration, with the pipeline's own lr schedule), checkpointing every
    ``--ckpt-every`` steps, killed with SIGKILL (a crash: no final checkpoint, no ``stop`` record)
    once it has logged ``--crash-after`` steps;
 3. the pipeline restarted from its latest checkpoint to the end, so the steps between that
@@ -110,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         _train(["sync", *common, "--max-steps", str(s1), "--ckpt-every", "0"], work)
         pipe = ["pipeline", *common, "--max-steps", str(s2), "--ckpt-every", str(args.ckpt_every),
                 "--eval-every", str(args.eval_every)]
-        _crash_pipeline([*pipe, "--resume", f"checkpoints/step-{s1:06d}"], work, log,
+        # The migration starts the pipeline's own lr schedule (warmup again, as in the original
+        # analysis); the crash restart below continues it (the default).
+        _crash_pipeline([*pipe, "--resume", f"checkpoints/step-{s1:06d}",
+                         "--resume-schedule", "restart"], work, log,
                         crash_at=s1 + args.crash_after)
         restart = _latest_checkpoint(work / "checkpoints").relative_to(work)
         _train([*pipe, "--resume", str(restart)], work)

@@ -238,7 +238,8 @@ def eval_(
     = default_of(TrainConfig, "eval_new_tokens"),
     prompts_file: Annotated[list[str] | None, typer.Option(
         "--prompts-file", help="JSONL prompt set ({\"input_ids\": [...], \"benchmark\": ...} per "
-        "line; repeatable: tau is also split by benchmark). Default: the data's eval prompts.")]
+        "line; repeatable: tau is also split by benchmark). Default: the data's eval prompts.",
+        metavar="FILE")]
     = None,
     fmt: Annotated[str, typer.Option("-f", "--format", help="text, or json for scripts.",
                                      metavar="text|json")] = "text",

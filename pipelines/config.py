@@ -138,7 +138,8 @@ class TrainConfig:
             _positive_ints(self, "total_steps")
         if self.warmup_steps is not None:
             _non_negative_ints(self, "warmup_steps")
-            if self.warmup_steps > self.schedule_total_steps:
+            # With epochs, max_steps is known only once the data is loaded (the schedule checks).
+            if self.epochs is None and self.warmup_steps > self.schedule_total_steps:
                 raise ValueError(f"warmup_steps ({self.warmup_steps}) exceeds the schedule's "
                                  f"{self.schedule_total_steps} steps")
         if self.schedule not in SCHEDULE_KINDS:

@@ -14,6 +14,7 @@ import pytest
 
 from dflash import StepMetrics
 from pipelines.checkpoints import step_dir
+from pipelines.cli import main
 from pipelines.progress import (
     BAR,
     LINES,
@@ -126,25 +127,26 @@ def test_progress_lines_and_summary_off_a_terminal(tmp_path, tiny_assets, progra
     assert [r["step"] for r in recs if r.get("event") == "checkpoint"] == [4, 5]
 
 
-def test_silenced_progress_keeps_the_summary(tmp_path, tiny_assets):
+def test_silenced_progress_keeps_the_summary(tmp_path, tiny_assets, capsys):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path)  # progress = false
-    run = cli("sync", "--config", str(cfg), "--max-steps", "2", "--progress-every", "1")
-    assert run.returncode == 0, run.stderr
-    assert not any(x.startswith("dflash-train: step ") for x in run.stderr.splitlines())
-    assert "dflash-train: sync finished at step 2/2" in run.stderr
+    assert main(["sync", "--config", str(cfg), "--max-steps", "2", "--progress-every", "1"]) == 0
+    err = capsys.readouterr().err
+    assert not any(x.startswith("dflash-train: step ") for x in err.splitlines())
+    assert "dflash-train: sync finished at step 2/2" in err
 
 
-def test_a_failure_ends_with_one_line_naming_the_last_good_checkpoint(tmp_path, tiny_assets):
+def test_a_failure_ends_with_one_line_naming_the_last_good_checkpoint(tmp_path, tiny_assets,
+                                                                      capsys):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path)
-    assert cli("sync", "--config", str(cfg), "--max-steps", "2").returncode == 0
+    assert main(["sync", "--config", str(cfg), "--max-steps", "2"]) == 0
     good = step_dir(tmp_path / "ck", 2)
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")  # checkpoints cannot go under a file: the save at step 3 fails
-    run = cli("sync", "--config", str(cfg), "--max-steps", "5", "--resume", str(good),
-              "--ckpt-dir", str(blocked), "--ckpt-every", "3")
-    assert run.returncode == 1
-    err = run.stderr.splitlines()
-    assert "Traceback" not in run.stderr
-    assert err[-1].startswith("dflash-train: error: ") and "\n" not in err[-1]
+    capsys.readouterr()
+    assert main(["sync", "--config", str(cfg), "--max-steps", "5", "--resume", str(good),
+                 "--ckpt-dir", str(blocked), "--ckpt-every", "3"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("dflash-train: error: ")
     assert err[-1].endswith(f"; last good checkpoint: {good}"), err[-1]
     assert any(x.startswith("dflash-train: sync failed at step 3/5: 1 step in") for x in err), err

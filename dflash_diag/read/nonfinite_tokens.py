@@ -14,6 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.read.json_line import decode_line
+
 # Sentinels for Python-json's non-standard tokens. Values this close to the float maximum never
 # occur in training metrics, and each parses back to exactly the same double.
 NAN_SENTINEL = 1.7976931348623155e308
@@ -58,7 +60,7 @@ def replace_nonfinite_tokens(body: bytes) -> tuple[bytes, bool]:
 
 def _sentinel_line(line: bytes) -> bytes | None:
     try:
-        record = json.loads(line)
+        record = decode_line(line)
     except ValueError:
         return None
     found = False

@@ -82,6 +82,15 @@ def check_log_path(name: str) -> None:
         raise DiagError(f"is a directory, not a log: {_shown(name)}")
 
 
+def can_reread(name: str) -> bool:
+    """Whether a log can be read a second time: a regular file, not ``-``, a FIFO or a pipe
+    (``<(ssh host cat log)``), whose bytes are gone once read."""
+    try:
+        return name != "-" and stat.S_ISREG(os.stat(name).st_mode)
+    except OSError:
+        return False
+
+
 def _wait_for_fifo(fd: int, name: str, seconds: float) -> None:
     """Wait until a named pipe opened without blocking has data (or its writer closed it)."""
     deadline = time.monotonic() + seconds

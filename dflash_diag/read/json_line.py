@@ -53,7 +53,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def to_float(value: int | float) -> float:
+def to_float(value: float) -> float:
     """``float(value)``, with integers beyond the float range as ±inf (not OverflowError)."""
     try:
         return float(value)

@@ -44,6 +44,7 @@ from dflash_diag.read.files import (
     CHUNK_BYTES,
     OVERLONG_LINE,
     LineStats,
+    can_reread,
     line_chunks,
     open_input,
     read_input,
@@ -702,8 +703,8 @@ def load_log(
 ) -> ParsedLog:
     """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
 
-    With ``lists=False`` the per-position lists of files are left unread (standard input is
-    always read whole, as it cannot be read twice); :func:`fetch_lists` gets them for the rows
+    With ``lists=False`` the per-position lists of files are left unread (standard input, FIFOs
+    and pipes are always read whole, as they cannot be read twice); :func:`fetch_lists` gets them for the rows
     that need them.
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
@@ -726,7 +727,7 @@ def load_log(
         with open_input(name) as handle:
             try:
                 parts.append(parse_stream(handle, source=index, strict=strict, fields=fields,
-                                          extra=extra, lists=lists or name == "-"))
+                                          extra=extra, lists=lists or not can_reread(name)))
             except DiagError as exc:
                 message = str(exc)  # named already when the file itself could not be read
                 raise DiagError(message if visible(name) in message

@@ -25,7 +25,6 @@ Pure Python over decoded records (no polars, no torch): small files, one pass ea
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics

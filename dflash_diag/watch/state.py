@@ -139,6 +139,8 @@ class LiveLog:
         self.clock = clock
         self.fields = fields or None
         self.tail = LogTail(self.path, max_chunk_bytes=max_chunk_bytes)
+        #: the path did not exist at the last refresh (deleted, or rotated and not re-created)
+        self.missing = False
         self._clear()
 
     def _clear(self) -> None:
@@ -182,6 +184,7 @@ class LiveLog:
                     self.last_write = self.clock()
             if missing or self.tail.backlog_bytes == 0:
                 break
+        self.missing = missing
         return RefreshStats(
             new_lines=lines,
             new_records=records,

@@ -86,8 +86,8 @@ def test_deep_nesting_in_a_rank_log_and_its_header(tmp_path):
     ('{"step": -BIG, "loss": 1, "acc": 0.3}', "bad_step"),
     ('{"event": "eval", "step": 30, "tau": BIG}', "ignored"),
     ('{"event": "eval", "step": BIG, "tau": 2.5}', "ignored"),
-    ('{"event": "run_start", "block_size": BIG, "steps_per_epoch": BIG, "schedule": {"kind": '
-     '"cosine", "peak_lr": BIG, "warmup_steps": BIG, "total_steps": -BIG}}', "ignored"),
+    (('{"event": "run_start", "block_size": BIG, "steps_per_epoch": BIG, "schedule": {"kind": '
+      '"cosine", "peak_lr": BIG, "warmup_steps": BIG, "total_steps": -BIG}}'), "ignored"),
 ])
 def test_huge_integers_are_counted_never_an_overflow_error(tmp_path, record, expect):
     path = tmp_path / "huge.jsonl"

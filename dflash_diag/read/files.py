@@ -221,7 +221,10 @@ def read_input(path: str | Path) -> bytes:
     :func:`line_chunks`.
     """
     with open_input(path) as handle:
-        return handle.read()
+        try:
+            return handle.read()
+        except READ_ERRORS as exc:
+            raise DiagError(f"cannot read {_shown(path)}: {_shown(exc)}") from None
 
 
 @dataclass

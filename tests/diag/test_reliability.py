@@ -345,3 +345,43 @@ def test_parse_records_survives_every_fault_class_in_one_buffer():
     assert log.metrics["step"].to_list() == [1, 2]
     assert log.issues.malformed == 2 and log.issues.bad_step == 1
     assert log.issues.nonfinite == {"loss": 1}
+
+
+# -- the line limit itself, against a reference ----------------------------------------------------
+
+def _reference(data: bytes, limit: int) -> bytes:
+    """What line_chunks must hand out: every line over ``limit`` bytes (newline excluded) replaced
+    by the marker; a torn last line kept as it is unless it is over the limit."""
+    pieces = data.split(b"\n")
+    out = [OVERLONG_LINE if len(p) > limit else p for p in pieces[:-1]]
+    tail = pieces[-1]
+    text = b"".join(p + b"\n" for p in out)
+    if tail:
+        text += OVERLONG_LINE + b"\n" if len(tail) > limit else tail
+    return text
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_line_chunks_match_the_reference_on_files_and_streams(tmp_path, seed):
+    import random
+
+    rng = random.Random(seed)
+    chunk = rng.choice([8, 64, 256])
+    limit = rng.choice([chunk, chunk * 2, chunk * 5])
+    lines = [b"y" * rng.choice([0, 1, 5, chunk - 1, chunk, chunk + 1, limit, limit + 1,
+                                 3 * limit, rng.randrange(1, 4 * limit)]) for _ in range(40)]
+    data = b"\n".join(lines) + rng.choice([b"", b"\n", b"tail", b"z" * (limit + 3)])
+    path = tmp_path / "lines.bin"
+    path.write_bytes(data)
+    expected = _reference(data, max(limit, chunk))
+    with open(path, "rb") as handle:  # the pread fast path
+        stats = LineStats()
+        assert b"".join(t for t, _ in line_chunks(handle, chunk, max_line_bytes=limit,
+                                                  stats=stats)) == expected
+        assert stats.consumed == len(data)
+    stats = LineStats()
+    stream = io.BytesIO(data)  # the streaming path
+    assert b"".join(t for t, _ in line_chunks(stream, chunk, max_line_bytes=limit,
+                                              stats=stats)) == expected
+    assert stats.consumed == len(data)
+    assert stats.overlong == expected.count(OVERLONG_LINE)

@@ -93,10 +93,11 @@ def can_reread(name: str) -> bool:
 
 def _wait_for_fifo(fd: int, name: str, seconds: float) -> None:
     """Wait until a named pipe opened without blocking has data (or its writer closed it)."""
+    poller = select.poll()  # not select.select: it fails on descriptors above 1023
+    poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
+        if poller.poll(left * 1000):
             return
     raise DiagError(f"{_shown(name)} is a named pipe that nothing wrote to within {seconds:g} s: "
                     "start its writer first, or pipe the log in as -")

@@ -207,6 +207,11 @@ def test_error_messages_escape_control_characters(tmp_path):
     ]
     (tmp_path / "empty\x1b[2J.jsonl").write_text("")
     cases.append(["converge", str(tmp_path / "empty\x1b[2J.jsonl")])
+    # two logs claiming one rank: the message quotes both paths as given
+    header = '{"event": "run_start", "rank": 0}\n' + clean_records()
+    (tmp_path / "r\x1b]0;A\x07.jsonl").write_text(header)
+    (tmp_path / "other.jsonl").write_text(header)
+    cases.append(["converge", str(tmp_path / "r\x1b]0;A\x07.jsonl"), str(tmp_path / "other.jsonl")])
     for args in cases:
         result = run(*args)
         assert result.exit_code == 2

@@ -103,9 +103,9 @@ def _wait_for_fifo(fd: int, name: str, seconds: float) -> None:
                     "start its writer first, or pipe the log in as -")
 
 
-def _check_encoding(head: bytes, name: str) -> None:
-    """A UTF-16 or UTF-32 log (a Windows editor's "Unicode") reads as nothing but malformed lines:
-    say so once instead, with the fix."""
+def check_encoding(head: bytes, name: str) -> None:
+    """Raise a one-line :class:`DiagError` when a log's first bytes say UTF-16 or UTF-32 (a
+    Windows editor's "Unicode"), which would read as nothing but malformed lines."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
         len(head) >= 4 and head != bytes(4)
         and (head[1:4:2] == b"\x00\x00" or head[0:4:2] == b"\x00\x00")
@@ -167,7 +167,7 @@ def _gunzip(raw: IO[bytes], name: str) -> IO[bytes]:
         head = stream.inner.peek(4)[:4]  # type: ignore[attr-defined]
     except READ_ERRORS as exc:
         raise stream.fail(exc) from None
-    _check_encoding(head, name)
+    check_encoding(head, name)
     return stream
 
 
@@ -192,7 +192,7 @@ def open_input(path: str | Path) -> Iterator[IO[bytes]]:
             if peek[:2] == b"\x1f\x8b":
                 yield _gunzip(raw, "standard input")
             else:
-                _check_encoding(peek, "standard input")
+                check_encoding(peek, "standard input")
                 yield raw
             return
         check_log_path(name)
@@ -209,7 +209,7 @@ def open_input(path: str | Path) -> Iterator[IO[bytes]]:
             if head[:2] == b"\x1f\x8b":
                 yield _gunzip(handle, name)
             else:
-                _check_encoding(head, name)
+                check_encoding(head, name)
                 yield handle
     except OSError as exc:
         raise DiagError(f"cannot read {_shown(name)}: {_shown(exc.strerror or exc)}") from None

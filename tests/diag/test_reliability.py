@@ -285,7 +285,7 @@ def test_a_field_swap_is_allowed(tmp_path):
 def test_a_utf16_log_is_named_as_such(tmp_path, encoding):
     path = tmp_path / "u16.jsonl"
     path.write_bytes(clean_records().encode(encoding))
-    for args in (["converge", path], ["compare", path]):
+    for args in (["converge", path], ["compare", path], ["watch", path, "--once"]):
         assert "UTF-16" in one_line_error(run(*args))
     gz = tmp_path / "u16.jsonl.gz"
     gz.write_bytes(gzip.compress(clean_records().encode(encoding)))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE, check_encoding
+from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE
 from dflash_diag.render.safe_text import visible
 
 # How many leading bytes are remembered to notice a file rewritten in place to the same or a
@@ -124,8 +124,7 @@ class LogTail:
             restarts from the file's beginning.
 
         Raises:
-            DiagError: the path exists but cannot be read (permissions, a directory, a FIFO), or
-                the file is UTF-16/UTF-32 encoded.
+            DiagError: the path exists but cannot be read (permissions, a directory, a FIFO).
         """
         try:
             # O_NONBLOCK: opening a FIFO that nothing writes must not hang the view
@@ -148,8 +147,6 @@ class LogTail:
             if self.max_chunk_bytes is not None:
                 to_read = min(to_read, self.max_chunk_bytes)
             fresh = os.pread(fd, to_read, self.offset) if to_read > 0 else b""
-            if self.offset == 0:
-                check_encoding(fresh[:4], str(self.path))
             if len(self._fingerprint) < _FINGERPRINT_BYTES and fresh:
                 need = _FINGERPRINT_BYTES - len(self._fingerprint)
                 if self.offset == len(self._fingerprint):

@@ -22,6 +22,7 @@ import polars as pl
 from dflash_diag.analysis.phase import Phase, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.errors import DiagError
+from dflash_diag.read.files import check_encoding
 from dflash_diag.read.jsonl import parse_records
 from dflash_diag.read.records import ParsedLog, ParseIssues
 from dflash_diag.read.tail import LogTail
@@ -172,6 +173,8 @@ class LiveLog:
                 reset = True
             missing = chunk.missing
             if chunk.data:
+                if chunk.first_line_no == 1:
+                    check_encoding(chunk.data[:4], str(self.path))  # UTF-16: one line, not a view
                 part = parse_records(
                     chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
                 )

@@ -42,6 +42,7 @@ def compare_log(
         comparison.notes.append(f"{log.issues.malformed} malformed lines skipped")
     if log.issues.nonfinite_total:
         comparison.notes.append(f"{log.issues.nonfinite_total} NaN/Inf values left out of means")
+    comparison.notes.extend(log.issues.reader_notes())
     return comparison
 
 
@@ -76,6 +77,7 @@ def compare_two_runs(
         frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
         comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
         comparisons.append(_prefixed(with_schedule_events(comparison, log, frame), name))
+        comparisons[-1].notes.extend(log.issues.reader_notes())
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")

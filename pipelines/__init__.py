@@ -3,9 +3,11 @@
 * :mod:`pipelines.sync_trainer`: the lock-step trainer (``dflash-train sync``);
 * :mod:`pipelines.async_pipeline`: the CSP pipeline (``dflash-train pipeline``) on the
   :mod:`pipelines.csp` runtime (stages in threads, bounded channels, first-failure cancellation);
-* :mod:`pipelines.evaluate`: real acceptance length of a checkpoint (``dflash-train eval``);
+* :mod:`pipelines.evaluate`: real acceptance length of a checkpoint (``dflash-train eval``),
+  reported by :mod:`pipelines.eval_report` (interval over prompts, benchmarks, text or JSON);
 * shared pieces: :mod:`~pipelines.config` (typed TOML configs), :mod:`~pipelines.schedule`,
-  :mod:`~pipelines.training` (setup, update rule, checkpoints, run log),
+  :mod:`~pipelines.training` (setup, update rule, checkpoints, run log, the schedule across a
+  resume), :mod:`~pipelines.progress` (progress bar or lines, closing summary),
   :mod:`~pipelines.distributed` (torchrun data parallelism), :mod:`~pipelines.log_schema` and
   :mod:`~pipelines.logwriter` (JSONL schema v1);
 * assets and their recipes: ``make_target`` (the bundled tiny target), ``make_data`` (its

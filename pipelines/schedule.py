@@ -89,7 +89,8 @@ class Schedule:
                  else f"{self.kind} {self.peak_lr:.1e} -> {self.min_lr:.1e}")
         start = f", from step {self.start_step + 1}" if self.start_step else ""
         end = "" if self.kind == "constant" else f", ends at step {self.total_steps}"
-        return f"{shape}{start}, warmup {self.warmup_steps} steps{end}"
+        steps = "step" if self.warmup_steps == 1 else "steps"
+        return f"{shape}{start}, warmup {self.warmup_steps} {steps}{end}"
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimizer step ``step`` (see :func:`lr_at`)."""

@@ -258,10 +258,17 @@ def schedule_for(cfg: TrainConfig, start_step: int,
     note = f"lr schedule continued at step {k}: {old.lr_at(k):.1e} ({old.describe()})"
     if old.kind != "constant" and old.total_steps <= start_step:
         note += f"; it ended at step {old.total_steps}, so its floor holds"
-    mine = config_schedule(cfg)
-    if mine != old:
-        note += (f"; this config's schedule ({mine.describe()}) is not used: "
-                 f"--resume-schedule restart starts it here")
+    # Compared as if started where the checkpoint's began: a schedule this config restarted
+    # earlier is this config's schedule, not another one.
+    try:
+        same = config_schedule(cfg, old.start_step) == old
+        mine = config_schedule(cfg, start_step)  # what a restart would start here
+    except TrainingError:
+        same, mine = False, None
+    if not same:
+        note += "; this config's schedule is not used"
+        if mine is not None:
+            note += f": --resume-schedule restart starts it here ({mine.describe()})"
     return old, note
 
 

@@ -55,7 +55,8 @@ def test_continue_is_the_default_and_keeps_the_old_schedule(migrated):
     assert pipe_h["resume_schedule"] == "continue" and pipe_h["schedule"] == sync_h["schedule"]
     assert "lr schedule continued at step 5: 6.0e-05" in err
     assert "it ended at step 4, so its floor holds" in err
-    assert "--resume-schedule restart starts it here" in err  # this config's (8 steps) differs
+    assert ("this config's schedule is not used: --resume-schedule restart starts it here "
+            "(cosine 6.0e-04 -> 6.0e-05, from step 5, warmup 1 step, ends at step 8)") in err
 
 
 def test_continue_mid_schedule_matches_the_uninterrupted_rates(migrated):
@@ -132,3 +133,19 @@ def test_the_diagnostics_see_no_restart_when_the_schedule_continued(migrated, tm
     out = CliRunner().invoke(app, ["converge", str(tmp_path / "train.jsonl"), "-f", "json",
                                    "--window", "2"]).stdout
     assert "schedule_events" not in json.loads(out)
+
+
+def test_continuing_a_restarted_schedule_of_the_same_config_says_nothing_about_it():
+    from pipelines.config import TrainConfig
+    from pipelines.training import config_schedule, schedule_for
+
+    cfg = TrainConfig(resume="ck/step-000006", max_steps=10)
+    restarted = config_schedule(cfg, start_step=4)  # what a restart at step 4 stored
+    sched, note = schedule_for(cfg, 6, restarted.to_dict())
+    assert sched == restarted and sched.lr_at(7) == pytest.approx(restarted.lr_at(7))
+    assert note.startswith("lr schedule continued at step 7: ") and "not used" not in note
+    other = schedule_for(TrainConfig(resume="ck", max_steps=10, peak_lr=1e-3), 6,
+                         restarted.to_dict())[1]
+    assert other.endswith("; this config's schedule is not used: --resume-schedule restart starts "
+                          "it here (cosine 1.0e-03 -> 6.0e-05, from step 7, warmup 1 step, ends "
+                          "at step 10)")

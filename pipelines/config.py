@@ -87,6 +87,9 @@ class TrainConfig:
     torch_threads: int = 0
     """torch intra-op threads for the whole process (0: automatic: torch's default in the
     lock-step trainer; the pipeline splits the cores between the stages computing on the CPU)."""
+    check_memory: bool = True
+    """Refuse to start when the estimated memory (pipelines.memory) exceeds what the device has
+    available; false tries anyway."""
     progress: bool | None = None
     """Show a progress bar (default: only when stderr is a terminal)."""
     drafter: dict[str, Any] = field(default_factory=lambda: dict(CPU_DRAFTER))
@@ -114,7 +117,7 @@ class TrainConfig:
             raise ValueError(f"warmup_ratio must be < 1, got {self.warmup_ratio}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
-        for name in ("log_all_ranks",):
+        for name in ("log_all_ranks", "check_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")  # noqa: TRY004 - user input
         for name in ("target", "data", "device", "log", "ckpt_dir"):

@@ -43,6 +43,7 @@ from .distributed import DataParallel
 from .errors import TrainingError
 from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog
+from .memory import check_fits, estimate_for_run
 from .preflight import (
     check_checkpoint_dir,
     check_torch_threads,
@@ -172,6 +173,9 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         if "mask_token_id" not in overrides and "mask_token_id" in dataset.meta:
             overrides["mask_token_id"] = int(dataset.meta["mask_token_id"])
         dcfg = DFlashConfig.for_target(target.config, **overrides)
+
+    if cfg.check_memory:  # before the drafter, its optimizer and any activation exist
+        check_fits(estimate_for_run(cfg, dcfg, target.config, dataset), cfg.token_budget)
 
     torch.manual_seed(cfg.seed)  # drafter initialisation
     # float32 master weights whatever the target's dtype (see compute_precision).

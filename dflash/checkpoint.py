@@ -105,6 +105,16 @@ class LoadedCheckpoint:
     target: dict[str, Any]
 
 
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path,
+                  metadata: dict[str, str] | None = None) -> None:
+    """save_file, with its I/O failures (a full disk) raised as OSError like every other write."""
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as e:
+        raise OSError(f"cannot write {path}: {' '.join(str(e).split())}") from None
+    _fsync_file(path)
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
@@ -210,8 +220,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
     tmp.mkdir()
     try:
         weights = {k: v.detach().cpu().contiguous() for k, v in drafter.state_dict().items()}
-        save_file(weights, str(tmp / MODEL_FILE), metadata={"format": "pt"})
-        _fsync_file(tmp / MODEL_FILE)
+        _save_tensors(weights, tmp / MODEL_FILE, metadata={"format": "pt"})
         _write_json(tmp / CONFIG_FILE, {
             "format": FORMAT_VERSION,
             "dflash_config": cfg.to_dict(),
@@ -219,12 +228,10 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
         })
         if optimizer is not None:
             tensors, meta = _optimizer_tensors(optimizer)
-            save_file(tensors, str(tmp / OPTIMIZER_FILE), metadata=meta)
-            _fsync_file(tmp / OPTIMIZER_FILE)
+            _save_tensors(tensors, tmp / OPTIMIZER_FILE, metadata=meta)
         if rng:
-            save_file({k: v.detach().cpu().contiguous() for k, v in rng.items()},
-                      str(tmp / RNG_FILE))
-            _fsync_file(tmp / RNG_FILE)
+            _save_tensors({k: v.detach().cpu().contiguous() for k, v in rng.items()},
+                          tmp / RNG_FILE)
         # Last: its presence says every other file is complete.
         _write_json(tmp / STATE_FILE, {"format": FORMAT_VERSION, **dict(state or {})})
         if dest.exists():

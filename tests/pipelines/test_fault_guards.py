@@ -113,20 +113,24 @@ def old_checkpoint(make_cfg, tmp_path) -> Path:
     return step_dir(tmp_path / "ck", 2)
 
 
-# The child overwrites the checkpoint with changed weights, under a real file-size limit smaller
-# than model.safetensors: the write fails part-way with EFBIG, as on a full disk.
+# The child overwrites the checkpoint with changed weights and optimizer state, under a real
+# file-size limit (setrlimit RLIMIT_FSIZE: a longer write fails with EFBIG, as on a full disk)
+# between the sizes of model.safetensors and optimizer.safetensors: the weights are written, the
+# optimizer state is not. Written in place, that would leave new weights beside old state.
 OVERWRITE = """
 import resource, sys, torch
-from dflash.checkpoint import load_drafter
+from dflash.checkpoint import load_checkpoint, load_drafter
 from pipelines.checkpoints import save_training_checkpoint
 path, limit = sys.argv[1], int(sys.argv[2])
 drafter = load_drafter(path)
+opt = torch.optim.AdamW(drafter.parameters(), betas=(0.9, 0.95))
+state = load_checkpoint(path, drafter, opt).state
 with torch.no_grad():
     for p in drafter.parameters():
         p.add_(1.0)
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 try:
-    save_training_checkpoint(path.rsplit("/", 1)[0], 2, drafter, None, {"step": 2, "cursor": None})
+    save_training_checkpoint(path.rsplit("/", 1)[0], 2, drafter, opt, {**state, "step": 2})
 except OSError as e:
     print("save failed:", e)
     sys.exit(3)
@@ -134,16 +138,19 @@ except OSError as e:
 
 
 def test_an_overwrite_that_fails_part_way_leaves_the_old_checkpoint_loadable(old_checkpoint):
-    before = load_file(str(old_checkpoint / MODEL_FILE))
-    size = (old_checkpoint / MODEL_FILE).stat().st_size
-    proc = subprocess.run([sys.executable, "-c", OVERWRITE, str(old_checkpoint), str(size // 2)],
+    before = {f: (old_checkpoint / f).read_bytes() for f in os.listdir(old_checkpoint)}
+    model = len(before[MODEL_FILE])
+    opt = len(before["optimizer.safetensors"])
+    assert model < opt  # AdamW keeps two moments per weight
+    proc = subprocess.run([sys.executable, "-c", OVERWRITE, str(old_checkpoint),
+                           str((model + opt) // 2)],
                           check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "File too large" in proc.stdout, proc.stderr
-    loaded = load_checkpoint(old_checkpoint, load_drafter(old_checkpoint))
-    assert loaded.state["step"] == 2
-    after = load_file(str(old_checkpoint / MODEL_FILE))
-    for k in before:
-        assert torch.equal(after[k], before[k]), k
+    after = {f: (old_checkpoint / f).read_bytes() for f in os.listdir(old_checkpoint)}
+    assert after == before  # every file of the old checkpoint, byte for byte
+    drafter = load_drafter(old_checkpoint)
+    opt_ = torch.optim.AdamW(drafter.parameters(), betas=(0.9, 0.95))
+    assert load_checkpoint(old_checkpoint, drafter, opt_).state["step"] == 2
     assert sorted(p.name for p in old_checkpoint.parent.iterdir()) == ["step-000002"]
 
 

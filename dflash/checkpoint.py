@@ -63,11 +63,17 @@ class CheckpointError(ValueError):
         self.file = file
 
 
+def _short(error: BaseException, limit: int = 200) -> str:
+    """An exception's text on one line, cut to ``limit`` characters (torch's are paragraphs)."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _damaged(path: Path, file: str, error: BaseException) -> CheckpointError:
     """The error for a file that exists but cannot be parsed (torn copy, disk error, tampering)."""
-    detail = " ".join(str(error).split())[:200]
+    detail = _short(error)
     return CheckpointError(path, f"damaged or not a checkpoint file ({type(error).__name__}: "
-                                 f"{detail}); resume from another checkpoint", file)
+                                 f"{detail}); use another checkpoint", file)
 
 
 def read_json_object(path: Path, file: str) -> dict[str, Any]:
@@ -82,7 +88,7 @@ def read_json_object(path: Path, file: str) -> dict[str, Any]:
         raise _damaged(path, file, e) from None
     if not isinstance(obj, dict):
         raise CheckpointError(path, f"must hold a JSON object, found {type(obj).__name__}; "
-                                    "resume from another checkpoint", file)
+                                    "use another checkpoint", file)
     return obj
 
 
@@ -365,7 +371,7 @@ def read_checkpoint_config(path: str | os.PathLike) -> tuple[DFlashConfig, dict[
     if not is_complete_checkpoint(p):
         missing = [f for f in (MODEL_FILE, CONFIG_FILE, STATE_FILE) if not (p / f).is_file()]
         raise CheckpointError(p, f"incomplete checkpoint (no {', '.join(missing)}: the save was "
-                                 "interrupted or this is not a checkpoint); resume from another one")
+                                 "interrupted or this is not a checkpoint); use another one")
     meta = read_json_object(p, CONFIG_FILE)
     fmt = meta.get("format")
     if type(fmt) is not int or fmt != FORMAT_VERSION:
@@ -415,8 +421,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
         try:
             drafter.load_state_dict(weights, strict=True)
         except RuntimeError as e:  # missing, unexpected or misshapen tensors
-            raise CheckpointError(p, f"does not hold this drafter's weights ({e}); resume from "
-                                     "another checkpoint", MODEL_FILE) from None
+            raise CheckpointError(p, f"does not hold this drafter's weights ({_short(e)}); use another "
+                                     "checkpoint", MODEL_FILE) from None
     if optimizer is not None:
         if not (p / OPTIMIZER_FILE).is_file():
             raise CheckpointError(p, f"checkpoint has no optimizer state ({OPTIMIZER_FILE})")
@@ -439,7 +445,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
         try:
             optimizer.load_state_dict(sd)
         except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise CheckpointError(p, f"does not fit this optimizer ({e}); resume from another "
+            raise CheckpointError(p, f"does not fit this optimizer ({_short(e)}); use another "
                                      "checkpoint", OPTIMIZER_FILE) from None
     rng = _load_tensors(p, RNG_FILE) if (p / RNG_FILE).is_file() else {}
     state = read_json_object(p, STATE_FILE)

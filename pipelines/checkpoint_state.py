@@ -110,12 +110,12 @@ def validate_training_state(state: dict[str, Any], path: str | Path) -> dict[str
         if name not in state:
             if required:
                 raise CheckpointError(path, f"records no {name!r}: not a training checkpoint, or "
-                                            "damaged; resume from another checkpoint", STATE_FILE)
+                                            "damaged; use another checkpoint", STATE_FILE)
             continue
         problem = check(state[name])
         if problem is not None:
             raise CheckpointError(path, f"{name!r} must be {problem}; the file is damaged or was "
-                                        "edited: resume from another checkpoint", STATE_FILE)
+                                        "edited: use another checkpoint", STATE_FILE)
     return state
 
 

@@ -17,8 +17,10 @@ are smaller, which the estimate ignores: it errs high). Per micro-batch in fligh
 * target forward (no grad, the hidden states of every layer kept by HF's output_hidden_states):
   ``st * n * ((Lt + 1) * Ht + K * Ht + 3 * It + ht * T)``;
 * drafter context (fc, norm, per-layer keys/values): ``4 * n * (K * H + 2 * H + 6 * L * g * d)``;
-* drafter attention, per layer, for the per-block layout (each block gets its own copy of its
-  sequence's context): ``4 * M * (T + B) * (4 * g * d + 2 * h * d [h != g] + 2 * h * B + B)``;
+* drafter attention, per layer. Per-block layout (the CPU default: each block gets its own copy
+  of its sequence's context): ``4 * M * (T + B) * (4 * g * d + 2 * h * d [h != g] + 2 * h * B + B)``.
+  Per-sequence layout (the CUDA default: all ``S = A * B`` block positions of a sequence in one row
+  against one context): ``4 * R * (T + S) * ((4 * g * d + 2 * h * d [h != g]) + S * (2 * h + 1))``;
 * drafter block activations: ``4 * M * B * L * (8 * H + 4 * I)``;
 * logits (lm_head, log-softmax, gradient): ``12 * min(M * (B - 1) * V, logits_budget)``;
 
@@ -134,8 +136,12 @@ def estimate_training_memory(dcfg: DFlashConfig, target: TargetShape, data: Data
                                                  + target.num_heads * T))
     est.add(device, "drafter context", 4 * n * (K * H + 2 * H + 6 * L * g * d))
     gqa = 2 * h * d if h != g else 0
-    est.add(device, "drafter attention",
-            4 * L * M * (T + B) * (4 * g * d + gqa + 2 * h * B + B))
+    if _device_key(device) == "cpu":  # dflash.objective's "auto" layout: per_block on the CPU
+        attention = 4 * L * M * (T + B) * (4 * g * d + gqa + 2 * h * B + B)
+    else:  # per_sequence elsewhere
+        S = A * B
+        attention = 4 * L * (n / T) * (T + S) * ((4 * g * d + gqa) + S * (2 * h + 1))
+    est.add(device, "drafter attention", attention)
     est.add(device, "drafter blocks", 4 * M * B * L * (8 * H + 4 * inter))
     est.add(device, "logits", 12 * min(M * (B - 1) * V, float(logits_budget)))
     if drafter_params is None:

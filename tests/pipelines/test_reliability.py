@@ -273,3 +273,32 @@ def test_a_pickle_only_target_is_refused_safetensors_only(tiny_assets, tmp_path,
     assert main(["sync", "--config", str(cfg), "--target", str(pickled)]) == 2
     line = one_error_line(capsys)
     assert "pytorch_model.bin" in line and "safetensors only" in line
+
+
+def test_the_memory_estimate_follows_its_formula_and_refuses_by_device():
+    from dflash import DFlashConfig
+    from pipelines.errors import TrainingError
+    from pipelines.memory import DataShape, TargetShape, check_fits, estimate_training_memory
+
+    dcfg = DFlashConfig(block_size=16, num_draft_layers=1, num_anchors=8, hidden_size=256,
+                        intermediate_size=640, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=64, vocab_size=4096, num_target_layers=6, target_layer_ids=(3,),
+                        mask_token_id=1)
+    tgt = TargetShape(hidden_size=256, intermediate_size=640, num_layers=6, num_heads=4,
+                      dtype_bytes=4)
+    data = DataShape(mean_length=131.3, mean_anchors=50.0)
+    small, big = (estimate_training_memory(dcfg, tgt, data, n) for n in (1024, 300_000))
+    # Below the logits cap every term is linear in the budget; the cap bounds the logits.
+    assert big.parts["drafter attention"] == pytest.approx(
+        small.parts["drafter attention"] * 300_000 / 1024, rel=1e-6)
+    assert big.parts["logits"] == 12 * 2**27
+    assert 20 * 2**30 < big.total < 40 * 2**30  # 25 GiB: the 300k budget
+    # Targets on other devices carry their own forward; the drafter device the rest.
+    split = estimate_training_memory(dcfg, tgt, data, 4096, device="cuda:0",
+                                     target_devices=["cuda:1", "cuda:2"], queued_batches=6)
+    assert set(split.by_device) == {"cuda:0", "cuda:1", "cuda:2"}
+    assert split.by_device["cuda:1"] == split.by_device["cuda:2"] == split.parts["target forward"] / 2
+    check_fits(small, 1024, available={"cpu": small.total})  # exactly enough is enough
+    with pytest.raises(TrainingError, match=r"token_budget 300000 needs about 2\d\.\d GiB on cpu "
+                                            r"\(estimate; largest term: drafter attention"):
+        check_fits(big, 300_000, available={"cpu": 8 * 2**30})

@@ -38,9 +38,10 @@ def check_torch_threads(n: int, cpus: int | None = None) -> None:
 
 
 def check_writable_file(path: str | Path, what: str, flag: str) -> None:
-    """Can ``path`` be opened for appending? Checked by really creating it, then removing what
-    this check created (the file and any parent directories), so a run that fails to start
-    leaves nothing behind.
+    """Can ``path`` be opened for appending? Checked by really creating it (and its parent
+    directories, as the log writer would), then removing the file if this check created it, so
+    a run that fails to start leaves no empty log behind. Directories stay: several ranks of
+    one launch check their logs in the same directory at the same time.
 
     Raises:
         TrainingError: a directory, an unwritable location, a missing or read-only filesystem.
@@ -48,27 +49,26 @@ def check_writable_file(path: str | Path, what: str, flag: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise TrainingError(f"{what} {p} is a directory: give a file path ({flag})")
-    created: list[Path] = []
+    created = False
     try:
-        missing = [d for d in [p.parent, *p.parent.parents] if not d.exists()]
-        for d in reversed(missing):
-            d.mkdir()
-            created.append(d)
-        existed = p.exists()
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of blocking the start.
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NONBLOCK, 0o644)
+            created = True
+        except FileExistsError:
+            fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
         os.close(fd)
-        if not existed:
-            created.append(p)
     except OSError as e:
         reason = e.strerror or str(e)
-        if e.errno == errno.ENOTDIR:
+        if e.errno in (errno.ENOTDIR, errno.EEXIST):  # EEXIST: mkdir met a file on the way
             reason = "a parent is not a directory"
         raise TrainingError(f"cannot write {what} {p}: {reason}; choose another path ({flag})"
                             ) from None
     finally:
-        for c in reversed(created):
+        if created:
             try:
-                c.unlink() if not c.is_dir() else c.rmdir()
+                p.unlink()
             except OSError:
                 pass
 

@@ -111,11 +111,12 @@ class JsonlLog:
             # signal) is finished rather than dropped, accepting that such a line could be
             # interleaved.
             while n < len(data):
-                self._torn = True  # until the whole line is out
+                # Part of the line is in the file: if the rest fails, the next record must
+                # start a fresh line. (A write that raises wrote nothing: the state stays.)
+                self._torn = True
                 data = data[n:]
                 n = os.write(self._fd, data)
         except OSError as e:
-            self._torn = True  # part of the line may have reached the file
             raise _explain(self.path, e, "write to") from None
         self._torn = False
 

@@ -184,6 +184,36 @@ def test_a_full_disk_mid_run_is_one_line_and_the_next_run_starts_a_fresh_line(
     assert all(json.loads(x) for x in lines[starts[1]:])
 
 
+WRITE_PAST_LIMIT = """
+import resource, sys
+from pipelines.logwriter import JsonlLog, LogWriteError
+path, limit = sys.argv[1], int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+log = JsonlLog(path)
+try:
+    for i in range(1000):
+        log.write({"step": i, "time": 1.5, "loss": 2.0, "acc": 0.25})
+except LogWriteError as e:
+    print(e)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+log.write({"event": "stop", "step": 0, "time": 2.0, "reason": "error"})
+"""
+
+
+def test_a_write_failing_mid_line_is_followed_by_a_fresh_line_in_the_same_process(tmp_path):
+    """The disk fills up in the middle of a record (a real file-size limit), space comes back:
+    the writer's next record must not continue the torn line."""
+    log = tmp_path / "train.jsonl"
+    proc = subprocess.run([sys.executable, "-c", WRITE_PAST_LIMIT, str(log), "1000"], check=False,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"cannot write to log {log}: File too large" in proc.stdout
+    lines = _lines(log)
+    assert len(lines[-2]) < len(lines[0])  # the torn record, alone on its line
+    assert json.loads(lines[-1])["event"] == "stop"
+    assert all(json.loads(x)["loss"] == 2.0 for x in lines[:-2])
+
+
 # -- paths and arguments -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags,needle", [

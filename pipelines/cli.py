@@ -270,8 +270,11 @@ def eval_(
     if log is not None:
         from .logwriter import JsonlLog
 
-        with JsonlLog(log) as f:
-            f.write(eval_record(report))
+        try:
+            with JsonlLog(log) as f:
+                f.write(eval_record(report))
+        except OSError as e:  # LogWriteError: one line naming the file
+            raise UsageFailure(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,7 +125,7 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
         TrainingError: unreadable checkpoint, target or prompts; drafter and target do not fit.
     """
     from dflash import TargetModel
-    from dflash.checkpoint import load_drafter
+    from dflash.checkpoint import STATE_FILE, load_drafter, read_json_object
     from dflash.data import EVAL_FILE
 
     from .config import BUNDLED
@@ -140,12 +140,14 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
         else:
             prompts = load_prompt_sets([Path(resolve_data(req.data or BUNDLED)) / EVAL_FILE],
                                        req.prompts, default_name=HELD_OUT)
-        state = json.loads((Path(req.drafter) / "state.json").read_text())
+        state = read_json_object(Path(req.drafter), STATE_FILE)
     except (OSError, ValueError, KeyError) as e:
         raise TrainingError(str(e)) from None
     cfg = drafter.config
     if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
         raise TrainingError(f"checkpoint {req.drafter} was trained for another target "
                             f"(hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
-    return EvalReport(step=int(state.get("step", 0)), horizon=req.new_tokens, temperature=0.0,
+    step = state.get("step", 0)
+    return EvalReport(step=step if type(step) is int and step >= 0 else 0, horizon=req.new_tokens,
+                      temperature=0.0,
                       prompts=measure_prompts(drafter, target, prompts, req.new_tokens))

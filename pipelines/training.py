@@ -43,7 +43,6 @@ from .distributed import DataParallel
 from .errors import TrainingError
 from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog
-from .progress import RunSummary, StepProgress
 from .memory import check_fits, estimate_for_run
 from .preflight import (
     check_checkpoint_dir,
@@ -51,6 +50,7 @@ from .preflight import (
     check_writable_file,
     tidy_checkpoints,
 )
+from .progress import RunSummary, StepProgress
 from .schedule import Schedule
 
 

@@ -172,8 +172,11 @@ def test_a_full_disk_mid_run_is_one_line_and_the_next_run_starts_a_fresh_line(
                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 1, proc.stderr
-    assert len(err) == 1 and "cannot write to log" in err[0] and "Traceback" not in proc.stderr
-    assert str(tmp_path / "train.jsonl") in err[0]
+    # The closing summary (steps done, final window, where things are), then the one error line.
+    assert "cannot write to log" in err[-1] and "Traceback" not in proc.stderr
+    assert [x for x in err if x.startswith("dflash-train: error")] == [err[-1]]
+    assert err[0].startswith("dflash-train: sync failed at step ")
+    assert str(tmp_path / "train.jsonl") in err[-1]
     log = tmp_path / "train.jsonl"
     assert log.stat().st_size == limit and not log.read_bytes().endswith(b"\n")  # torn
     assert main(["sync", "--config", str(cfg), "--resume", str(checkpoint),

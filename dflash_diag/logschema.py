@@ -40,12 +40,17 @@ PIPELINE_METRICS: tuple[str, ...] = (
     "tok_per_sec", "n_tokens", "n_blocks", "n_pred", *METRIC_LISTS, "tau_train", "grad_norm",
     *METRIC_MAPS,
 )
+#: The walked tau (docs/diagnostics.md, "Acceptance"): on some pipeline metric records, all three
+#: together. ``walk_tokens`` / ``walk_steps`` summed over the walked sequences (tau_walk is the ratio
+#: of their sums), ``walk_hist[k]`` the decoding steps that advanced k + 1 tokens.
+WALK_METRICS: tuple[str, ...] = ("walk_tokens", "walk_steps", "walk_hist")
 #: Fields of per-rank logs only (``--log-all-ranks``), on top of the pipeline fields.
 RANK_METRICS: tuple[str, ...] = ("step_time", "sync_wait")
 #: Scalar numbers of a metric record that the diagnostics parse into their frame (``step`` is read
 #: as a float, since some writers emit ``15000.0``, and cast to an integer afterwards).
 METRIC_NUMBERS: tuple[str, ...] = (
     *LEGACY_METRICS, "tok_per_sec", "n_tokens", "n_blocks", "n_pred", "tau_train", "grad_norm",
+    "walk_tokens", "walk_steps",
 )
 
 # -- every record kind --------------------------------------------------------------------------
@@ -64,7 +69,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 #: Kind -> fields a record of that kind may leave out.
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "metrics": (*PIPELINE_METRICS, *RANK_METRICS),
+    "metrics": (*PIPELINE_METRICS, *WALK_METRICS, *RANK_METRICS),
     "run_start": ("rank",),  # per-rank logs only
     "eval": (),
     "checkpoint": (),

@@ -102,7 +102,7 @@ def converge(
         elif use_rich(fmt, console):
             render_rich(report, console, max_rows=rows or None)
         else:
-            sys.stdout.write(render_text(report, max_rows=rows or None))
+            sys.stdout.write(render_text(report, max_rows=rows or None, width=console.width))
         sys.stdout.flush()
     if fail_on and report.verdict.status in {f.value for f in fail_on}:
         raise typer.Exit(EXIT_FAIL_ON)

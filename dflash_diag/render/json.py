@@ -113,6 +113,13 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     }
 
 
+def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
+    """A regime's diagnosis in compare's JSON: converge's ``lr``, ``acceptance`` and ``verdict``
+    objects for the regime's records (its windows are left out: compare's JSON stays small)."""
+    full = diagnosis_json(d)
+    return {key: full[key] for key in ("lr", "acceptance", "verdict", "alerts")}
+
+
 def converge_json(report: ConvergeReport) -> dict[str, Any]:
     """The JSON contract of converge: exactly the keys documented in docs/diagnostics.md (plus
     ``ranks`` when per-rank logs were given); non-finite numbers become null."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dflash_diag.analysis.acceptance import ESTIMATOR_LABELS
+from dflash_diag.analysis.alerts import format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, window_label
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.trend import ARROWS
@@ -191,7 +192,7 @@ def eta_text(d: Diagnosis) -> str | None:
             return "target reached"
         text = f"ETA to target {_steps(v.eta_steps)} steps"
         if v.eta_hours is not None:
-            text += f" ({v.eta_hours:.1f} h)"
+            text += f" (~{format_duration(v.eta_hours * 3600.0)})"
         return text
     return None
 
@@ -225,7 +226,7 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
         verdict += f" · {eta}"
     lines.append(("verdict", verdict))
     lines.append(("", f"  {v.reason}"))
-    if v.status == "converging" or v.eta_steps:
+    if v.status == "converging" and v.eta_steps != 0:  # how the ETA was fitted, or why there is none
         lines.append(("", f"  {v.eta_reason}"))
     for alert in d.alerts:
         if alert.kind != "diverging":

@@ -120,7 +120,8 @@ class Diagnosis:
         header: the ``run_start`` header governing the last analysed record, if any.
         notes: remarks worth a line in the report.
         tau_series: the primary estimator's value per window (aligned with ``windows``; the
-            measured one is the latest eval at or before each window's last step).
+            measured one is the latest eval at or before each window's last step); empty unless
+            asked for (``series=True``) or a tau target needed it.
         last_step: the last analysed step.
     """
 
@@ -213,6 +214,7 @@ def diagnose_frame(
     max_lr: float | None = None,
     origin: int | None = None,
     history: int | None = None,
+    series: bool = False,
 ) -> Diagnosis:
     """The diagnosis of selected records (restarts resolved, step order, at least one row).
 
@@ -227,6 +229,8 @@ def diagnose_frame(
         max_lr: the largest lr of every record read (the "max seen" peak).
         origin: the first window's first step (default: the first record's step).
         history: judge only the newest this many windows (watch's view); None: all.
+        series: compute ``tau_series`` (watch's sparkline) even when no tau target needs it: for
+            a log read without its lists, a list-based estimator's series is a second pass.
     """
     config = config or DiagnosisConfig()
     load = lists or (lambda rows: rows)
@@ -282,9 +286,11 @@ def diagnose_frame(
     )
     verdict = judge(windows, current_acc=acceptance.acc, target_acc=config.acceptance.target_acc,
                     frame=frame, config=config.verdict)
-    series = estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
-    if acceptance.target_kind == "tau" and acceptance.target_tau is not None:
-        points, basis = estimator_points(acceptance.estimator, windows, series, evals, first_step, last_step)
+    tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
+    tau_series = (estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
+                  if series or tau_target else [])
+    if tau_target:
+        points, basis = estimator_points(acceptance.estimator, windows, tau_series, evals, first_step, last_step)
         verdict = eta_toward(verdict, current=acceptance.tau, goal=acceptance.target_tau,
                              slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
     alerts = []
@@ -304,7 +310,7 @@ def diagnose_frame(
         alerts=alerts,
         header=header,
         notes=list(schedule.notes),
-        tau_series=series,
+        tau_series=tau_series,
         last_step=last_step,
     )
 

@@ -17,6 +17,7 @@ from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
 from dflash_diag.cli.watch import watch
 
+
 class OneLineErrors(TyperGroup):
     """The command group, with every usage error (an unknown option, a bad ``--format`` value...)
     printed as one ``dflash-diag: error: ...`` line on stderr with exit code 2, as the product's

@@ -145,6 +145,7 @@ def build_view(live: LiveLog) -> WatchView:
             max_lr=live.max_lr,
             origin=live.origin,
             history=config.history,
+            series=True,
         )
     if diagnosis is None:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
+
 
 @dataclass(frozen=True, kw_only=True)
 class Window:
@@ -188,7 +190,7 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
     )
 
 
-def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = None) -> list[Window]:
+def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None) -> list[Window]:
     """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
 
     The aggregation is one polars query; Python only turns its columns into :class:`Window`

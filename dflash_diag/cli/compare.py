@@ -62,7 +62,7 @@ def compare(
             metavar="LOG [LOG_B]",
         ),
     ],
-    k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = 50,
+    k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = defaults.BOUNDARY_K,
     x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
         XAxis.STEP
     ),

@@ -69,7 +69,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 #: Kind -> fields a record of that kind may leave out.
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "metrics": (*PIPELINE_METRICS, *WALK_METRICS, *RANK_METRICS),
+    "metrics": (*PIPELINE_METRICS, *RANK_METRICS, *WALK_METRICS),
     "run_start": ("rank",),  # per-rank logs only
     "eval": (),
     "checkpoint": (),

@@ -92,6 +92,13 @@ class Metrics:
     """Per-rank logs only: wall seconds of this step on this rank (waits included)."""
     sync_wait: float | None = None
     """Per-rank logs only: seconds of ``step_time`` spent waiting for the other ranks."""
+    walk_tokens: int | None = None
+    """Walked tau (every ``walk_every``-th record): tokens the walked decoding steps produced,
+    summed over the walked sequences; tau_walk = walk_tokens / walk_steps."""
+    walk_steps: int | None = None
+    """Walked tau: decoding steps taken, summed over the walked sequences."""
+    walk_hist: list[int] | None = None
+    """Walked tau: walk_hist[k] = steps that produced k + 1 tokens (length = block size)."""
 
     def to_json(self) -> dict[str, Any]:
         return _drop_none(asdict(self))
@@ -175,6 +182,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "tok_per_sec": _NUM, "n_tokens": (int,), "n_blocks": (int,), "n_pred": (int,),
     "acc_pos": (list,), "accept_pos": (list,), "tau_train": _NUM, "grad_norm": _NUM,
     "stage_busy": (dict,), "queue_fill": (dict,), "step_time": _NUM, "sync_wait": _NUM,
+    "walk_tokens": (int,), "walk_steps": (int,), "walk_hist": (list,),
     "event": (str,), "schema": (int,), "script": (str,), "config": (dict,), "schedule": (dict,),
     "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)), "world_size": (int,),
     "resumed_from": (dict, type(None)), "rank": (int,), "tau": _NUM, "tau_hist": (list,),

@@ -16,24 +16,29 @@ DROP_ORDER = {
     "regimes": ("tok/s", "tokens/step", "loss trend", "acc trend", "n", "steps"),
     "diagnosis": ("ETA", "target", "estimator"),
     "alignment": ("n A", "n B", "Δloss", "Δacc"),
-    "windows": ("Δloss", "n", "NaN/Inf"),
+    "windows": ("Δloss", "n", "NaN/Inf", "Δacc"),
 }
 
 
-def _natural_width(head: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    """Width of a SIMPLE_HEAD table with these cells: each column its widest cell plus one space
-    of padding on either side."""
-    return sum(max([len(h), *(len(r[i]) for r in rows)]) + 2 for i, h in enumerate(head))
+def _natural_width(head: Sequence[str], rows: Sequence[Sequence[str]], plain: bool) -> int:
+    """Width of a table with these cells: plain text joins columns with two spaces; a rich
+    SIMPLE_HEAD table pads each column by one space either side, separates columns by one and has
+    an edge of one either side."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(head)]
+    if plain:
+        return sum(widths) + 2 * (len(widths) - 1)
+    return sum(widths) + 3 * len(widths) + 1
 
 
 def fit_columns(kind: str, head: Sequence[str], rows: Sequence[Sequence[str]],
-                width: int | None) -> tuple[list[str], list[list[str]], list[str]]:
+                width: int | None, *, plain: bool = False) -> tuple[list[str], list[list[str]], list[str]]:
     """``head`` and ``rows`` with columns dropped in :data:`DROP_ORDER` until the table fits
-    ``width``; also returns the names dropped (for a note under the table)."""
+    ``width`` (``plain``: the text renderer's layout, else rich's); also returns the names
+    dropped (for a note under the table)."""
     head, rows = list(head), [list(r) for r in rows]
     dropped: list[str] = []
     for name in DROP_ORDER.get(kind, ()):
-        if width is None or _natural_width(head, rows) <= width:
+        if width is None or _natural_width(head, rows, plain) <= width:
             break
         if name in head[1:]:
             i = head.index(name)

@@ -48,14 +48,20 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
         box=box.SIMPLE_HEAD,
     )
     headers, cell_rows = window_table(report, rows)
+    headers, cell_rows, dropped = fit_columns("windows", headers, cell_rows, console.width)
+    if dropped:
+        table.caption = f"{table.caption} · {dropped_note(dropped, console.width)}"
+    # arrow columns are the unnamed ones after Δloss/loss and Δacc/acc: style them by position
+    arrow_cols = [i for i, h in enumerate(headers) if h == ""]
     for name in headers:
-        table.add_column(name, justify="left" if name == "steps" else "right")
+        table.add_column(name, justify="left" if name == "steps" else "right", overflow="fold",
+                         no_wrap=True)
     for row, line in zip(rows, cell_rows):
         cells = [Text(c) for c in line]
-        cells[4].stylize(_TREND_STYLE.get(row.trend.loss_trend or "", ""))
-        cells[7].stylize(_TREND_STYLE.get(row.trend.acc_trend or "", ""))
-        if len(cells) > 8:
-            cells[8].stylize("bold red")
+        for i, trend in zip(arrow_cols, (row.trend.loss_trend, row.trend.acc_trend)):
+            cells[i].stylize(_TREND_STYLE.get(trend or "", ""))
+        if headers[-1] == "NaN/Inf":
+            cells[-1].stylize("bold red")
         table.add_row(*cells)
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")

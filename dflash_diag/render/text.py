@@ -28,7 +28,7 @@ def render_text(report: ConvergeReport, max_rows: int | None = DEFAULT_ROWS, wid
     out = [*wrap("dflash-diag converge: " + ", ".join(visible(s) for s in report.sources), width), ""]
     if hidden:
         out.append(f"({plural(hidden, 'earlier window')} not shown)")
-    head, cells, dropped = fit_columns("windows", *window_table(report, rows), width)
+    head, cells, dropped = fit_columns("windows", *window_table(report, rows), width, plain=True)
     out += _aligned(head, cells)
     if (note := dropped_note(dropped, width)) is not None:
         out.append(note)

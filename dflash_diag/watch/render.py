@@ -102,7 +102,7 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     sparks = Table(box=None, show_header=False, pad_edge=False)
     sparks.add_column(style="bold")
     sparks.add_column()
-    sparks.add_column(justify="right")
+    sparks.add_column(justify="right", overflow="fold", no_wrap=True)
     for s in view.series:
         sparks.add_row(s.name, sparkline(s.values), format_number(s.latest, s.fmt))
     parts.append(sparks)
@@ -117,7 +117,7 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         ("Δacc", "right"),
         (" ", "left"),
     ):
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, overflow="fold")  # never an ellipsis in a number
     for w, t in zip(view.windows, view.trends):
         table.add_row(
             window_label(w, view.last_step),

@@ -249,7 +249,9 @@ def diagnose_frame(
         max_lr=max_lr,
     )
     block_size, _ = block_size_for(config.acceptance, header_number(header, "block_size"))
-    first_step = windows[0].first_step
+    # Evals count from the start of the selection (the origin), not of the windows judged: watch
+    # judges its recent windows, but an eval before them is still the latest measurement.
+    first_step = origin if origin is not None else int(frame["step"].min())
     last = windows[-1]
     acc_window = next((w for w in reversed(windows) if w.acc is not None), None)
     if acc_window is not None:

@@ -365,3 +365,20 @@ def test_json_gains_the_loss_trend_and_the_restart_step_it_rewound_from(logs):
     assert data["windows"][1]["loss_trend"] == "up" and data["windows"][1]["loss_delta"] < 0
     assert data["restart_details"] == [{"step": 276, "after": 290}]
     assert data["restarts"] == [276]
+
+
+def test_watch_keeps_an_eval_older_than_its_history(tmp_path):
+    # converge and watch agree even when the last eval is older than the windows watch keeps
+    records = [{"event": "run_start", "schema": 1, "script": "pipeline", "block_size": 16,
+                "schedule": {"kind": "constant", "peak_lr": 1e-3}}]
+    for step in range(1, 3001):
+        records.append({"step": step, "time": float(step), "loss": 3.0 - step / 2000, "acc": 0.1 + step / 10000,
+                        "lr": 1e-3, "tok_per_sec": 1000.0, "n_tokens": 1000, "n_pred": 100})
+        if step == 500:
+            records.append({"event": "eval", "step": 500, "tau": 1.7, "n_prompts": 4})
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(dumps(records))
+    converge = as_json("converge", path, "-f", "json")["acceptance"]
+    watch = as_json("watch", path, "-f", "json", "--history", "10")["acceptance"]
+    assert converge["estimator"] == watch["estimator"] == "measured"
+    assert converge["tau"] == watch["tau"] == 1.7 and watch["measured_age_steps"] == 2500

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from dflash_diag.analysis import defaults
 from dflash_diag.errors import DiagError
+from dflash_diag.render.safe_text import visible
 
 #: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE = 0, 1, 2
@@ -123,7 +124,9 @@ FormatOption = Annotated[
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print ``dflash-diag: error: MESSAGE`` on one stderr line and exit with ``code``."""
-    one_line = " ".join(str(message).split())
+    # Messages quote paths and log text: control characters (an ANSI or OSC escape in a file
+    # name) are made visible, on stderr as on stdout.
+    one_line = visible(" ".join(str(message).split()))
     print(f"dflash-diag: error: {one_line}", file=sys.stderr)
     raise typer.Exit(code)
 

@@ -34,6 +34,8 @@ from dflash_diag.cli.common import (
     make_console,
     user_errors,
 )
+from dflash_diag.cli.validate import check_numbers
+from dflash_diag.read.files import check_log_path
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
     from dflash_diag.watch import LiveLog
@@ -205,6 +207,12 @@ def watch(
         from dflash_diag.read.schema import parse_field_map
         from dflash_diag.watch import LiveLog, WatchConfig
 
+        check_numbers({
+            "--interval": interval, "--stall": stall, "--window": window, "--history": history,
+            "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
+            "--loss-threshold": loss_threshold, "--from-step": from_step, "--peak-lr": peak_lr,
+            "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
+        })
         try:
             config = WatchConfig(
                 interval=interval,
@@ -226,10 +234,7 @@ def watch(
             )
         except ValueError as exc:
             fail(str(exc))
-        if not log.exists():
-            fail(f"no such file: {log}")
-        if log.is_dir():
-            fail(f"is a directory, not a log: {log}")
+        check_log_path(str(log))
         live = LiveLog(log, config, fields=parse_field_map(fields or []))
         if fmt is WatchFormat.JSON:
             from dflash_diag.render.json import dump_json, watch_json

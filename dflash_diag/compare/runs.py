@@ -44,6 +44,7 @@ def compare_log(
         comparison.notes.append(f"{plural(log.issues.malformed, 'malformed line')} skipped")
     if log.issues.nonfinite_total:
         comparison.notes.append(f"{plural(log.issues.nonfinite_total, 'NaN/Inf value')} left out of means")
+    comparison.notes.extend(log.issues.reader_notes())
     return comparison
 
 
@@ -89,6 +90,7 @@ def compare_two_runs(
         log = load_log([path], strict=strict, fields=fields)
         frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
         comparisons.append(_prefixed(_compare(log, frame, config, diagnosis), name))
+        comparisons[-1].notes.extend(log.issues.reader_notes())
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")

@@ -58,4 +58,5 @@ def build_converge_report(log: ParsedLog, config: DiagnosisConfig | None = None)
     """
     diagnosis = diagnose(log, config, lists=lambda rows: fetch_lists(log, rows))
     parts = {f.name: getattr(diagnosis, f.name) for f in fields(Diagnosis)}
+    parts["notes"] = [*diagnosis.notes, *log.issues.reader_notes()]
     return ConvergeReport(**parts, sources=list(log.sources), issues=log.issues)

@@ -27,6 +27,7 @@ from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.trend import TrendConfig
 from dflash_diag.analysis.verdict import VerdictConfig
 from dflash_diag.errors import DiagError
+from dflash_diag.read.files import check_encoding
 from dflash_diag.read.jsonl import parse_records
 from dflash_diag.read.records import ParsedLog, ParseIssues
 from dflash_diag.read.tail import LogTail
@@ -164,6 +165,8 @@ class LiveLog:
         self.clock = clock
         self.fields = fields or None
         self.tail = LogTail(self.path, max_chunk_bytes=max_chunk_bytes)
+        #: the path did not exist at the last refresh (deleted, or rotated and not re-created)
+        self.missing = False
         self._clear()
 
     def _clear(self) -> None:
@@ -196,6 +199,8 @@ class LiveLog:
                 reset = True
             missing = chunk.missing
             if chunk.data:
+                if chunk.first_line_no == 1:
+                    check_encoding(chunk.data[:4], str(self.path))  # UTF-16: one line, not a view
                 part = parse_records(
                     chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
                 )
@@ -208,6 +213,7 @@ class LiveLog:
                     self.last_write = self.clock()
             if missing or self.tail.backlog_bytes == 0:
                 break
+        self.missing = missing
         return RefreshStats(
             new_lines=lines,
             new_records=records,

@@ -11,21 +11,29 @@ A checkpoint is a directory:
 
 Every save writes a temporary directory next to the destination and renames it into place, so a
 kill leaves either the old checkpoint or the new one, never half of one. ``state.json`` is the
-completion marker: a directory without it is torn and never loaded.
+completion marker: a directory without it is torn and never loaded. Replacing an existing
+checkpoint moves the old one aside (``.NAME.old-*``) for the instant between two renames; a kill in
+that instant leaves the old one there, and :func:`clean_checkpoint_leftovers` (run by the training
+programs at start) puts it back and removes the temporary directories of interrupted saves.
+
+Reading is defensive: every file is checked (JSON shape, safetensors header, tensor names and
+shapes), and anything wrong raises :class:`CheckpointError`, one line naming the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 from torch import nn
 
@@ -40,6 +48,58 @@ RNG_FILE = "rng.safetensors"
 STATE_FILE = "state.json"  # the completion marker
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read: missing, torn, damaged or malformed (one line).
+
+    Attributes:
+        path: the checkpoint directory.
+        file: the file at fault (None when the directory itself is).
+    """
+
+    def __init__(self, path: str | os.PathLike, message: str, file: str | None = None) -> None:
+        where = f"{Path(path) / file}" if file else f"{path}"
+        super().__init__(" ".join(f"{where}: {message}".split()))
+        self.path = Path(path)
+        self.file = file
+
+
+def _short(error: BaseException, limit: int = 200) -> str:
+    """An exception's text on one line, cut to ``limit`` characters (torch's are paragraphs)."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _damaged(path: Path, file: str, error: BaseException) -> CheckpointError:
+    """The error for a file that exists but cannot be parsed (torn copy, disk error, tampering)."""
+    detail = _short(error)
+    return CheckpointError(path, f"damaged or not a checkpoint file ({type(error).__name__}: "
+                                 f"{detail}); use another checkpoint", file)
+
+
+def read_json_object(path: Path, file: str) -> dict[str, Any]:
+    """``path / file`` parsed as a JSON object.
+
+    Raises:
+        CheckpointError: unreadable file, invalid JSON, or JSON that is not an object.
+    """
+    try:
+        obj = json.loads((path / file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _damaged(path, file, e) from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(path, f"must hold a JSON object, found {type(obj).__name__}; "
+                                    "use another checkpoint", file)
+    return obj
+
+
+def _load_tensors(path: Path, file: str) -> dict[str, torch.Tensor]:
+    """A safetensors file of the checkpoint, on the CPU (a damaged file raises CheckpointError)."""
+    try:
+        return load_file(str(path / file), device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise _damaged(path, file, e) from None
+
+
 @dataclass
 class LoadedCheckpoint:
     """What :func:`load_checkpoint` read: the saved config, the JSON state and the RNG tensors."""
@@ -49,6 +109,16 @@ class LoadedCheckpoint:
     state: dict[str, Any]
     rng: dict[str, torch.Tensor]
     target: dict[str, Any]
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path,
+                  metadata: dict[str, str] | None = None) -> None:
+    """save_file, with its I/O failures (a full disk) raised as OSError like every other write."""
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as e:
+        raise OSError(f"cannot write {path}: {' '.join(str(e).split())}") from None
+    _fsync_file(path)
 
 
 def _fsync_file(path: Path) -> None:
@@ -79,16 +149,30 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
 
 
 def _optimizer_state_dict(path: Path, device: torch.device | str) -> dict[str, Any]:
-    """Inverse of :func:`_optimizer_tensors`."""
-    with safe_open(str(path), framework="pt", device=str(device)) as f:
-        meta = f.metadata() or {}
-        state: dict[int, dict[str, Any]] = {}
-        for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = f.get_tensor(key)
-    for idx, values in json.loads(meta.get("scalars", "{}")).items():
-        state.setdefault(int(idx), {}).update(values)
-    return {"state": state, "param_groups": json.loads(meta["param_groups"])}
+    """Inverse of :func:`_optimizer_tensors`.
+
+    Raises:
+        CheckpointError: a damaged file, or names and metadata of another layout.
+    """
+    try:
+        with safe_open(str(path / OPTIMIZER_FILE), framework="pt", device=str(device)) as f:
+            meta = f.metadata() or {}
+            state: dict[int, dict[str, Any]] = {}
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                _, idx, name = key.split(".", 2)
+                state.setdefault(int(idx), {})[name] = f.get_tensor(key)
+        scalars = json.loads(meta.get("scalars", "{}"))
+        groups = json.loads(meta["param_groups"])
+        if not isinstance(scalars, dict) or not isinstance(groups, list) or \
+                not all(isinstance(g, dict) for g in groups):
+            raise ValueError("metadata 'scalars'/'param_groups' of the wrong JSON type")
+        for idx, values in scalars.items():
+            if not isinstance(values, dict):
+                raise ValueError(f"metadata scalars of parameter {idx} are not an object")  # noqa: TRY004
+            state.setdefault(int(idx), {}).update(values)
+    except (SafetensorError, OSError, ValueError, KeyError, RuntimeError, RecursionError) as e:
+        raise _damaged(path, OPTIMIZER_FILE, e) from None
+    return {"state": state, "param_groups": groups}
 
 
 def capture_rng(generators: Mapping[str, torch.Generator] | None = None) -> dict[str, torch.Tensor]:
@@ -142,8 +226,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
     tmp.mkdir()
     try:
         weights = {k: v.detach().cpu().contiguous() for k, v in drafter.state_dict().items()}
-        save_file(weights, str(tmp / MODEL_FILE), metadata={"format": "pt"})
-        _fsync_file(tmp / MODEL_FILE)
+        _save_tensors(weights, tmp / MODEL_FILE, metadata={"format": "pt"})
         _write_json(tmp / CONFIG_FILE, {
             "format": FORMAT_VERSION,
             "dflash_config": cfg.to_dict(),
@@ -151,17 +234,16 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
         })
         if optimizer is not None:
             tensors, meta = _optimizer_tensors(optimizer)
-            save_file(tensors, str(tmp / OPTIMIZER_FILE), metadata=meta)
-            _fsync_file(tmp / OPTIMIZER_FILE)
+            _save_tensors(tensors, tmp / OPTIMIZER_FILE, metadata=meta)
         if rng:
-            save_file({k: v.detach().cpu().contiguous() for k, v in rng.items()},
-                      str(tmp / RNG_FILE))
-            _fsync_file(tmp / RNG_FILE)
+            _save_tensors({k: v.detach().cpu().contiguous() for k, v in rng.items()},
+                          tmp / RNG_FILE)
         # Last: its presence says every other file is complete.
         _write_json(tmp / STATE_FILE, {"format": FORMAT_VERSION, **dict(state or {})})
         if dest.exists():
-            # os.replace cannot replace a non-empty directory: move the old one aside first.
-            old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
+            # os.replace cannot replace a non-empty directory: move the old one aside first. A kill
+            # between these two renames leaves it there; clean_checkpoint_leftovers puts it back.
+            old = dest.parent / f".{dest.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.replace(dest, old)
             os.replace(tmp, dest)
             shutil.rmtree(old, ignore_errors=True)
@@ -171,6 +253,83 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (then its save may be in progress)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+@dataclass
+class Leftovers:
+    """What :func:`clean_checkpoint_leftovers` did in one directory."""
+
+    removed: list[Path] = field(default_factory=list)
+    """Temporary directories of interrupted saves, and superseded old copies, deleted."""
+    restored: list[Path] = field(default_factory=list)
+    """Checkpoints put back from their ``.NAME.old-*`` copy (a kill hit an overwrite)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.removed or self.restored)
+
+    def summary(self, root: str | os.PathLike) -> str:
+        """One line for the user."""
+        parts = []
+        if self.removed:
+            parts.append(f"removed {len(self.removed)} leftover temporary checkpoint "
+                         f"director{'y' if len(self.removed) == 1 else 'ies'} of interrupted saves")
+        if self.restored:
+            names = ", ".join(p.name for p in self.restored)
+            parts.append(f"restored {names} (its overwrite was interrupted)")
+        return f"{root}: " + "; ".join(parts)
+
+
+def clean_checkpoint_leftovers(root: str | os.PathLike) -> Leftovers:
+    """Tidy what killed saves left in ``root`` (a directory of checkpoints).
+
+    * ``.NAME.tmp-PID-*``: a save killed before its rename; never a checkpoint: deleted.
+    * ``.NAME.old-PID-*``: the previous ``NAME`` moved aside by an overwrite. When ``NAME`` is
+      missing or incomplete (the kill came between the two renames) it is renamed back, so the
+      old checkpoint is loadable again; otherwise it is deleted.
+
+    Entries of a process still running on this machine (a save in progress) are left alone.
+    A missing ``root`` is fine (nothing to do). Errors deleting are ignored (tried next start).
+    """
+    done = Leftovers()
+    root = Path(root)
+    try:
+        entries = sorted(root.iterdir()) if root.is_dir() else []
+    except OSError:
+        return done
+    for entry in entries:
+        m = _LEFTOVER.match(entry.name)
+        if m is None or not entry.is_dir() or entry.is_symlink() or _pid_alive(int(m["pid"])):
+            continue
+        dest = root / m["name"]
+        if m["kind"] == "old" and is_complete_checkpoint(entry) and not is_complete_checkpoint(dest):
+            try:
+                if dest.exists():  # half of something under the final name: never loadable
+                    shutil.rmtree(dest)
+                os.replace(entry, dest)
+            except OSError:
+                continue
+            done.restored.append(dest)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            done.removed.append(entry)
+    return done
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
@@ -192,7 +351,7 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
             continue
         try:
             step = int(json.loads((child / STATE_FILE).read_text()).get("step", -1))
-        except (ValueError, OSError):
+        except (ValueError, OSError, AttributeError, TypeError, RecursionError):
             continue
         if best is None or step > best[0]:
             best = (step, child)
@@ -203,17 +362,33 @@ def read_checkpoint_config(path: str | os.PathLike) -> tuple[DFlashConfig, dict[
     """(DFlashConfig, target identity) of a complete checkpoint.
 
     Raises:
-        ValueError: torn or missing checkpoint, unknown format.
+        CheckpointError: (a ValueError) torn or missing checkpoint, damaged or malformed
+            config.json, unknown format; one line naming the file.
     """
     p = Path(path)
     if not p.is_dir():
-        raise ValueError(f"no checkpoint at {p}")
+        raise CheckpointError(p, "no checkpoint directory there")
     if not is_complete_checkpoint(p):
-        raise ValueError(f"incomplete checkpoint at {p} (no {STATE_FILE}: the save was interrupted)")
-    meta = json.loads((p / CONFIG_FILE).read_text())
-    if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"checkpoint {p} has format {meta.get('format')!r}, expected {FORMAT_VERSION}")
-    return DFlashConfig.from_dict(meta["dflash_config"]), meta.get("target", {})
+        missing = [f for f in (MODEL_FILE, CONFIG_FILE, STATE_FILE) if not (p / f).is_file()]
+        raise CheckpointError(p, f"incomplete checkpoint (no {', '.join(missing)}: the save was "
+                                 "interrupted or this is not a checkpoint); use another one")
+    meta = read_json_object(p, CONFIG_FILE)
+    fmt = meta.get("format")
+    if type(fmt) is not int or fmt != FORMAT_VERSION:
+        raise CheckpointError(p, f"format is {fmt!r}, expected {FORMAT_VERSION} (written by "
+                                 "another version, or edited)", CONFIG_FILE)
+    dcfg, target = meta.get("dflash_config"), meta.get("target", {})
+    if not isinstance(dcfg, dict):
+        raise CheckpointError(p, f"'dflash_config' must be an object, got {dcfg!r:.60}", CONFIG_FILE)
+    if not isinstance(target, dict):
+        raise CheckpointError(p, f"'target' must be an object, got {target!r:.60}", CONFIG_FILE)
+    try:
+        cfg = DFlashConfig.from_dict(dcfg)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(p, f"bad 'dflash_config': {e}", CONFIG_FILE) from None
+    if not cfg.is_resolved:
+        raise CheckpointError(p, "'dflash_config' lacks the target's sizes", CONFIG_FILE)
+    return cfg, target
 
 
 def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
@@ -230,7 +405,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
         LoadedCheckpoint with the saved config, JSON state and RNG tensors
         (apply the latter with :func:`restore_rng`).
     Raises:
-        ValueError: torn checkpoint, config mismatch (naming the fields), missing optimizer state.
+        CheckpointError: (a ValueError) torn or damaged checkpoint, config mismatch (naming
+            the fields), missing optimizer state; one line naming the file.
     """
     p = Path(path)
     cfg, target = read_checkpoint_config(p)
@@ -240,22 +416,42 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
         if diff:
             detail = ", ".join(f"{f}: checkpoint {getattr(cfg, f)!r} vs model {getattr(drafter.config, f)!r}"
                                for f in diff)
-            raise ValueError(f"checkpoint {p} does not match the model config ({detail})")
-        weights = load_file(str(p / MODEL_FILE), device="cpu")
-        drafter.load_state_dict(weights, strict=True)
+            raise CheckpointError(p, f"does not match the model config ({detail})", CONFIG_FILE)
+        weights = _load_tensors(p, MODEL_FILE)
+        try:
+            drafter.load_state_dict(weights, strict=True)
+        except RuntimeError as e:  # missing, unexpected or misshapen tensors
+            raise CheckpointError(p, f"does not hold this drafter's weights ({_short(e)}); use another "
+                                     "checkpoint", MODEL_FILE) from None
     if optimizer is not None:
         if not (p / OPTIMIZER_FILE).is_file():
-            raise ValueError(f"checkpoint {p} has no optimizer state")
-        sd = _optimizer_state_dict(p / OPTIMIZER_FILE, map_location)
+            raise CheckpointError(p, f"checkpoint has no optimizer state ({OPTIMIZER_FILE})")
+        sd = _optimizer_state_dict(p, map_location)
         # JSON has no tuples: give back the tuple-valued hyper-parameters (AdamW's betas) their type.
         for saved, live in zip(sd["param_groups"], optimizer.param_groups):
             for key, value in live.items():
                 if isinstance(value, tuple) and isinstance(saved.get(key), list):
                     saved[key] = tuple(saved[key])
-        optimizer.load_state_dict(sd)
-    rng = load_file(str(p / RNG_FILE), device="cpu") if (p / RNG_FILE).is_file() else {}
-    state = json.loads((p / STATE_FILE).read_text())
-    state.pop("format", None)
+        params = [q for group in optimizer.param_groups for q in group["params"]]
+        for idx, values in sd["state"].items():
+            if not 0 <= idx < len(params):
+                raise CheckpointError(p, f"holds state of parameter {idx}, the optimizer has "
+                                         f"{len(params)}", OPTIMIZER_FILE)
+            for name, t in values.items():
+                if isinstance(t, torch.Tensor) and t.dim() and t.shape != params[idx].shape:
+                    raise CheckpointError(p, f"{name} of parameter {idx} has shape "
+                                             f"{tuple(t.shape)}, expected "
+                                             f"{tuple(params[idx].shape)}", OPTIMIZER_FILE)
+        try:
+            optimizer.load_state_dict(sd)
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise CheckpointError(p, f"does not fit this optimizer ({_short(e)}); use another "
+                                     "checkpoint", OPTIMIZER_FILE) from None
+    rng = _load_tensors(p, RNG_FILE) if (p / RNG_FILE).is_file() else {}
+    state = read_json_object(p, STATE_FILE)
+    fmt = state.pop("format", FORMAT_VERSION)
+    if type(fmt) is not int or fmt != FORMAT_VERSION:
+        raise CheckpointError(p, f"format is {fmt!r}, expected {FORMAT_VERSION}", STATE_FILE)
     return LoadedCheckpoint(path=p, config=cfg, state=state, rng=rng, target=target)
 
 

@@ -89,6 +89,27 @@ class DFlashConfig:
     def __post_init__(self) -> None:
         if isinstance(self.target_layer_ids, list):
             self.target_layer_ids = tuple(self.target_layer_ids)
+        # bool is an int in Python; a config saying `"block_size": true` is a damaged one.
+        for name in ("block_size", "num_draft_layers", "num_anchors", "mask_token_id",
+                     "hidden_size", "intermediate_size", "num_attention_heads",
+                     "num_key_value_heads", "head_dim", "vocab_size", "num_target_layers",
+                     "max_position_embeddings"):
+            if isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")  # noqa: TRY004 - a damaged file
+        if not isinstance(self.max_position_embeddings, int) or self.max_position_embeddings < 1:
+            raise ValueError(f"max_position_embeddings must be an int >= 1, "
+                             f"got {self.max_position_embeddings!r}")
+        for name in ("rms_norm_eps", "rope_theta"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        for name in ("hidden_act", "target_name"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")  # noqa: TRY004 - a damaged file
+        if self.target_layer_ids is not None and (
+                not isinstance(self.target_layer_ids, tuple)
+                or not all(type(i) is int for i in self.target_layer_ids)):
+            raise ValueError(f"target_layer_ids must be a list of ints, got {self.target_layer_ids!r}")
         if not isinstance(self.block_size, int) or self.block_size < 2:
             raise ValueError(f"block_size must be an int >= 2, got {self.block_size!r}")
         if not isinstance(self.num_draft_layers, int) or self.num_draft_layers < 1:
@@ -99,7 +120,7 @@ class DFlashConfig:
             self.loss_decay_gamma = default_gamma(self.block_size)
         if self.loss_decay_gamma is not None:
             g = self.loss_decay_gamma
-            if isinstance(g, str) or not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
+            if isinstance(g, (str, bool)) or not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
                 raise ValueError(f"loss_decay_gamma must be > 0, None or 'auto', got {g!r}")
             self.loss_decay_gamma = float(g)
         for name in ("hidden_size", "intermediate_size", "num_attention_heads",

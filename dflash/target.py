@@ -43,20 +43,34 @@ class TargetModel:
                         dtype: torch.dtype | str = torch.float32) -> TargetModel:
         """Loads a causal LM from a local directory (no network needed) or a hub id.
 
+        Weights are read from safetensors files only: a pickle (``pytorch_model.bin``) can run
+        code when loaded, so a target offering nothing else is refused.
+
         Raises:
-            ValueError: when the model cannot be found or loaded.
+            ValueError: when the model cannot be found or loaded (one line), or has no
+                safetensors weights.
         """
+        from safetensors import SafetensorError
         from transformers import AutoModelForCausalLM
 
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
         # A local directory never touches the network; anything else is a hub id.
         local = Path(str(path_or_id)).is_dir()
+        if local and not any(Path(path_or_id).glob("*.safetensors")):
+            pickles = sorted(f.name for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt")
+                             for f in Path(path_or_id).glob(pattern))
+            if pickles:
+                raise ValueError(f"target model {path_or_id!r} holds only pickle weights "
+                                 f"({', '.join(pickles[:3])}): safetensors only (a pickle can run "
+                                 "code when loaded); convert it to model.safetensors first")
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype,
-                                                         local_files_only=local)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"cannot load target model {path_or_id!r}: {e}") from e
+                                                         local_files_only=local,
+                                                         use_safetensors=True)
+        except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:
+            detail = " ".join(str(e).split())[:300]
+            raise ValueError(f"cannot load target model {path_or_id!r}: {detail}") from e
         return cls(model.to(device), name=str(path_or_id))
 
     @property

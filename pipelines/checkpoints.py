@@ -4,8 +4,9 @@ The on-disk format (model.safetensors, config.json, optimizer.safetensors, state
 last; temporary directory renamed into place, so a kill never leaves half a checkpoint) belongs to
 :mod:`dflash.checkpoint`. This module names the directories and fixes what the training programs
 keep in ``state.json``: ``step``, the data ``cursor`` after the last consumed batch, the
-``schedule``, the ``script`` that wrote it and its ``seed``. Either program resumes from either's
-checkpoints.
+``schedule``, the ``script`` that wrote it, its ``seed``, ``world_size`` and ``micro_batches``
+(each validated on resume by :mod:`pipelines.checkpoint_state`). Either program resumes from
+either's checkpoints.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from typing import Any
 import torch
 
 from dflash import DFlashConfig
-from dflash.checkpoint import load_checkpoint, read_checkpoint_config, save_checkpoint
+from dflash.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_checkpoint_config,
+    save_checkpoint,
+)
 
+from .checkpoint_state import validate_training_state
 from .errors import TrainingError
 
 STEP_DIR_FORMAT = "step-{:06d}"
@@ -43,7 +50,9 @@ def checkpoint_config(path: str | Path) -> DFlashConfig:
     """
     try:
         cfg, _ = read_checkpoint_config(path)
-    except (OSError, ValueError, KeyError) as e:
+    except CheckpointError as e:
+        raise TrainingError(f"cannot resume: {e}") from None
+    except OSError as e:
         raise TrainingError(f"cannot resume from {path}: {e}") from None
     return cfg
 
@@ -54,12 +63,13 @@ def restore_training_checkpoint(path: str | Path, drafter: torch.nn.Module,
     """Load weights (and optimizer state) in place; return the JSON state (step, cursor, ...).
 
     Raises:
-        TrainingError: mismatching config, missing optimizer state, no step recorded.
+        TrainingError: damaged or malformed files, mismatching config, missing optimizer state,
+            any field of state.json out of its range (one line naming the file).
     """
     try:
         loaded = load_checkpoint(path, drafter, optimizer, map_location=device)
-    except (OSError, ValueError, KeyError) as e:
+        return validate_training_state(loaded.state, path)
+    except CheckpointError as e:
+        raise TrainingError(f"cannot resume: {e}") from None
+    except OSError as e:
         raise TrainingError(f"cannot resume from {path}: {e}") from None
-    if not isinstance(loaded.state.get("step"), int):
-        raise TrainingError(f"cannot resume from {path}: its state.json records no step")
-    return loaded.state

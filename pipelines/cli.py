@@ -167,8 +167,11 @@ def eval_(
     if log is not None:
         from .logwriter import JsonlLog
 
-        with JsonlLog(log) as f:
-            f.write(record)
+        try:
+            with JsonlLog(log) as f:
+                f.write(record)
+        except OSError as e:  # LogWriteError: one line naming the file
+            raise UsageFailure(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

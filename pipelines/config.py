@@ -22,6 +22,10 @@ else:  # pragma: no cover - the project runs on 3.11; 3.10 needs the tomli backp
 #: Keyword meaning "the bundled tiny target / dataset" (resolved by dflash.data's defaults).
 BUNDLED = "bundled"
 
+#: Seeds are in [0, 2**32): the data order and anchor generators derive 64-bit torch seeds from
+#: the seed (seed * 1_000_003 * 1_009 + ...), which must not overflow.
+SEED_LIMIT = 2**32
+
 
 #: CPU-sized drafter: one layer, the paper's block of 16, and 8 anchors per sequence (the bundled
 #: data has 80-token responses; the paper's 512 anchors per multi-thousand-token sequence is a
@@ -83,6 +87,9 @@ class TrainConfig:
     torch_threads: int = 0
     """torch intra-op threads for the whole process (0: automatic: torch's default in the
     lock-step trainer; the pipeline splits the cores between the stages computing on the CPU)."""
+    check_memory: bool = True
+    """Refuse to start when the estimated memory (pipelines.memory) exceeds what the device has
+    available; false tries anyway."""
     progress: bool | None = None
     """Show a progress bar (default: only when stderr is a terminal)."""
     drafter: dict[str, Any] = field(default_factory=lambda: dict(CPU_DRAFTER))
@@ -93,6 +100,8 @@ class TrainConfig:
         _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
                        "eval_new_tokens", "max_nonfinite")
         _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads")
+        if self.seed >= SEED_LIMIT:
+            raise ValueError(f"seed must be below 2**32 = {SEED_LIMIT}, got {self.seed}")
         if self.total_steps is not None:
             _positive_ints(self, "total_steps")
         for name in ("peak_lr", "min_lr", "weight_decay", "grad_clip", "warmup_ratio"):
@@ -108,7 +117,7 @@ class TrainConfig:
             raise ValueError(f"warmup_ratio must be < 1, got {self.warmup_ratio}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
-        for name in ("log_all_ranks",):
+        for name in ("log_all_ranks", "check_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")  # noqa: TRY004 - user input
         for name in ("target", "data", "device", "log", "ckpt_dir"):
@@ -199,7 +208,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config file.
 
     Raises:
-        ValueError: missing file or TOML syntax error (one line, with the file name).
+        ValueError: missing or unreadable file, a directory, or a TOML syntax error (one line,
+            with the file name).
     """
     p = Path(path)
     try:
@@ -207,8 +217,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ValueError(f"config file not found: {p}") from None
+    except IsADirectoryError:
+        raise ValueError(f"config file {p} is a directory: give a TOML file (--config)") from None
+    except OSError as e:
+        raise ValueError(f"cannot read config file {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"config file {p} is not UTF-8 text (TOML)") from None
+    except RecursionError:
+        raise ValueError(f"config file {p}: nested too deeply") from None
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"config file {p}: {e}") from None
+        raise ValueError(f"config file {p}: {' '.join(str(e).split())}") from None
 
 
 #: TOML tables holding one program's own settings; each program reads its table over the

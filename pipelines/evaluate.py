@@ -7,7 +7,6 @@ turns it into the log's eval record and renders it.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +60,7 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalRecord:
         TrainingError: unreadable checkpoint, target or prompts; drafter and target do not fit.
     """
     from dflash import TargetModel
-    from dflash.checkpoint import load_drafter
+    from dflash.checkpoint import STATE_FILE, load_drafter, read_json_object
     from dflash.data import load_eval_prompts
 
     from .config import BUNDLED
@@ -72,14 +71,16 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalRecord:
                                              device=req.device)
         drafter = load_drafter(req.drafter, device=req.device, dtype=target.dtype)
         prompts = load_eval_prompts(resolve_data(req.data or BUNDLED), n=req.prompts)
-        state = json.loads((Path(req.drafter) / "state.json").read_text())
+        state = read_json_object(Path(req.drafter), STATE_FILE)
     except (OSError, ValueError, KeyError) as e:
         raise TrainingError(str(e)) from None
     cfg = drafter.config
     if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
         raise TrainingError(f"checkpoint {req.drafter} was trained for another target "
                             f"(hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
-    return run_eval(drafter, target, prompts, req.new_tokens, step=int(state.get("step", 0)))
+    step = state.get("step", 0)
+    return run_eval(drafter, target, prompts, req.new_tokens,
+                    step=step if type(step) is int and step >= 0 else 0)
 
 
 def render_eval(record: EvalRecord, console: Console | None = None) -> None:

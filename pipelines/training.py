@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from dflash import DFlashConfig, DFlashDraftModel, StepMetrics, TargetModel
+from dflash.checkpoint import CheckpointError
 from dflash.data import (
     DEFAULT_DATA_DIR,
     DEFAULT_TARGET_DIR,
@@ -35,12 +36,20 @@ from dflash.data import (
     load_eval_prompts,
 )
 
+from .checkpoint_state import check_cursor_fits
 from .checkpoints import checkpoint_config, restore_training_checkpoint, save_training_checkpoint
 from .config import BUNDLED, TrainConfig
 from .distributed import DataParallel
 from .errors import TrainingError
 from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog
+from .memory import check_fits, estimate_for_run
+from .preflight import (
+    check_checkpoint_dir,
+    check_torch_threads,
+    check_writable_file,
+    tidy_checkpoints,
+)
 from .schedule import Schedule
 
 
@@ -130,6 +139,7 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     Raises:
         TrainingError: the target, data or checkpoint cannot be used.
     """
+    preflight(cfg, dp)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     for dev in [cfg.device, *getattr(cfg, "target_devices", [])]:
@@ -164,6 +174,9 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
             overrides["mask_token_id"] = int(dataset.meta["mask_token_id"])
         dcfg = DFlashConfig.for_target(target.config, **overrides)
 
+    if cfg.check_memory:  # before the drafter, its optimizer and any activation exist
+        check_fits(estimate_for_run(cfg, dcfg, target.config, dataset), cfg.token_budget)
+
     torch.manual_seed(cfg.seed)  # drafter initialisation
     # float32 master weights whatever the target's dtype (see compute_precision).
     drafter = DFlashDraftModel(dcfg).to(device=cfg.device)
@@ -172,6 +185,10 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     start_step, cursor, resumed_from = 0, None, None
     if cfg.resume is not None:
         state = restore_training_checkpoint(cfg.resume, drafter, optimizer, device=cfg.device)
+        try:
+            check_cursor_fits(state, cfg.resume, len(dataset))
+        except CheckpointError as e:
+            raise TrainingError(f"cannot resume: {e}") from None
         start_step = state["step"]
         cursor = Cursor.from_json(state["cursor"]) if state.get("cursor") else None
         resumed_from = {"path": str(cfg.resume), "step": start_step}
@@ -193,6 +210,19 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
                  eval_prompts=prompts, model=dp.wrap(drafter))
+
+
+def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> None:
+    """Machine checks before anything is loaded (one-line TrainingError each), and the tidy-up
+    of what killed checkpoint saves left (by the rank that writes checkpoints)."""
+    check_torch_threads(cfg.torch_threads)
+    if dp is None or dp.is_main:
+        check_writable_file(cfg.log, "log", "--log")
+        check_checkpoint_dir(cfg.ckpt_dir)
+        roots = [cfg.ckpt_dir] + ([str(Path(cfg.resume).parent)] if cfg.resume else [])
+        tidy_checkpoints(*roots)
+    if cfg.log_all_ranks:
+        check_writable_file(rank_log_path(cfg.log, dp.rank if dp else 0), "per-rank log", "--log")
 
 
 def micro_batches_per_step(cfg: TrainConfig) -> int:
@@ -283,9 +313,12 @@ class RunLog:
         self.clock = clock
         dp = dp or DataParallel(device=self.cfg.device)
         self.dp = dp
-        self.log = JsonlLog(self.cfg.log) if dp.is_main else None
-        self.rank_log = (JsonlLog(rank_log_path(self.cfg.log, dp.rank))
-                         if self.cfg.log_all_ranks else None)
+        try:
+            self.log = JsonlLog(self.cfg.log) if dp.is_main else None
+            self.rank_log = (JsonlLog(rank_log_path(self.cfg.log, dp.rank))
+                             if self.cfg.log_all_ranks else None)
+        except OSError as e:  # LogWriteError: one line naming the file
+            raise TrainingError(str(e)) from None
         self.nonfinite_in_a_row = 0
         self.last_ckpt_step: int | None = None
         header = RunStart(
@@ -294,8 +327,12 @@ class RunLog:
             steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
             resumed_from=setup.resumed_from,
         )
-        self.write(header)
-        self.write_rank(dataclasses.replace(header, rank=dp.rank))
+        try:
+            self.write(header)
+            self.write_rank(dataclasses.replace(header, rank=dp.rank))
+        except OSError as e:  # e.g. a full disk: nothing has run yet
+            self.close()
+            raise TrainingError(str(e)) from None
 
     @property
     def per_rank(self) -> bool:
@@ -354,9 +391,14 @@ class RunLog:
         return path
 
     def stop(self, step: int, reason: str, error: str | None = None) -> None:
+        """The closing record; a log that cannot take it (the failure being reported may be
+        that very log, e.g. a full disk) is skipped: the error still reaches stderr."""
         record = StopRecord(step=step, time=self.clock(), reason=reason, error=error)
-        self.write(record)
-        self.write_rank(record)
+        for write in (self.write, self.write_rank):
+            try:
+                write(record)
+            except OSError:
+                pass
 
     def close(self) -> None:
         for log in (self.log, self.rank_log):

@@ -17,10 +17,12 @@ from dflash_diag.errors import DiagError
 #: and cast to Int64 afterwards.
 METRIC_NUMBERS: tuple[str, ...] = (
     "step", "time", "epoch", "loss", "acc", "lr", "tok_per_sec", "n_tokens", "n_blocks", "n_pred",
-    "tau_train", "grad_norm",
+    "tau_train", "grad_norm", "walk_tokens", "walk_steps",
 )
-#: Per-block-position lists of a pipeline metric record (index 0 is block position 1).
-METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos")
+#: Lists of a pipeline metric record: the per-block-position ones (index 0 is block position 1)
+#: and ``walk_hist`` (the walked tau's steps by length, index k = length k + 1; B entries; only on
+#: every ``walk_every``-th record, null elsewhere, like ``walk_tokens`` and ``walk_steps``).
+METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos", "walk_hist")
 #: Fields of event records (``run_start``, ``eval``, ...). Events are rare, so they are not part of
 #: the polars schema (every declared column costs parse time on every line); their lines are found
 #: by a byte search and decoded whole with :mod:`json`. These names can still be mapped.

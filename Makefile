@@ -30,7 +30,7 @@ real-target: $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[train,real]'
 	$(BIN)/python -m pipelines.real_target prepare
-	nice -n 10 $(BIN)/python -m pipelines.real_target data --n-train 256 --new-tokens 64 --batch-size 32 --n-eval 8
+	nice -n 10 $(BIN)/python -m pipelines.real_target data
 
 lint:
 	$(BIN)/ruff check dflash_diag dflash pipelines tests benchmarks

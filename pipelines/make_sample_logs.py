@@ -88,12 +88,12 @@ def _latest_checkpoint(ckpt_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--sync-steps", type=int, default=150)
-    p.add_argument("--pipeline-steps", type=int, default=260,
+    p.add_argument("--sync-steps", type=int, default=50)
+    p.add_argument("--pipeline-steps", type=int, default=100,
                    help="pipeline steps after the sync phase")
-    p.add_argument("--ckpt-every", type=int, default=25)
+    p.add_argument("--ckpt-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=25)
-    p.add_argument("--crash-after", type=int, default=140,
+    p.add_argument("--crash-after", type=int, default=60,
                    help="pipeline steps logged before the simulated crash")
     args = p.parse_args(argv)
     if not 0 < args.crash_after < args.pipeline_steps:

@@ -270,6 +270,10 @@ def load_benchmarks(directory: Path | str = DATA_DIR) -> dict[str, list[list[int
     return groups
 
 
+def _log(msg: str) -> None:
+    print(msg, flush=True)  # progress of a long run, also when stdout is a file
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -283,13 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "prepare":
-            prepare(args.root)
+            prepare(args.root, log=_log)
         else:
             if not (args.target / "config.json").is_file():
                 print(f"error: no target at {args.target} (run `make real-target`)", file=sys.stderr)
                 return 2
             recipe = RealRecipe(**{k: getattr(args, k) for k in asdict(RealRecipe())})
-            make_real_data(args.target, args.out, recipe)
+            make_real_data(args.target, args.out, recipe, log=_log)
     except ImportError as e:
         print(f"error: {e} (install the extra: pip install -e '.[train,real]')", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ from dflash_diag.cli.common import (
     make_console,
     user_errors,
 )
+from dflash_diag.cli.validate import check_numbers
+from dflash_diag.read.files import check_log_path
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
     from dflash_diag.watch import LiveLog
@@ -175,9 +177,13 @@ def watch(
     Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
     """
     with user_errors():
-        from dflash_diag.schema import parse_field_map
+        from dflash_diag.read.schema import parse_field_map
         from dflash_diag.watch import LiveLog, WatchConfig
 
+        check_numbers({
+            "--interval": interval, "--stall": stall, "--window": window, "--history": history,
+            "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
+        })
         try:
             config = WatchConfig(
                 interval=interval,
@@ -192,10 +198,7 @@ def watch(
             )
         except ValueError as exc:
             fail(str(exc))
-        if not log.exists():
-            fail(f"no such file: {log}")
-        if log.is_dir():
-            fail(f"is a directory, not a log: {log}")
+        check_log_path(str(log))
         live = LiveLog(log, config, fields=parse_field_map(fields or []))
         console = make_console()
         try:

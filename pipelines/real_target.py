@@ -160,14 +160,14 @@ def _shuffled(items: list, seed: int) -> list:
 class RealRecipe:
     """Sizes of the real-target dataset; written next to it."""
 
-    n_train: int = 128
-    n_eval: int = 6
+    n_train: int = 32
+    n_eval: int = 2
     """Eval prompts per benchmark."""
-    new_tokens: int = 48
-    batch_size: int = 32
-    max_prompt_tokens: int = 200
+    new_tokens: int = 32
+    batch_size: int = 16
+    max_prompt_tokens: int = 128
     seed: int = 0
-    threads: int = 2
+    threads: int = 1
 
 
 def greedy_batched(model, tokenizer, prompts: list[list[int]], new_tokens: int, batch_size: int,

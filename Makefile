@@ -12,7 +12,7 @@ $(BIN)/python:
 # Installs the diagnostics only (no torch) and runs the main command on the sample log.
 demo: $(BIN)/python
 	$(BIN)/pip install -q -e .
-	$(BIN)/dflash-diag converge sample_logs/train.jsonl
+	$(BIN)/dflash-diag converge sample_logs/train.jsonl --window 20
 
 # Installs everything the tests need and runs the whole suite. torch is pinned to the CPU build
 # that this kind of machine has on disk; a plain `torch` would pull a multi-GB CUDA build.

@@ -49,7 +49,9 @@ def read_schema(
     fields = dict(fields or {})
     check_field_map(fields)
     canonical: dict[str, pl.DataType] = {name: pl.Float64() for name in METRIC_NUMBERS}
-    for name in (METRIC_LISTS if lists else ()) + WALK_LISTS:
+    # The walk's histogram first: it is read in every pass, so a frame read without the
+    # per-position lists keeps the same column order once they are fetched.
+    for name in WALK_LISTS + (METRIC_LISTS if lists else ()):
         canonical[name] = pl.List(pl.Float64())
     canonical["event"] = pl.String()  # to tell metric records from events
     canonical.update(extra or {})

@@ -242,6 +242,9 @@ def validate_record(rec: dict[str, Any]) -> str:
         for name in ("acc_pos", "accept_pos"):
             if name in rec and not all(isinstance(x, _NUM) for x in rec[name]):
                 raise ValueError(f"metrics: {name} must hold numbers")
+        walk = set(rec) & set(logschema.WALK_METRICS)
+        if walk:
+            _check_walk(rec, walk, pipeline=bool(present))
         for name in ("stage_busy", "queue_fill"):
             if name in rec and not all(
                 isinstance(v, _NUM) and (math.isnan(v) or 0.0 <= v <= 1.0)
@@ -251,6 +254,22 @@ def validate_record(rec: dict[str, Any]) -> str:
     if kind == "stop" and rec["reason"] not in STOP_REASONS:
         raise ValueError(f"stop: unknown reason {rec['reason']!r}")
     return kind
+
+
+def _check_walk(rec: dict[str, Any], present: set[str], pipeline: bool) -> None:
+    """The walk fields come together, on a pipeline record, and add up: the histogram's steps
+    and tokens are walk_steps and walk_tokens."""
+    if present != set(logschema.WALK_METRICS) or not pipeline:
+        raise ValueError("metrics: walk_tokens, walk_steps and walk_hist come together, "
+                         "with the pipeline fields")
+    hist = rec["walk_hist"]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in hist):
+        raise ValueError("metrics: walk_hist must hold counts")
+    if len(hist) != len(rec["accept_pos"]) + 1:
+        raise ValueError(f"metrics: walk_hist has {len(hist)} entries, block size is "
+                         f"{len(rec['accept_pos']) + 1}")
+    if sum(hist) != rec["walk_steps"] or sum((k + 1) * c for k, c in enumerate(hist)) != rec["walk_tokens"]:
+        raise ValueError("metrics: walk_hist does not add up to walk_steps / walk_tokens")
 
 
 def _check_type(kind: str, name: str, value: Any, types: tuple[type, ...]) -> None:

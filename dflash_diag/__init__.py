@@ -11,7 +11,7 @@ Read a log, analyse it into plain data (polars frames and dataclasses), render s
 
 The steps are public too: ``resolve_restarts(log.metrics)`` -> ``select_phase(...)`` ->
 ``compute_windows(...)`` -> ``compute_trends(...)``, ``schedule_position``, ``estimate_acceptance``,
-``judge``. This package never imports torch, transformers or dflash; names are imported lazily so
+``judge``; ``diagnose(log)`` runs them all into the one ``Diagnosis`` every command renders. This package never imports torch, transformers or dflash; names are imported lazily so
 that ``dflash-diag --help`` does not load polars.
 """
 
@@ -32,9 +32,11 @@ _EXPORTS = {
     "ScheduleHeader": "analysis.schedule", "SchedulePosition": "analysis.schedule", "schedule_position": "analysis.schedule",
     "Acceptance": "analysis.acceptance", "AcceptanceConfig": "analysis.acceptance", "TauEstimate": "analysis.acceptance",
     "estimate_acceptance": "analysis.acceptance", "linear_tau": "analysis.acceptance", "chain_tau": "analysis.acceptance",
-    "prefix_tau": "analysis.acceptance",
+    "prefix_tau": "analysis.acceptance", "harmonic_tau": "analysis.acceptance",
     "Verdict": "analysis.verdict", "VerdictConfig": "analysis.verdict", "judge": "analysis.verdict",
-    "judge_toward": "analysis.verdict", "accuracy_goal": "analysis.verdict",
+    "eta_toward": "analysis.verdict",
+    "Diagnosis": "analysis.diagnosis", "DiagnosisConfig": "analysis.diagnosis", "diagnose": "analysis.diagnosis",
+    "diagnose_frame": "analysis.diagnosis",
     "theil_sen_slope": "analysis.robust_trend", "mann_kendall": "analysis.robust_trend",
     "ConvergeConfig": "converge.report", "ConvergeReport": "converge.report", "build_converge_report": "converge.report",
     "render_rich": "render.rich", "render_text": "render.text", "render_markdown": "render.markdown",
@@ -68,9 +70,11 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         TauEstimate,
         chain_tau,
         estimate_acceptance,
+        harmonic_tau,
         linear_tau,
         prefix_tau,
     )
+    from dflash_diag.analysis.diagnosis import Diagnosis, DiagnosisConfig, diagnose, diagnose_frame  # noqa: F401
     from dflash_diag.analysis.phase import Phase, Selection, select_phase  # noqa: F401
     from dflash_diag.analysis.restarts import Restart, resolve_restarts  # noqa: F401
     from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope  # noqa: F401
@@ -79,9 +83,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from dflash_diag.analysis.verdict import (  # noqa: F401
         Verdict,
         VerdictConfig,
-        accuracy_goal,
+        eta_toward,
         judge,
-        judge_toward,
     )
     from dflash_diag.analysis.windows import Window, compute_windows  # noqa: F401
     from dflash_diag.compare.align import align_runs  # noqa: F401

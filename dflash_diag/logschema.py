@@ -47,10 +47,20 @@ PIPELINE_METRICS: tuple[str, ...] = (
 )
 #: Fields of per-rank logs only (``--log-all-ranks``), on top of the pipeline fields.
 RANK_METRICS: tuple[str, ...] = ("step_time", "sync_wait")
+#: The walked tau (``dflash.walk``), on every ``walk_every``-th pipeline record, all three
+#: together: the drafter's teacher-forced predictions on a few training sequences walked block by
+#: block as greedy decoding does. ``walk_tokens`` = tokens the walked steps produced (summed over
+#: the sequences), ``walk_steps`` = steps taken, ``walk_hist[k]`` = steps that produced k + 1
+#: tokens (B entries). tau_walk = walk_tokens / walk_steps; over a window, a ratio of sums.
+WALK_METRICS: tuple[str, ...] = ("walk_tokens", "walk_steps", "walk_hist")
+#: The walk's list field, parsed (as a list of numbers) whenever the numbers are: it is on few
+#: records, so it costs little, unlike the per-position lists.
+WALK_LISTS: tuple[str, ...] = ("walk_hist",)
 #: Scalar numbers of a metric record that the diagnostics parse into their frame (``step`` is read
 #: as a float, since some writers emit ``15000.0``, and cast to an integer afterwards).
 METRIC_NUMBERS: tuple[str, ...] = (
     *LEGACY_METRICS, "tok_per_sec", "n_tokens", "n_blocks", "n_pred", "tau_train", "grad_norm",
+    "walk_tokens", "walk_steps",
 )
 
 # -- every record kind --------------------------------------------------------------------------
@@ -69,7 +79,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 #: Kind -> fields a record of that kind may leave out.
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "metrics": (*PIPELINE_METRICS, *RANK_METRICS),
+    "metrics": (*PIPELINE_METRICS, *RANK_METRICS, *WALK_METRICS),
     "run_start": ("rank", "resume_schedule"),  # per-rank logs only; resumed launches only
     "eval": (),
     "checkpoint": (),

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dflash import StepMetrics, TargetModel, compute_loss_and_metrics
+from dflash import StepMetrics, TargetModel, compute_loss_and_metrics, walk_batch
 
 from .config import PipelineConfig
 from .csp import Channel, Graph, Stage, StageError, StopRequest
@@ -55,6 +55,7 @@ from .training import (
     reduce_step,
     resolve_target,
     summarize,
+    walk_due,
 )
 
 SCRIPT = "pipeline"
@@ -253,17 +254,25 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                 t_last = now
                 if k % cfg.log_every == 0:
                     busy, fill = graph.sample()
+                    walk = {}
+                    if walk_due(cfg, k) and dp.is_main:
+                        # The walked tau on the step's last micro-batch (its own target features,
+                        # the updated drafter, no gradients), timed into the next step's tok/s.
+                        with precision:
+                            walk = walk_batch(drafter, setup.target, batch, item.features,
+                                              horizon=setup.horizon,
+                                              max_seqs=cfg.walk_seqs).to_log_dict()
                     runlog.write(Metrics(
                         step=k, time=time.time(), epoch=epoch, lr=lr, tok_per_sec=tok_per_sec,
                         grad_norm=upd.grad_norm, stage_busy=busy, queue_fill=fill,
-                        **m.to_log_dict(),
+                        **m.to_log_dict(), **walk,
                     ))
                     runlog.rank_metrics(k, epoch, lr, local, upd.grad_norm, step_time, sync_wait,
                                         busy, fill)
                 bar.update(k, m, step_time)
                 if cfg.eval_every and k % cfg.eval_every == 0 and dp.is_main:
                     runlog.write(run_eval(drafter, setup.target, setup.eval_prompts,
-                                          cfg.eval_new_tokens, step=k))
+                                          setup.horizon, step=k))
                     drafter.train()
                     t_last = time.perf_counter()  # keep eval time out of tok/s
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:

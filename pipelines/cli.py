@@ -233,8 +233,9 @@ def eval_(
     prompts: Annotated[int, typer.Option(
         "--prompts", help="Prompts decoded from each prompt file (the first N).")]
     = default_of(TrainConfig, "eval_prompts"),
-    new_tokens: Annotated[int, typer.Option(
-        "--new-tokens", help="Horizon: tokens generated per prompt at most.")]
+    new_tokens: Annotated[int | None, typer.Option(
+        "--new-tokens", help="Horizon: tokens generated per prompt at most.",
+        show_default="the longest training response of --data")]
     = default_of(TrainConfig, "eval_new_tokens"),
     prompts_file: Annotated[list[str] | None, typer.Option(
         "--prompts-file", help="JSONL prompt set ({\"input_ids\": [...], \"benchmark\": ...} per "

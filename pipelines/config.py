@@ -114,8 +114,16 @@ class TrainConfig:
     """Measure real tau on held-out prompts every N steps (0: never)."""
     eval_prompts: int = 8
     """Held-out prompts per eval."""
-    eval_new_tokens: int = 32
-    """Tokens generated per prompt in an eval."""
+    eval_new_tokens: int | None = None
+    """Tokens generated per prompt in an eval, the prefill token included: the horizon of the
+    measured tau and of the walked tau (default: the longest training response, so the eval
+    decodes as far as the drafter was trained to draft)."""
+    walk_every: int = 10
+    """Every N-th metrics record carries the walked tau (``walk_*`` fields; 0: never). It runs
+    the drafter without gradients over every response anchor of ``walk_seqs`` sequences of the
+    step's last micro-batch, reusing its target features."""
+    walk_seqs: int = 2
+    """Sequences walked per walked record."""
     max_nonfinite: int = 5
     """Stop the run after this many non-finite steps in a row."""
     torch_threads: int = 0
@@ -138,9 +146,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
-                       "eval_new_tokens", "max_nonfinite")
-        _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads",
+                       "max_nonfinite", "walk_seqs")
+        _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads", "walk_every",
                            "progress_every")
+        if self.eval_new_tokens is not None:
+            _positive_ints(self, "eval_new_tokens")
         if self.seed >= SEED_LIMIT:
             raise ValueError(f"seed must be below 2**32 = {SEED_LIMIT}, got {self.seed}")
         if self.total_steps is not None:

@@ -52,15 +52,16 @@ class EvalRequest:
     device: str = "cpu"
     prompts: int = default_of(TrainConfig, "eval_prompts")
     """Prompts taken from each prompt file (the first N)."""
-    new_tokens: int = default_of(TrainConfig, "eval_new_tokens")
-    """The horizon: tokens generated per prompt at most."""
+    new_tokens: int | None = default_of(TrainConfig, "eval_new_tokens")
+    """The horizon: tokens generated per prompt at most (None: the longest training response of
+    ``data``, the pipeline's periodic-eval rule)."""
     prompt_files: list[str] = field(default_factory=list)
     """JSONL prompt sets (default: the data directory's eval prompts)."""
 
     def __post_init__(self) -> None:
         if self.prompts < 1:
             raise ValueError(f"--prompts must be >= 1, got {self.prompts}")
-        if self.new_tokens < 1:
+        if self.new_tokens is not None and self.new_tokens < 1:
             raise ValueError(f"--new-tokens must be >= 1, got {self.new_tokens}")
         if not Path(self.drafter).is_dir():
             raise ValueError(f"--drafter: no checkpoint directory at {self.drafter}")
@@ -141,6 +142,13 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
             prompts = load_prompt_sets([Path(resolve_data(req.data or BUNDLED)) / EVAL_FILE],
                                        req.prompts, default_name=HELD_OUT)
         state = read_json_object(Path(req.drafter), STATE_FILE)
+        horizon = req.new_tokens
+        if horizon is None:
+            from dflash.data import load_dataset
+
+            from .training import longest_response
+
+            horizon = longest_response(load_dataset(resolve_data(req.data or BUNDLED)))
     except (OSError, ValueError, KeyError) as e:
         raise TrainingError(str(e)) from None
     cfg = drafter.config
@@ -148,6 +156,5 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
         raise TrainingError(f"checkpoint {req.drafter} was trained for another target "
                             f"(hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
     step = state.get("step", 0)
-    return EvalReport(step=step if type(step) is int and step >= 0 else 0, horizon=req.new_tokens,
-                      temperature=0.0,
-                      prompts=measure_prompts(drafter, target, prompts, req.new_tokens))
+    return EvalReport(step=step if type(step) is int and step >= 0 else 0, horizon=horizon,
+                      temperature=0.0, prompts=measure_prompts(drafter, target, prompts, horizon))

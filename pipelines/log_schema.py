@@ -96,6 +96,13 @@ class Metrics:
     """Per-rank logs only: wall seconds of this step on this rank (waits included)."""
     sync_wait: float | None = None
     """Per-rank logs only: seconds of ``step_time`` spent waiting for the other ranks."""
+    walk_tokens: int | None = None
+    """Walked tau (every ``walk_every``-th record): tokens the walked decoding steps produced,
+    summed over the walked sequences; tau_walk = walk_tokens / walk_steps."""
+    walk_steps: int | None = None
+    """Walked tau: decoding steps taken, summed over the walked sequences."""
+    walk_hist: list[int] | None = None
+    """Walked tau: walk_hist[k] = steps that produced k + 1 tokens (length = block size)."""
 
     def to_json(self) -> dict[str, Any]:
         return _drop_none(asdict(self))
@@ -179,6 +186,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "tok_per_sec": _NUM, "n_tokens": (int,), "n_blocks": (int,), "n_pred": (int,),
     "acc_pos": (list,), "accept_pos": (list,), "tau_train": _NUM, "grad_norm": _NUM,
     "stage_busy": (dict,), "queue_fill": (dict,), "step_time": _NUM, "sync_wait": _NUM,
+    "walk_tokens": (int,), "walk_steps": (int,), "walk_hist": (list,),
     "event": (str,), "schema": (int,), "script": (str,), "config": (dict,), "schedule": (dict,),
     "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)), "world_size": (int,),
     "resumed_from": (dict, type(None)), "rank": (int,), "tau": _NUM, "tau_hist": (list,),
@@ -244,6 +252,9 @@ def validate_record(rec: dict[str, Any]) -> str:
         for name in ("acc_pos", "accept_pos"):
             if name in rec and not all(isinstance(x, _NUM) for x in rec[name]):
                 raise ValueError(f"metrics: {name} must hold numbers")
+        walk = set(rec) & set(logschema.WALK_METRICS)
+        if walk:
+            _check_walk(rec, walk, pipeline=bool(present))
         for name in ("stage_busy", "queue_fill"):
             if name in rec and not all(
                 isinstance(v, _NUM) and (math.isnan(v) or 0.0 <= v <= 1.0)
@@ -253,6 +264,22 @@ def validate_record(rec: dict[str, Any]) -> str:
     if kind == "stop" and rec["reason"] not in STOP_REASONS:
         raise ValueError(f"stop: unknown reason {rec['reason']!r}")
     return kind
+
+
+def _check_walk(rec: dict[str, Any], present: set[str], pipeline: bool) -> None:
+    """The walk fields come together, on a pipeline record, and add up: the histogram's steps
+    and tokens are walk_steps and walk_tokens."""
+    if present != set(logschema.WALK_METRICS) or not pipeline:
+        raise ValueError("metrics: walk_tokens, walk_steps and walk_hist come together, "
+                         "with the pipeline fields")
+    hist = rec["walk_hist"]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in hist):
+        raise ValueError("metrics: walk_hist must hold counts")
+    if len(hist) != len(rec["accept_pos"]) + 1:
+        raise ValueError(f"metrics: walk_hist has {len(hist)} entries, block size is "
+                         f"{len(rec['accept_pos']) + 1}")
+    if sum(hist) != rec["walk_steps"] or sum((k + 1) * c for k, c in enumerate(hist)) != rec["walk_tokens"]:
+        raise ValueError("metrics: walk_hist does not add up to walk_steps / walk_tokens")
 
 
 def _check_type(kind: str, name: str, value: Any, types: tuple[type, ...]) -> None:

@@ -20,7 +20,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dflash.data import DEFAULT_DATA_DIR, DEFAULT_TARGET_DIR, Dataset, save_dataset
+from dflash.data import DEFAULT_DATA_DIR, DEFAULT_TARGET_DIR, Dataset, load_dataset, save_dataset
+from pipelines.data_stats import dataset_stats
 from pipelines.make_target import corpus_files, read_text, split_corpus
 
 
@@ -156,9 +157,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="local directory or HF id of the target (default: the bundled one)")
     parser.add_argument("--out", type=Path, default=DEFAULT_DATA_DIR, help="output directory")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--stats", type=Path, metavar="DIR",
+                        help="only print the data statistics of the dataset in DIR")
     for name, default in asdict(DataRecipe()).items():
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
     args = parser.parse_args(argv)
+    if args.stats is not None:
+        try:
+            print(f"{args.stats}: {dataset_stats(load_dataset(args.stats)).line()}")
+        except (OSError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     try:
         recipe = DataRecipe(**{k: getattr(args, k) for k in asdict(DataRecipe())})
     except ValueError as err:
@@ -174,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"wrote {meta['n_examples']} examples, {meta['n_tokens']} tokens to {args.out} "
           f"({meta['seconds']:.0f}s)")
+    print(f"data statistics: {dataset_stats(load_dataset(args.out)).line()}")
     return 0
 
 

@@ -120,6 +120,9 @@ class Setup:
     model: torch.nn.Module | None = None
     """What forward/backward call: the drafter in DistributedDataParallel on several ranks, the
     drafter itself on one. Checkpoints and evals use ``drafter`` (same parameters)."""
+    horizon: int = 0
+    """Tokens per response of the eval and of the walked tau (the prefill token included):
+    ``eval_new_tokens``, default the longest training response."""
 
     def __post_init__(self) -> None:
         if self.model is None:
@@ -218,7 +221,20 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         print(f"dflash-train: note: {note}", file=sys.stderr)
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
-                 eval_prompts=prompts, model=dp.wrap(drafter))
+                 eval_prompts=prompts, model=dp.wrap(drafter),
+                 horizon=cfg.eval_new_tokens or longest_response(dataset))
+
+
+def longest_response(dataset) -> int:
+    """The longest response of the training data: the default eval horizon, so the eval decodes
+    as far as the drafter was trained to draft."""
+    return int(max(n - int(s) for n, s in zip(dataset.lengths, dataset.response_starts)))
+
+
+def walk_due(cfg: TrainConfig, step: int) -> bool:
+    """Whether step ``step``'s metrics record carries the walked tau (every ``walk_every``-th
+    record)."""
+    return bool(cfg.walk_every) and step % (cfg.log_every * cfg.walk_every) == 0
 
 
 def config_schedule(cfg: TrainConfig, start_step: int = 0) -> Schedule:

@@ -1,36 +1,60 @@
-"""From accuracy to acceptance length (tau), and progress toward a target (docs/design.md, Metrics).
+"""From training metrics to acceptance length (tau), ranked by evidence (docs/diagnostics.md,
+"Acceptance"; docs/design.md, "Metrics").
 
-Estimators, weakest to strongest; the report uses the strongest the log supports and names it:
+Estimators, strongest first; the report's primary estimate is the strongest the log supports:
 
-* ``linear``   1 + (B-1) * acc: the original analysis' rough formula; marginal accuracy is not
-  prefix acceptance, so it can be far off.
-* ``chain``    1 + sum_k prod_{j<=k} acc_pos[j]: treats block positions as independent.
-* ``prefix``   tau_train (or 1 + sum_k accept_pos[k]): the mean correct prefix over uniformly
-  drawn anchors; size-biased (a long correct run counts once per token of it), so it reads high.
 * ``measured`` tau of the latest ``eval`` record: real speculative decoding on held-out prompts.
+* ``walk``     sum ``walk_tokens`` / sum ``walk_steps`` over a window: the trainer walks its own
+  teacher-forced predictions the way decoding does (start at the first response token, step by
+  1 + accepted prefix), so it is the decoding tau on training data. A ratio of sums.
+* ``harmonic`` 1 / sum_{k=0}^{B-1} (A_k - A_{k+1}) / (k+1), with A_0 = 1, A_k = ``accept_pos[k-1]``
+  (the share of uniformly drawn anchors whose correct prefix is at least k), A_B = 0. Uniform
+  anchors see a decoding step of length s with probability proportional to s (size bias); the
+  harmonic mean undoes it, exactly when the accepted length is the same from every anchor inside
+  a decoding step. When correct runs are correlated (an anchor inside a long run sees only its
+  remainder), anchors see shorter steps than decoding takes, and it reads low.
+* ``chain``    1 + sum_k prod_{j<=k} acc_pos[j]: treats block positions as independent.
+* ``linear``   1 + (B-1) * acc: the original analysis' rough formula.
 
-Target: ``--target-tau``, or ``--target-acc`` mapped through the linear formula
-(target_tau = 1 + (B-1) * target_acc; 0.27 gives 5.05 at B = 16). Progress is
-(tau - 1) / (target_tau - 1): the fraction of the extra tokens per verify step still to gain, which
-under the linear estimator is exactly acc / target_acc.
+``prefix`` (``tau_train``, or 1 + sum_k accept_pos[k]) is the mean correct prefix over uniformly
+drawn anchors: size-biased, an upper view. It stays in the report, labelled so, and is never the
+primary estimate.
+
+Targets keep their own units (:mod:`dflash_diag.analysis.targets`): an accuracy target is compared
+with the accuracy, a tau target with the primary estimate, and neither is converted through
+another estimator.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
 
-from dflash_diag.read.jsonl import LogEvent
+from dflash_diag.analysis import defaults
+from dflash_diag.read.records import LogEvent
 
-LINEAR, CHAIN, PREFIX, MEASURED = "linear", "chain", "prefix", "measured"
-#: Strongest first.
-ESTIMATOR_ORDER = (MEASURED, PREFIX, CHAIN, LINEAR)
+MEASURED, WALK, HARMONIC, CHAIN, LINEAR, PREFIX = (
+    "measured", "walk", "harmonic", "chain", "linear", "prefix",
+)
+#: The estimators that can be the primary estimate, strongest evidence first.
+ESTIMATOR_ORDER = (MEASURED, WALK, HARMONIC, CHAIN, LINEAR)
+#: Every estimator the report lists, in the order it lists them (the upper view last).
+ALL_ESTIMATORS = (*ESTIMATOR_ORDER, PREFIX)
+#: What each estimator is, in a few words, for the report.
+ESTIMATOR_LABELS = {
+    MEASURED: "measured by speculative decoding",
+    WALK: "training predictions walked as decoding",
+    HARMONIC: "harmonic, from accept_pos",
+    CHAIN: "independent positions, from acc_pos",
+    LINEAR: "1 + (B-1) * acc",
+    PREFIX: "tau_train: size-biased upper view, never primary",
+}
 
-#: A measured tau gaining less than this fraction of the tokens that training metrics promise
-#: is the tell-tale of a train/serve mismatch (docs/design.md, Pitfalls).
+#: A measured tau gaining less than this fraction of the tokens that the walked (else harmonic)
+#: estimate promises is the tell-tale of a train/serve mismatch (docs/design.md, Pitfalls).
 MISMATCH_RATIO = 0.5
 
 
@@ -49,17 +73,27 @@ def chain_tau(acc_pos: Sequence[float]) -> float:
 
 
 def prefix_tau(accept_pos: Sequence[float]) -> float:
-    """1 + sum_k accept_pos[k]: mean over blocks of 1 + the correct prefix length."""
+    """1 + sum_k accept_pos[k]: mean over uniformly drawn anchors of 1 + the correct prefix."""
     return 1.0 + sum(accept_pos)
 
 
-def target_tau_for(target_acc: float, block_size: int) -> float:
-    """The target acceptance length a target accuracy stands for (linear mapping)."""
-    return linear_tau(target_acc, block_size)
+def harmonic_tau(accept_pos: Sequence[float], block_size: int) -> float | None:
+    """1 / sum_{k=0}^{B-1} (A_k - A_{k+1}) / (k+1), A_0 = 1, A_k = accept_pos[k-1], A_B = 0.
+
+    ``A_k - A_{k+1}`` is the share of anchors whose step advances k + 1 tokens; decoding visits
+    such a step once per k + 1 anchors, so the harmonic mean of the step lengths over anchors is
+    the mean step length of decoding (exact when the accepted length is constant within a step).
+    Positions beyond the list, or beyond B - 1, count as never accepted. None when the sum is not
+    positive (a list that is not a survival curve).
+    """
+    survival = [1.0, *(float(a) for a in list(accept_pos)[: block_size - 1])]
+    survival += [0.0] * (block_size + 1 - len(survival))  # ... A_{B-1}, and A_B = 0
+    total = sum((survival[k] - survival[k + 1]) / (k + 1) for k in range(block_size))
+    return 1.0 / total if total > 0 and math.isfinite(total) else None
 
 
 def progress_to(tau: float, target_tau: float) -> float:
-    """(tau - 1) / (target_tau - 1)."""
+    """(tau - 1) / (target_tau - 1): the share of the extra tokens per verify step gained."""
     return (tau - 1.0) / (target_tau - 1.0)
 
 
@@ -68,7 +102,7 @@ class TauEstimate:
     """One acceptance-length estimate.
 
     Attributes:
-        name: "linear", "chain", "prefix" or "measured".
+        name: one of :data:`ALL_ESTIMATORS`.
         tau: the estimate.
         basis: what it was computed from, for the report.
         error: ``tau - measured tau`` when a measured tau exists (None for the measured one).
@@ -79,22 +113,50 @@ class TauEstimate:
     basis: str
     error: float | None = None
 
+    @property
+    def upper_view(self) -> bool:
+        """The size-biased ``prefix`` view: listed, never the primary estimate."""
+        return self.name == PREFIX
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How far the strongest training-data estimate was from the measured tau at the last eval.
+
+    Attributes:
+        estimator: the estimate compared (the strongest one that is not ``measured``).
+        step: the eval's step.
+        estimate: that estimator's value over the window holding the eval's step.
+        measured: the eval's tau.
+        ratio: ``measured / estimate``: how far to trust the estimate between evals.
+    """
+
+    estimator: str
+    step: int
+    estimate: float
+    measured: float
+
+    @property
+    def ratio(self) -> float:
+        """measured / estimate."""
+        return self.measured / self.estimate
+
 
 @dataclass(frozen=True)
 class AcceptanceConfig:
-    """Targets and block size.
+    """Targets, baseline and block size.
 
     Attributes:
-        block_size: B, tokens per drafted block (header's ``block_size`` wins when None).
-        target_acc: target accuracy (used when ``target_tau`` is None).
-        target_tau: target acceptance length.
-        baseline_tau: the reference drafter's tau to compare with (3.1 in the original analysis).
+        block_size: B, tokens per drafted block (None: the header's, else 16).
+        target_acc: target accuracy (the target when ``target_tau`` is None).
+        target_tau: target acceptance length (replaces the accuracy target).
+        baseline_tau: the reference drafter's tau (None: the original analysis' 3.1).
     """
 
     block_size: int | None = None
-    target_acc: float = 0.27
+    target_acc: float = defaults.TARGET_ACC
     target_tau: float | None = None
-    baseline_tau: float = 3.1
+    baseline_tau: float | None = None
 
     def __post_init__(self) -> None:
         if self.block_size is not None and self.block_size < 2:
@@ -103,28 +165,41 @@ class AcceptanceConfig:
             raise ValueError(f"target accuracy must be in (0, 1], got {self.target_acc}")
         if self.target_tau is not None and not (self.target_tau > 1 and math.isfinite(self.target_tau)):
             raise ValueError(f"target tau must be > 1, got {self.target_tau}")
-        if not (self.baseline_tau >= 1 and math.isfinite(self.baseline_tau)):
+        if self.baseline_tau is not None and not (self.baseline_tau >= 1 and math.isfinite(self.baseline_tau)):
             raise ValueError(f"baseline tau must be >= 1, got {self.baseline_tau}")
+
+    @property
+    def baseline(self) -> tuple[float, str]:
+        """The baseline tau and where it comes from."""
+        if self.baseline_tau is None:
+            return defaults.BASELINE_TAU, defaults.BASELINE_SOURCE
+        return self.baseline_tau, "--baseline-tau"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Acceptance:
-    """The acceptance section of the report.
+    """The acceptance section of a diagnosis.
 
     Attributes:
         acc: the current accuracy: the mean of the last window (None without accuracy).
-        acc_basis: where ``acc`` comes from (e.g. "mean of window 15300-15349").
+        acc_basis: where ``acc`` comes from (e.g. "mean of the last window, steps 401-410").
         block_size: B used.
         block_size_source: "--block-size", "header" or "default".
-        estimates: every estimate the log supports, strongest first.
-        estimator: the name of the strongest (None without any).
+        estimates: every estimate the log supports, strongest first, ``prefix`` last.
+        estimator: the primary estimate's name (None without any): never ``prefix``.
         tau: its value.
-        target_acc: the target accuracy (from ``--target-tau`` via the linear inverse if given).
-        target_tau: the target acceptance length.
-        progress: ``(tau - 1) / (target_tau - 1)``.
-        baseline_tau: the reference tau.
+        target_kind: "acc" (``--target-acc``, the default) or "tau" (``--target-tau``).
+        target_acc: the accuracy target; with a tau target only under the linear estimator
+            (its inverse), else None.
+        target_tau: the tau target; with an accuracy target only under the linear estimator
+            (1 + (B-1) * target_acc), else None: a target never crosses scales otherwise.
+        progress: in the target's own units: ``acc / target_acc``, or
+            ``(tau - 1) / (target_tau - 1)`` of the primary estimate.
+        baseline_tau: the reference tau; ``baseline_source`` says where it comes from.
         vs_baseline: ``tau - baseline_tau``.
         measured_step: the step of the eval record used, when one is.
+        measured_age: steps from that eval to the last analysed step.
+        calibration: measured / estimate at the last eval, when both exist.
         warnings: train/serve mismatch and similar alarms.
     """
 
@@ -135,53 +210,136 @@ class Acceptance:
     estimates: list[TauEstimate]
     estimator: str | None
     tau: float | None
-    target_acc: float
-    target_tau: float
+    target_kind: str
+    target_acc: float | None
+    target_tau: float | None
     progress: float | None
     baseline_tau: float
+    baseline_source: str
     vs_baseline: float | None
     measured_step: int | None = None
+    measured_age: int | None = None
+    calibration: Calibration | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def primary(self) -> TauEstimate | None:
+        """The primary estimate."""
+        return next((e for e in self.estimates if e.name == self.estimator), None)
+
+
+def _weight(rows: pl.DataFrame) -> pl.Expr:
+    if "n_blocks" in rows.columns and rows["n_blocks"].is_not_null().all() and bool((rows["n_blocks"] > 0).all()):
+        return pl.col("n_blocks").cast(pl.Float64)
+    return pl.lit(1.0)
 
 
 def mean_positions(rows: pl.DataFrame, column: str) -> list[float] | None:
     """Per-position mean of a list column, weighted by ``n_blocks`` where every row has it."""
     if column not in rows.columns or rows.height == 0:
         return None
-    weight = (
-        pl.col("n_blocks") if "n_blocks" in rows.columns
-        and rows["n_blocks"].is_not_null().all() and bool((rows["n_blocks"] > 0).all())
-        else pl.lit(1.0)
-    )
+    by_window = position_means_by_group(rows.with_columns(pl.lit(0).alias("_g")), column, "_g")
+    return by_window.get(0)
+
+
+def position_means_by_group(rows: pl.DataFrame, column: str, group: str) -> dict[int, list[float]]:
+    """Per-position means of a list column for each value of ``group`` (one polars query),
+    weighted by ``n_blocks`` where every row has it; NaN/Inf elements are left out."""
+    if column not in rows.columns or rows.height == 0:
+        return {}
     exploded = (
-        rows.select(pl.col(column), weight.alias("_w"))
+        rows.select(pl.col(group), pl.col(column), _weight(rows).alias("_w"))
         .filter(pl.col(column).is_not_null() & (pl.col(column).list.len() > 0))
         .with_columns(pl.int_ranges(pl.col(column).list.len()).alias("_pos"))
         .explode([column, "_pos"])
         .filter(pl.col(column).is_finite())
     )
     if exploded.height == 0:
-        return None
+        return {}
     means = (
-        exploded.group_by("_pos")
+        exploded.group_by(group, "_pos")
         .agg(((pl.col(column) * pl.col("_w")).sum() / pl.col("_w").sum()).alias("_mean"))
-        .sort("_pos")
+        .sort(group, "_pos")
     )
-    return [float(v) for v in means["_mean"]]
+    out: dict[int, list[float]] = {}
+    for g, value in zip(means[group].to_list(), means["_mean"].to_list()):
+        out.setdefault(int(g), []).append(float(value))
+    return out
 
 
 def latest_measurement(evals: Sequence[LogEvent], up_to_step: int | None) -> LogEvent | None:
     """The eval record with the largest step (at most ``up_to_step``) and a finite tau."""
     best = None
-    for event in evals:
-        tau = event.fields.get("tau")
-        if not isinstance(tau, (int, float)) or not math.isfinite(tau) or event.step is None:
-            continue
-        if up_to_step is not None and event.step > up_to_step:
-            continue
+    for event in measurements(evals, up_to_step):
         if best is None or event.step >= best.step:
             best = event
     return best
+
+
+def measurements(evals: Sequence[LogEvent], up_to_step: int | None = None,
+                 from_step: int | None = None) -> list[LogEvent]:
+    """The eval records with a step and a finite tau, within the bounds, in step order (for a
+    step evaluated twice the later record wins)."""
+    by_step: dict[int, LogEvent] = {}
+    for event in evals:
+        tau = event.fields.get("tau")
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or event.step is None:
+            continue
+        if up_to_step is not None and event.step > up_to_step:
+            continue
+        if from_step is not None and event.step < from_step:
+            continue
+        by_step[event.step] = event
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def block_size_for(config: AcceptanceConfig, header_block_size: float | None) -> tuple[int, str]:
+    """B and where it comes from: ``--block-size``, else the header's, else the default."""
+    if config.block_size is not None:
+        return config.block_size, "--block-size"
+    if header_block_size:
+        return int(header_block_size), "header"
+    return defaults.BLOCK_SIZE, "default"
+
+
+def training_estimates(
+    *,
+    acc: float | None,
+    rows: pl.DataFrame,
+    block_size: int,
+    tau_walk: float | None = None,
+    walk_basis: str = "walk_tokens / walk_steps",
+    tau_train: float | None = None,
+    where: str = "last window",
+) -> list[TauEstimate]:
+    """The estimates from training metrics (not ``measured``), strongest first, ``prefix`` last.
+
+    Args:
+        acc: the window's accuracy.
+        rows: the window's records, with ``acc_pos``/``accept_pos`` where logged.
+        block_size: B.
+        tau_walk: the window's walked tau.
+        walk_basis: words for the walked tau's basis.
+        tau_train: the window's mean ``tau_train`` (preferred over ``accept_pos`` for prefix).
+        where: words naming the window, for the bases.
+    """
+    out: list[TauEstimate] = []
+    if tau_walk is not None and math.isfinite(tau_walk):
+        out.append(TauEstimate(WALK, tau_walk, walk_basis))
+    accept = mean_positions(rows, "accept_pos")
+    harmonic = harmonic_tau(accept, block_size) if accept else None
+    if harmonic is not None:
+        out.append(TauEstimate(HARMONIC, harmonic, f"accept_pos, {where}"))
+    acc_pos = mean_positions(rows, "acc_pos")
+    if acc_pos:
+        out.append(TauEstimate(CHAIN, chain_tau(acc_pos), f"acc_pos, {where}"))
+    if acc is not None and math.isfinite(acc):
+        out.append(TauEstimate(LINEAR, linear_tau(acc, block_size), f"1 + {block_size - 1} * acc"))
+    if tau_train is not None and math.isfinite(tau_train):
+        out.append(TauEstimate(PREFIX, tau_train, f"tau_train, {where}: size-biased upper view"))
+    elif accept:
+        out.append(TauEstimate(PREFIX, prefix_tau(accept), f"1 + sum accept_pos, {where}: size-biased upper view"))
+    return out
 
 
 def estimate_acceptance(
@@ -194,86 +352,93 @@ def estimate_acceptance(
     header_block_size: int | None = None,
     tau_train: float | None = None,
     up_to_step: int | None = None,
+    tau_walk: float | None = None,
+    walk_basis: str = "walk_tokens / walk_steps, last window",
+    estimates_at: Callable[[int], list[TauEstimate]] | None = None,
 ) -> Acceptance:
-    """Every estimate the data supports, the strongest chosen, progress and warnings.
+    """Every estimate the data supports, the primary one chosen, the target and warnings.
 
     Args:
         acc: current accuracy (the last window's mean).
         acc_basis: words saying where ``acc`` comes from.
         last_rows: the last window's records (for ``acc_pos``/``accept_pos`` means).
         evals: eval records of the log.
-        config: block size and targets.
+        config: block size, target and baseline.
         header_block_size: ``block_size`` from the ``run_start`` header.
-        tau_train: the last window's mean ``tau_train`` (preferred over ``accept_pos``).
-        up_to_step: ignore eval records after this step.
+        tau_train: the last window's mean ``tau_train``.
+        up_to_step: ignore eval records after this step; the measured tau's age counts to it.
+        tau_walk: the walked tau of the latest window that has one.
+        walk_basis: where ``tau_walk`` comes from.
+        estimates_at: ``step -> training estimates over the window holding step``, for the
+            measured/estimate ratio at the last eval (None: not reported).
     """
-    if config.block_size is not None:
-        block_size, block_source = config.block_size, "--block-size"
-    elif header_block_size:
-        block_size, block_source = int(header_block_size), "header"
-    else:
-        block_size, block_source = 16, "default"
-    if config.target_tau is not None:
-        target_tau = config.target_tau
-        target_acc = (target_tau - 1.0) / (block_size - 1)
-    else:
-        target_acc = config.target_acc
-        target_tau = target_tau_for(target_acc, block_size)
-
+    block_size, block_source = block_size_for(config, header_block_size)
     estimates: list[TauEstimate] = []
     measured = latest_measurement(evals, up_to_step)
+    age = None
     if measured is not None:
         n_prompts = measured.fields.get("n_prompts")
         basis = f"eval at step {measured.step}"
-        if isinstance(n_prompts, (int, float)):
+        if isinstance(n_prompts, (int, float)) and not isinstance(n_prompts, bool):
             basis += f", {int(n_prompts)} prompts"
+        if up_to_step is not None:
+            age = max(0, up_to_step - measured.step)
         estimates.append(TauEstimate(MEASURED, float(measured.fields["tau"]), basis))
-    if tau_train is not None and math.isfinite(tau_train):
-        estimates.append(TauEstimate(PREFIX, tau_train, "tau_train, last window"))
-    else:
-        accept = mean_positions(last_rows, "accept_pos")
-        if accept:
-            estimates.append(TauEstimate(PREFIX, prefix_tau(accept), "accept_pos, last window"))
-    acc_pos = mean_positions(last_rows, "acc_pos")
-    if acc_pos:
-        estimates.append(TauEstimate(CHAIN, chain_tau(acc_pos), "acc_pos, last window"))
-    if acc is not None:
-        estimates.append(TauEstimate(LINEAR, linear_tau(acc, block_size), f"1 + {block_size - 1} * acc"))
+    estimates += training_estimates(acc=acc, rows=last_rows, block_size=block_size, tau_walk=tau_walk,
+                                    walk_basis=walk_basis, tau_train=tau_train)
 
     warnings: list[str] = []
+    calibration = None
     if measured is not None:
         measured_tau = estimates[0].tau
         estimates = [estimates[0]] + [
             TauEstimate(e.name, e.tau, e.basis, e.tau - measured_tau) for e in estimates[1:]
         ]
-        # Compare with the chain estimate (positions treated as independent), not with prefix or
-        # linear: tau_train averages the correct prefix over uniformly drawn anchors, so long
-        # correct runs count once per token while decoding crosses them in one verify step, and
-        # the linear formula ignores that acceptance stops at the first miss. Both read well above
-        # the measured tau in healthy runs (on the bundled sample: 6.0 and 8.7 against a measured
-        # 2.0, chain 2.7), so only a measured tau far below the chain estimate is a mismatch.
-        promised = next((e for e in estimates if e.name in (CHAIN, LINEAR)), None)
+        # Compare with the walked tau (the same predictions walked as decoding walks them), else
+        # the harmonic one: both undo the size bias of uniform anchors. Not with prefix or linear,
+        # which read well above the measured tau in healthy runs (docs/design.md, "Metrics").
+        promised = next((e for e in estimates if e.name in (WALK, HARMONIC)), None)
         if promised is not None and promised.tau > 1 and (measured_tau - 1) < MISMATCH_RATIO * (promised.tau - 1):
             warnings.append(
-                f"train/serve mismatch? training metrics imply tau {promised.tau:.2f} ({promised.name}) "
-                f"but the measured tau is {measured_tau:.2f}: check label shift and context "
-                "visibility (anchor must not see itself)"
+                f"train/serve mismatch? training predictions walked as decoding imply tau "
+                f"{promised.tau:.2f} ({promised.name}) but the measured tau is {measured_tau:.2f}: "
+                "check label shift and context visibility (anchor must not see itself)"
             )
-    best = estimates[0] if estimates else None
-    tau = best.tau if best else None
+        if estimates_at is not None:
+            at_eval = [e for e in estimates_at(measured.step) if e.name in ESTIMATOR_ORDER]
+            if at_eval and at_eval[0].tau > 0:
+                calibration = Calibration(at_eval[0].name, measured.step, at_eval[0].tau, measured_tau)
+    primary = next((e for e in estimates if e.name in ESTIMATOR_ORDER), None)
+    tau = primary.tau if primary else None
+    estimator = primary.name if primary else None
+    baseline, baseline_source = config.baseline
+    if config.target_tau is not None:
+        kind = "tau"
+        target_tau = config.target_tau
+        target_acc = (target_tau - 1.0) / (block_size - 1) if estimator == LINEAR else None
+        progress = progress_to(tau, target_tau) if tau is not None else None
+    else:
+        kind = "acc"
+        target_acc = config.target_acc
+        target_tau = linear_tau(target_acc, block_size) if estimator == LINEAR else None
+        progress = acc / target_acc if acc is not None else None
     return Acceptance(
         acc=acc,
         acc_basis=acc_basis,
         block_size=block_size,
         block_size_source=block_source,
         estimates=estimates,
-        estimator=best.name if best else None,
+        estimator=estimator,
         tau=tau,
+        target_kind=kind,
         target_acc=target_acc,
         target_tau=target_tau,
-        progress=progress_to(tau, target_tau) if tau is not None else None,
-        baseline_tau=config.baseline_tau,
-        vs_baseline=tau - config.baseline_tau if tau is not None else None,
+        progress=progress,
+        baseline_tau=baseline,
+        baseline_source=baseline_source,
+        vs_baseline=tau - baseline if tau is not None else None,
         measured_step=measured.step if measured is not None else None,
+        measured_age=age,
+        calibration=calibration,
         warnings=warnings,
     )

@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dflash_diag.analysis import defaults
+
 
 @dataclass(frozen=True)
 class Alert:
@@ -32,7 +34,7 @@ def loss_spikes(
     losses: Sequence[float | None],
     *,
     neighbours: int = 3,
-    factor: float = 6.0,
+    factor: float = defaults.SPIKE_FACTOR,
     rel_floor: float = 0.02,
 ) -> list[int]:
     """Indices of windows whose mean loss is far above their neighbours'.

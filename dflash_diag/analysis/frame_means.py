@@ -1,5 +1,6 @@
-"""Means over metric rows that respect schema v1: NaN/Inf left out (the reader counts them), acc
-per predicted token where every row carries ``n_pred``.
+"""Means over metric rows that respect schema v1: NaN/Inf left out (the reader counts them), loss
+and acc per predicted token where every row carries ``n_pred`` (the windows' rule, so compare,
+converge and watch give one number for the same steps).
 
 Shared by the regime summaries (`dflash_diag.compare.regimes`) and the boundary measurements
 (`dflash_diag.compare.boundary`).
@@ -18,11 +19,16 @@ def finite_rows(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     return frame.filter(values.is_not_null() & values.is_finite())
 
 
-def mean_loss(frame: pl.DataFrame) -> float | None:
-    """Plain mean of the finite losses, None when there are none."""
+def mean_loss(frame: pl.DataFrame, *, weighted: bool = True) -> float | None:
+    """Mean loss, weighted by ``n_pred`` where every finite row has it (as the windows are), else
+    a plain mean; None when there is no finite loss."""
     rows = finite_rows(frame, "loss")
     if rows.is_empty():
         return None
+    if weighted:
+        per_token = weighted_loss(rows)
+        if per_token is not None:
+            return per_token
     return float(rows["loss"].cast(pl.Float64).mean())
 
 
@@ -35,7 +41,7 @@ def mean_acc(frame: pl.DataFrame, *, weighted: bool = True) -> float | None:
     acc = rows["acc"].cast(pl.Float64)
     if weighted and "n_pred" in rows.columns:
         w = rows["n_pred"].cast(pl.Float64, strict=False)
-        if w.null_count() == 0 and bool((w > 0).all()):
+        if w.null_count() == 0 and bool((w.is_finite() & (w > 0)).all()):
             return float((acc * w).sum() / w.sum())
     return float(acc.mean())
 
@@ -46,7 +52,7 @@ def weighted_loss(frame: pl.DataFrame) -> float | None:
     if rows.is_empty() or "n_pred" not in rows.columns:
         return None
     w = rows["n_pred"].cast(pl.Float64, strict=False)
-    if w.null_count() or not bool((w > 0).all()):
+    if w.null_count() or not bool((w.is_finite() & (w > 0)).all()):
         return None
     return float((rows["loss"].cast(pl.Float64) * w).sum() / w.sum())
 

@@ -19,3 +19,9 @@ def finite_number(value: object) -> float | None:
     except OverflowError:  # an int beyond the float range (JSON integers are unbounded)
         return None
     return number if math.isfinite(number) else None
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``"1 window"``, ``"2 windows"``: a count with its noun, for report sentences."""
+    word = noun if count == 1 else (plural_form or noun + "s")
+    return f"{count:,} {word}"

@@ -1,7 +1,9 @@
 """Where the learning-rate schedule stands: current lr, peak, phase, fraction of peak, epochs.
 
 The peak comes from the ``run_start`` header's ``schedule.peak_lr`` when the log has one, else from
-``--peak-lr``, else it is the largest lr seen in the analysed records (and the report says which).
+``--peak-lr``, else it is the largest lr seen in every metric record read (not only the analysed
+ones; the report says which). A largest-seen lr is no peak while the lr still rises (warmup): then
+the peak is unknown and a note says to give ``--peak-lr``. Every command uses this one rule.
 The phase comes from the header's ``warmup_steps`` and ``kind`` when known, else it is inferred from
 the direction the lr moved over the last entries.
 """
@@ -126,6 +128,7 @@ def schedule_position(
     *,
     peak_lr: float | None = None,
     steps_per_epoch: float | None = None,
+    max_lr: float | None = None,
 ) -> SchedulePosition:
     """Locate the last record of ``frame`` (sorted by step) in the lr schedule.
 
@@ -134,6 +137,8 @@ def schedule_position(
         header: the schedule of the ``run_start`` header governing the last record, if any.
         peak_lr: the user's ``--peak-lr`` (used when the header gives no peak).
         steps_per_epoch: from the header, to place the step in epochs when records lack ``epoch``.
+        max_lr: the largest finite lr of every metric record read (the "max seen" peak); None:
+            the largest of ``frame``.
     """
     assert frame.height, "schedule_position needs at least one record"
     step = int(frame["step"][-1])
@@ -146,11 +151,10 @@ def schedule_position(
             notes.append(f"--peak-lr {peak_lr:g} ignored: the run_start header says {header.peak_lr:g}")
     elif peak_lr is not None:
         peak, peak_source = peak_lr, "--peak-lr"
-    elif finite_lr.height:
-        peak, peak_source = float(finite_lr["lr"].max()), "max seen"
+    elif max_lr is not None or finite_lr.height:
+        peak, peak_source = max_lr if max_lr is not None else float(finite_lr["lr"].max()), "max seen"
     else:
         peak, peak_source = None, None
-    fraction = current / peak if current is not None and peak else None
     phase, phase_source = None, None
     if header is not None:
         phase = header_phase(step, header)
@@ -158,6 +162,11 @@ def schedule_position(
     if phase is None and finite_lr.height:
         phase = infer_phase(finite_lr["lr"].tail(_INFER_TAIL).to_list())
         phase_source = "inferred" if phase is not None else None
+    if peak_source == "max seen" and phase == WARMUP:
+        # The lr is still rising: the largest lr so far is where it is now, not its peak.
+        notes.append(f"peak lr unknown while warming up (largest so far {peak:.3g}): give --peak-lr")
+        peak, peak_source = None, None
+    fraction = current / peak if current is not None and peak else None
     warmup_fraction = run_fraction = total_epochs = None
     if header is not None and header.warmup_steps:
         warmup_fraction = min(1.0, max(0, step - header.start_step) / header.warmup_steps)

@@ -177,3 +177,15 @@ def detect_schedule_events(headers: Sequence[Mapping[str, Any]], steps: Sequence
 def event_at(events: Sequence[ScheduleEvent], step: int, slack: int = 1) -> ScheduleEvent | None:
     """The event within ``slack`` steps of ``step`` (a regime boundary), if any."""
     return next((e for e in events if abs(e.step - step) <= slack), None)
+
+
+def schedule_events_of(log: Any, keep_all: bool = False) -> list[ScheduleEvent]:
+    """:func:`detect_schedule_events` of a parsed log (its headers and its lr series, restarts
+    resolved); no pass over the records when no header resumes anything."""
+    headers = [e.fields for e in log.run_starts]
+    if not any(isinstance(h.get("resumed_from"), Mapping) for h in headers):
+        return []
+    from dflash_diag.analysis.restarts import resolve_restarts
+
+    frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
+    return detect_schedule_events(headers, frame["step"].to_list(), frame["lr"].to_list())

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dflash_diag.analysis import defaults
 from dflash_diag.analysis.windows import Window
 
 UP, DOWN, FLAT = "up", "down", "flat"
@@ -33,8 +34,8 @@ class TrendConfig:
             window has at least two entries; otherwise the thresholds still apply).
     """
 
-    acc_threshold: float = 0.005
-    loss_threshold: float = 0.01
+    acc_threshold: float = defaults.ACC_THRESHOLD
+    loss_threshold: float = defaults.LOSS_THRESHOLD
     noise_aware: bool = False
 
     def __post_init__(self) -> None:

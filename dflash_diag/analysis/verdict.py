@@ -3,8 +3,14 @@
 The trend is measured on window means (x = window middle step, y = mean accuracy, or minus the
 loss for logs without accuracy) with a Theil-Sen slope and a Mann-Kendall test over the selected
 range. A significant rise is "converging", a significant fall "diverging", anything else
-"plateau". The ETA extends the slope from the current accuracy to the target accuracy; hours come
-from the median seconds per step (``time`` stamps, else ``n_tokens / tok_per_sec``).
+"plateau".
+
+The ETA is fitted in the target's own units (:func:`eta_toward`): an accuracy target on the
+accuracy windows (the verdict's own slope), a tau target on the series of the estimator that
+measures progress (eval points for ``measured``, per-window estimates otherwise). It is given only
+when the verdict supports one: the target already reached (0), or a converging verdict with a
+rising series; otherwise ``eta_reason`` says why there is none. Hours come from the median seconds
+per step (``time`` stamps, else ``n_tokens / tok_per_sec``).
 """
 
 from __future__ import annotations
@@ -12,15 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
+from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope
 from dflash_diag.analysis.windows import Window
-
-if TYPE_CHECKING:
-    from dflash_diag.analysis.acceptance import Acceptance
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 #: Statuses in the order a watchdog would worry about them.
@@ -38,8 +42,8 @@ class VerdictConfig:
         min_points: fewest windows to judge on (with 4 or fewer no trend can reach p < 0.05).
     """
 
-    alpha: float = 0.05
-    min_points: int = 5
+    alpha: float = defaults.ALPHA
+    min_points: int = defaults.MIN_POINTS
 
     def __post_init__(self) -> None:
         if not (0 < self.alpha < 1):
@@ -58,12 +62,14 @@ class Verdict:
         slope_per_1k_steps: Theil-Sen slope of that metric per 1000 steps (loss: its own sign).
         p_value: Mann-Kendall two-sided p-value.
         n_points: windows used.
-        eta_steps: steps until the target accuracy at this slope (0 if reached; None if the
-            slope does not lead there or there is no accuracy).
+        eta_steps: steps until the target at the fitted slope (0 if reached; None when the
+            verdict does not support one: see ``eta_reason``).
         eta_hours: the same in hours, when a step time is known.
         seconds_per_step: the median seconds per step used for hours.
         seconds_source: "time" or "tok_per_sec".
         reason: one line explaining the status.
+        eta_reason: one line saying how the ETA was fitted, or why there is none.
+        eta_basis: the series the ETA was fitted on (e.g. "accuracy windows", "3 eval points").
     """
 
     status: str
@@ -76,6 +82,8 @@ class Verdict:
     seconds_per_step: float | None
     seconds_source: str | None
     reason: str
+    eta_reason: str = ""
+    eta_basis: str | None = None
 
 
 def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[float], list[int]]:
@@ -124,7 +132,7 @@ def judge(
     frame: pl.DataFrame | None = None,
     config: VerdictConfig | None = None,
 ) -> Verdict:
-    """Judge the trend of the windows and estimate the time to ``target_acc``.
+    """Judge the trend of the windows and estimate the time to the accuracy ``target_acc``.
 
     Args:
         windows: the analysed windows in step order.
@@ -140,11 +148,13 @@ def judge(
     xs, ys, _ = _points(windows, metric) if metric else ([], [], [])
     sec, sec_source = seconds_per_step(frame) if frame is not None else (None, None)
     if len(xs) < config.min_points or len(set(xs)) < 2:
-        reason = (f"{len(xs)} window(s) with {metric or 'acc/loss'}; need {config.min_points}"
+        reason = (f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
                   " (try a smaller --window)")
-        return Verdict(status=NOT_ENOUGH, metric=metric, slope_per_1k_steps=None, p_value=None,
-                       n_points=len(xs), eta_steps=None, eta_hours=None, seconds_per_step=sec,
-                       seconds_source=sec_source, reason=reason)
+        verdict = Verdict(status=NOT_ENOUGH, metric=metric, slope_per_1k_steps=None, p_value=None,
+                          n_points=len(xs), eta_steps=None, eta_hours=None, seconds_per_step=sec,
+                          seconds_source=sec_source, reason=reason)
+        return eta_toward(verdict, current=current_acc if metric == "acc" else None, goal=target_acc,
+                          slope=None, basis="accuracy windows", units="acc")
     slope = theil_sen_slope(xs, ys)
     test = mann_kendall(ys)
     # "Better" is up for accuracy, down for loss.
@@ -155,48 +165,55 @@ def judge(
         status = PLATEAU
     reason = (f"Theil-Sen slope of {metric} over {len(xs)} windows, Mann-Kendall "
               f"p = {test.p_value:.3g} ({'<' if test.p_value < config.alpha else '>='} {config.alpha:g})")
-    eta_steps = None
-    if metric == "acc" and current_acc is not None:
-        if current_acc >= target_acc:
-            eta_steps = 0.0
-        elif slope > 0:
-            eta_steps = (target_acc - current_acc) / slope
-    eta_hours = eta_steps * sec / 3600.0 if eta_steps is not None and sec is not None else None
-    return Verdict(status=status, metric=metric, slope_per_1k_steps=slope * 1000.0,
-                   p_value=test.p_value, n_points=len(xs), eta_steps=eta_steps, eta_hours=eta_hours,
-                   seconds_per_step=sec, seconds_source=sec_source, reason=reason)
+    verdict = Verdict(status=status, metric=metric, slope_per_1k_steps=slope * 1000.0,
+                      p_value=test.p_value, n_points=len(xs), eta_steps=None, eta_hours=None,
+                      seconds_per_step=sec, seconds_source=sec_source, reason=reason)
+    if metric != "acc":
+        return replace(verdict, eta_reason="no ETA: the log has no accuracy")
+    return eta_toward(verdict, current=current_acc, goal=target_acc, slope=slope,
+                      basis="accuracy windows", units="acc")
 
 
-def accuracy_goal(acceptance: Acceptance) -> float | None:
-    """The accuracy at which the chosen tau estimator reaches the target tau.
+#: Fewest points an ETA is fitted on (a line through two evals is no trend).
+MIN_ETA_POINTS = 3
 
-    The ETA extrapolates the accuracy slope, so it needs the target in accuracy. Assuming the
-    extra tokens per verify step (tau - 1) stay proportional to accuracy at the ratio measured now,
-    the goal is acc * (target_tau - 1) / (tau - 1): exactly ``target_acc`` under the linear
-    estimator, and consistent with the progress figure under the others (whose tau may lag or lead
-    what the linear formula promises). None when any input is missing or tau has not left 1.
-    """
-    acc, tau, target_tau = acceptance.acc, acceptance.tau, acceptance.target_tau
-    if acc is None or tau is None or target_tau is None or acc <= 0 or tau <= 1.0:
+
+def fitted_slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Theil-Sen slope per step of ``(step, value)`` points; None with fewer than
+    :data:`MIN_ETA_POINTS` finite points or a single step."""
+    kept = [(x, y) for x, y in points if y is not None and math.isfinite(y)]
+    if len(kept) < MIN_ETA_POINTS or len({x for x, _ in kept}) < 2:
         return None
-    if acceptance.estimator == "linear" and acceptance.target_acc is not None:
-        return acceptance.target_acc  # the same value, without a rounding step
-    return acc * (target_tau - 1.0) / (tau - 1.0)
+    return theil_sen_slope([x for x, _ in kept], [y for _, y in kept])
 
 
-def judge_toward(windows: Sequence[Window], acceptance: Acceptance, *,
-                 frame: pl.DataFrame | None = None, config: VerdictConfig | None = None) -> Verdict:
-    """:func:`judge` with the ETA aimed at the accuracy where ``acceptance`` reaches its target.
+def eta_toward(verdict: Verdict, *, current: float | None, goal: float, slope: float | None,
+               basis: str, units: str) -> Verdict:
+    """``verdict`` with the ETA from ``current`` to ``goal`` at ``slope`` (per step).
 
-    A goal above accuracy 1 (the measured tau lags what accuracy promises too far) gives no ETA,
-    and the reason says so.
+    Only a verdict that supports an ETA gets one: the goal reached (0 steps), or a converging
+    verdict and a rising fitted series. Otherwise ``eta_steps`` is None and ``eta_reason`` says
+    why (a verdict that is not converging prints no ETA sentence at all).
     """
-    goal = accuracy_goal(acceptance)
-    verdict = judge(windows, current_acc=acceptance.acc,
-                    target_acc=goal if goal is not None else acceptance.target_acc,
-                    frame=frame, config=config)
-    if goal is not None and goal > 1.0:
-        verdict = replace(verdict, eta_steps=None, eta_hours=None,
-                          reason=verdict.reason + f"; no ETA: at the current tau/acc ratio the "
-                          f"target tau {acceptance.target_tau:.2f} would need acc {goal:.2f} > 1")
-    return verdict
+    eta = None
+    if current is None:
+        reason = f"no ETA: no current {units}"
+    elif current >= goal:
+        eta, reason = 0.0, f"target reached: {units} {current:.4g} >= {goal:.4g}"
+    elif verdict.status == NOT_ENOUGH:
+        reason = "no ETA without a trend (not enough data)"
+    elif verdict.status != CONVERGING:
+        reason = f"no ETA: the verdict is {verdict.status}"
+    elif slope is None:
+        reason = f"no ETA: too few points in the {basis} to fit a slope (need {MIN_ETA_POINTS})"
+    elif slope <= 0:
+        reason = f"no ETA: the {basis} do not rise ({slope * 1000:+.3g} per 1k steps)"
+    else:
+        eta = (goal - current) / slope
+        reason = (f"{units} {current:.4g} -> {goal:.4g} at {slope * 1000:+.3g} per 1k steps, "
+                  f"fitted on the {basis}")
+    sec = verdict.seconds_per_step
+    hours = eta * sec / 3600.0 if eta is not None and sec is not None else None
+    return replace(verdict, eta_steps=eta, eta_hours=hours, eta_reason=reason, eta_basis=basis)
+
+

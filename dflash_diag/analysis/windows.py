@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
+
 
 @dataclass(frozen=True, kw_only=True)
 class Window:
@@ -34,6 +36,8 @@ class Window:
         lr: plain mean of the finite learning rates (None if none).
         tok_per_sec: plain mean of the finite throughputs (None if none; legacy records have
             no ``tok_per_sec``).
+        tau_walk: the walked tau, ``sum walk_tokens / sum walk_steps`` over the window's records
+            that carry both (a ratio of sums, not a mean of ratios); None without any.
     """
 
     index: int
@@ -51,6 +55,7 @@ class Window:
     tau_train: float | None
     lr: float | None = None
     tok_per_sec: float | None = None
+    tau_walk: float | None = None
 
 
 def window_index(start: int, size: int) -> pl.Expr:
@@ -117,9 +122,14 @@ def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl
     return mean, use_weights, se
 
 
+#: A record counts toward the walked tau when both its walk fields are finite and it walked.
+_walked = _finite("walk_tokens") & _finite("walk_steps") & (pl.col("walk_steps") > 0).fill_null(False)
+
+
 def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
     """One row per non-empty window (sorted), with the columns :class:`Window` is built from."""
-    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc"):
+    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc",
+                 "walk_tokens", "walk_steps"):
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
     nonfinite = sum(
@@ -140,6 +150,7 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             *_masked_columns("loss", "n_pred"),
             *_masked_columns("tau_train", "n_blocks"),
             *(_masked(name, _finite(name)).alias(f"_{name}_ok") for name in ("lr", "tok_per_sec")),
+            *(_masked(name, _walked).alias(f"_{name}_ok") for name in ("walk_tokens", "walk_steps")),
         )
         .group_by("_window")
         .agg(
@@ -151,6 +162,7 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             *_weighted_mean_parts("loss", "n_pred"),
             *_weighted_mean_parts("tau_train", "n_blocks", with_sd=False),
             *(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean") for name in ("lr", "tok_per_sec")),
+            *(pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum") for name in ("walk_tokens", "walk_steps")),
         )
         .sort("_window")
         .select(
@@ -169,6 +181,8 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             tau.alias("_tau"),
             pl.col("_lr_mean"),
             pl.col("_tok_per_sec_mean"),
+            pl.when(pl.col("_walk_steps_sum") > 0)
+            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum")).alias("_tau_walk"),
         )
         # The in-memory engine's hash group-by sums like the eager API always did; the streaming
         # engine accumulates in another order, and the means would move in their last bits.
@@ -176,7 +190,7 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
     )
 
 
-def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = None) -> list[Window]:
+def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None) -> list[Window]:
     """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
 
     The aggregation is one polars query; Python only turns its columns into :class:`Window`
@@ -205,9 +219,10 @@ def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = Non
     return [
         Window(index=index, start=first, end=first + last, n=n, first_step=first_step,
                last_step=last_step, loss=loss, acc=acc, weighted=weighted, acc_se=acc_se,
-               loss_se=loss_se, nonfinite=nonfinite, tau_train=tau, lr=lr, tok_per_sec=tok_per_sec)
+               loss_se=loss_se, nonfinite=nonfinite, tau_train=tau, lr=lr, tok_per_sec=tok_per_sec,
+               tau_walk=tau_walk)
         for (index, first, n, first_step, last_step, loss, acc, weighted, acc_se, loss_se,
-             nonfinite, tau, lr, tok_per_sec) in zip(*(column.to_list() for column in table.get_columns()))
+             nonfinite, tau, lr, tok_per_sec, tau_walk) in zip(*(column.to_list() for column in table.get_columns()))
     ]
 
 

@@ -6,11 +6,49 @@ polars and the analysis inside its function.
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import Annotated, Any
 
+import typer
+from typer.core import TyperGroup
+
+from dflash_diag.cli.common import EXIT_USAGE
 from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
 from dflash_diag.cli.watch import watch
+
+
+class OneLineErrors(TyperGroup):
+    """The command group, with every usage error (an unknown option, a bad ``--format`` value...)
+    printed as one ``dflash-diag: error: ...`` line on stderr with exit code 2, as the product's
+    own errors are, instead of click's multi-line usage box."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:  # typer >= 0.2x vendors click; older ones use click itself
+            from typer._click.exceptions import ClickException, NoArgsIsHelpError
+        except ImportError:  # pragma: no cover - depends on the installed typer
+            from click.exceptions import ClickException, NoArgsIsHelpError
+        from typer import Abort
+
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:  # a bare `dflash-diag` or `dflash-diag converge`: help
+            print(exc.ctx.get_help())
+            rv = EXIT_USAGE if exc.ctx.parent is not None else 0
+        except ClickException as exc:
+            message = " ".join(exc.format_message().replace("Value error, ", "").split())
+            where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "dflash-diag"
+            print(f"dflash-diag: error: {message} (see '{where} --help')", file=sys.stderr)
+            rv = EXIT_USAGE
+        except Abort:
+            print("dflash-diag: aborted", file=sys.stderr)
+            rv = 1
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
 
 app = typer.Typer(
     name="dflash-diag",
@@ -18,11 +56,27 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("dflash-diag")
+        except PackageNotFoundError:  # run from a source tree without installing
+            number = "unknown"
+        print(f"dflash-diag {number}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
     """Convergence diagnostics for DFlash drafter training logs (JSONL)."""
 
 

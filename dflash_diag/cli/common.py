@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from dflash_diag.analysis import defaults
 from dflash_diag.errors import DiagError
 from dflash_diag.render.safe_text import visible
 
@@ -69,7 +70,52 @@ FieldOption = Annotated[
     typer.Option("--field", help="Map a log field onto a canonical one, NEW=OLD (e.g. acc=train/acc). "
                  "Repeatable.", metavar="NEW=OLD"),
 ]
-StrictOption = Annotated[bool, typer.Option("--strict", help="Malformed lines are an error, not skipped.")]
+StrictOption = Annotated[bool, typer.Option("--strict/--no-strict", metavar="", help="Malformed lines are an error, not skipped.")]
+
+# The analysis options every command shares (one diagnosis, one set of knobs, defaults defined once
+# in dflash_diag.analysis.defaults).
+WindowOption = Annotated[int, typer.Option("--window", "-w", min=1, help="Steps per window.")]
+ThresholdOption = Annotated[float, typer.Option(
+    "--threshold", min=0.0, help="Accuracy change (absolute) within which the arrow is flat.")]
+LossThresholdOption = Annotated[float, typer.Option(
+    "--loss-threshold", min=0.0, help="Loss change (fraction of the previous loss) within which the arrow is flat.")]
+NoiseAwareOption = Annotated[bool, typer.Option(
+    "--noise-aware/--no-noise-aware", metavar="", help="Flat within the standard error of the difference instead of the thresholds.")]
+PeakLrOption = Annotated[float | None, typer.Option(
+    "--peak-lr", help="Peak lr when the run_start header gives none (else the largest lr seen).")]
+BlockSizeOption = Annotated[int | None, typer.Option(
+    "--block-size", help=f"Block size B (default: the header's, else {defaults.BLOCK_SIZE}).")]
+TargetAccOption = Annotated[float, typer.Option(
+    "--target-acc", help="Target accuracy: progress is acc / target acc.")]
+TargetTauOption = Annotated[float | None, typer.Option(
+    "--target-tau", help="Target acceptance length instead: progress is (tau-1)/(target-1) of the primary estimate.")]
+BaselineTauOption = Annotated[float | None, typer.Option(
+    "--baseline-tau", help=f"Reference drafter's acceptance length (default {defaults.BASELINE_TAU:g}, the original analysis').")]
+AlphaOption = Annotated[float, typer.Option("--alpha", help="Significance level of the verdict's trend test.")]
+KeepAllOption = Annotated[bool, typer.Option(
+    "--keep-all/--no-keep-all", metavar="", help="Keep entries orphaned by restarts (default: later entries replace them).")]
+
+
+def diagnosis_config(*, phase: str, from_step: int | None, to_step: int | None, window: int,
+                     keep_all: bool, peak_lr: float | None, threshold: float, loss_threshold: float,
+                     noise_aware: bool, block_size: int | None, target_acc: float,
+                     target_tau: float | None, baseline_tau: float | None, alpha: float):
+    """The :class:`~dflash_diag.analysis.diagnosis.DiagnosisConfig` of the shared options; a bad
+    value is a usage error (one line, exit 2)."""
+    from dflash_diag.analysis.acceptance import AcceptanceConfig
+    from dflash_diag.analysis.diagnosis import DiagnosisConfig
+    from dflash_diag.analysis.trend import TrendConfig
+    from dflash_diag.analysis.verdict import VerdictConfig
+
+    try:
+        return DiagnosisConfig(
+            phase=phase, from_step=from_step, to_step=to_step, window=window, keep_all=keep_all,
+            peak_lr=peak_lr, trend=TrendConfig(threshold, loss_threshold, noise_aware),
+            acceptance=AcceptanceConfig(block_size, target_acc, target_tau, baseline_tau),
+            verdict=VerdictConfig(alpha=alpha),
+        )
+    except ValueError as exc:
+        fail(str(exc))
 FormatOption = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="auto: rich on a terminal, plain text otherwise or when NO_COLOR is set."),

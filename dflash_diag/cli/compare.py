@@ -1,8 +1,8 @@
 """`dflash-diag compare LOG [LOG_B]`: training regimes in one log, or two runs side by side.
 
 Thin over :mod:`dflash_diag.compare` (load, resolve restarts, analyse) and :mod:`dflash_diag.render`
-(rich tables on a terminal, plain text on a pipe, ``NO_COLOR`` or ``--format plain``, JSON or
-markdown).
+(rich tables on a terminal, plain text on a pipe, ``NO_COLOR`` or ``--format text``, JSON,
+markdown or CSV).
 """
 
 from __future__ import annotations
@@ -13,13 +13,26 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import (
+    AlphaOption,
+    BaselineTauOption,
+    BlockSizeOption,
     FieldOption,
     FormatOption,
+    KeepAllOption,
+    LossThresholdOption,
+    NoiseAwareOption,
     OutputFormat,
+    PeakLrOption,
     PhaseChoice,
     PhaseOption,
     StrictOption,
+    TargetAccOption,
+    TargetTauOption,
+    ThresholdOption,
+    WindowOption,
+    diagnosis_config,
     fail,
     make_console,
     use_rich,
@@ -50,17 +63,22 @@ def compare(
             metavar="LOG [LOG_B]",
         ),
     ],
-    k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = 50,
+    k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = defaults.BOUNDARY_K,
     x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
         XAxis.STEP
     ),
-    window: Annotated[
-        int, typer.Option("--window", "-w", help="Steps per window (trends, alignment).")
-    ] = 50,
+    window: WindowOption = defaults.WINDOW,
     phase: PhaseOption = PhaseChoice.AUTO,
-    keep_all: Annotated[
-        bool, typer.Option("--keep-all", help="Keep entries orphaned by restarts.")
-    ] = False,
+    keep_all: KeepAllOption = False,
+    threshold: ThresholdOption = defaults.ACC_THRESHOLD,
+    loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
+    noise_aware: NoiseAwareOption = False,
+    peak_lr: PeakLrOption = None,
+    block_size: BlockSizeOption = None,
+    target_acc: TargetAccOption = defaults.TARGET_ACC,
+    target_tau: TargetTauOption = None,
+    baseline_tau: BaselineTauOption = None,
+    alpha: AlphaOption = defaults.ALPHA,
     fields: FieldOption = None,
     strict: StrictOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
@@ -81,13 +99,21 @@ def compare(
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_rich
 
-        check_numbers({"--k": k, "--window": window})
+        check_numbers({
+            "--k": k, "--window": window, "--threshold": threshold, "--loss-threshold": loss_threshold,
+            "--peak-lr": peak_lr, "--block-size": block_size, "--target-acc": target_acc,
+            "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
+        })
         logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
         if len(logs) not in (1, 2):
             fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")
         ranks = rank_skew(rank_logs) if rank_logs else None
-        if fmt is OutputFormat.CSV:
-            fail("compare has no csv output (use json, markdown, text or rich)")
+        diagnosis = diagnosis_config(
+            phase=phase.value, from_step=None, to_step=None, window=window, keep_all=keep_all,
+            peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
+            noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
+            target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
+        )
         try:
             config = CompareConfig(k=k, window=window)
         except ValueError as exc:
@@ -95,7 +121,8 @@ def compare(
         field_map = parse_field_map(fields or [])
         if len(logs) == 1:
             comparisons = [
-                compare_log(logs[0], config, keep_all=keep_all, strict=strict, fields=field_map)
+                compare_log(logs[0], config, keep_all=keep_all, strict=strict, fields=field_map,
+                            diagnosis=diagnosis)
             ]
             alignment = None
         else:
@@ -108,6 +135,7 @@ def compare(
                 keep_all=keep_all,
                 strict=strict,
                 fields=field_map,
+                diagnosis=diagnosis,
             )
         if fmt is OutputFormat.JSON:
             typer.echo(dump_json(compare_json(comparisons, alignment, ranks)))
@@ -115,8 +143,14 @@ def compare(
         if fmt is OutputFormat.MARKDOWN:
             typer.echo(render_compare_markdown(comparisons, alignment, ranks), nl=False)
             return
+        if fmt is OutputFormat.CSV:
+            from dflash_diag.render.csv import render_compare_csv
+
+            typer.echo(render_compare_csv(comparisons, alignment), nl=False)
+            return
         console = make_console()
         if not use_rich(fmt, console):
-            # plain text: no colour, and no terminal width to fit, so wide enough for the tables
-            console = Console(color_system=None, force_terminal=False, highlight=False, width=140)
-        console.print(render_compare_rich(comparisons, alignment, ranks))
+            # plain text: no colour, at the terminal's width (COLUMNS when not a terminal)
+            console = Console(color_system=None, force_terminal=False, highlight=False,
+                              width=console.width, soft_wrap=False)
+        console.print(render_compare_rich(comparisons, alignment, ranks, width=console.width))

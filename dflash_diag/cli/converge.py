@@ -7,19 +7,31 @@ from typing import Annotated
 
 import typer
 
+from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import (
     EXIT_FAIL_ON,
+    AlphaOption,
+    BaselineTauOption,
+    BlockSizeOption,
     FailOn,
     FieldOption,
     FormatOption,
     FromStepOption,
+    KeepAllOption,
     LogsArgument,
+    LossThresholdOption,
+    NoiseAwareOption,
     OutputFormat,
+    PeakLrOption,
     PhaseChoice,
     PhaseOption,
     StrictOption,
+    TargetAccOption,
+    TargetTauOption,
+    ThresholdOption,
     ToStepOption,
-    fail,
+    WindowOption,
+    diagnosis_config,
     make_console,
     use_rich,
     user_errors,
@@ -33,26 +45,17 @@ def converge(
     phase: PhaseOption = PhaseChoice.AUTO,
     from_step: FromStepOption = None,
     to_step: ToStepOption = None,
-    window: Annotated[int, typer.Option("--window", "-w", min=1, help="Steps per window.")] = 50,
-    threshold: Annotated[float, typer.Option(
-        "--threshold", min=0.0, help="Accuracy change (absolute) within which the arrow is flat.")] = 0.005,
-    loss_threshold: Annotated[float, typer.Option(
-        "--loss-threshold", min=0.0, help="Loss change (fraction of the previous loss) within which "
-        "the arrow is flat.")] = 0.01,
-    noise_aware: Annotated[bool, typer.Option(
-        "--noise-aware", help="Flat within the standard error of the difference instead of the thresholds.")] = False,
-    peak_lr: Annotated[float | None, typer.Option(
-        "--peak-lr", help="Peak lr when the run_start header gives none (else the largest lr seen).")] = None,
-    block_size: Annotated[int | None, typer.Option(
-        "--block-size", help="Block size B (default: the header's, else 16).")] = None,
-    target_acc: Annotated[float, typer.Option("--target-acc", help="Target accuracy.")] = 0.27,
-    target_tau: Annotated[float | None, typer.Option(
-        "--target-tau", help="Target acceptance length (overrides --target-acc).")] = None,
-    baseline_tau: Annotated[float, typer.Option(
-        "--baseline-tau", help="Reference drafter's acceptance length to compare with.")] = 3.1,
-    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the verdict's trend test.")] = 0.05,
-    keep_all: Annotated[bool, typer.Option(
-        "--keep-all", help="Keep entries orphaned by restarts (default: later entries replace them).")] = False,
+    window: WindowOption = defaults.WINDOW,
+    threshold: ThresholdOption = defaults.ACC_THRESHOLD,
+    loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
+    noise_aware: NoiseAwareOption = False,
+    peak_lr: PeakLrOption = None,
+    block_size: BlockSizeOption = None,
+    target_acc: TargetAccOption = defaults.TARGET_ACC,
+    target_tau: TargetTauOption = None,
+    baseline_tau: BaselineTauOption = None,
+    alpha: AlphaOption = defaults.ALPHA,
+    keep_all: KeepAllOption = False,
     fields: FieldOption = None,
     strict: StrictOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
@@ -64,10 +67,7 @@ def converge(
     """Windows with trend arrows, lr schedule position, acceptance estimate and a verdict."""
     with user_errors():
         # Imported here so that `dflash-diag --help` does not pay for polars.
-        from dflash_diag.analysis.acceptance import AcceptanceConfig
-        from dflash_diag.analysis.trend import TrendConfig
-        from dflash_diag.analysis.verdict import VerdictConfig
-        from dflash_diag.converge.report import ConvergeConfig, build_converge_report
+        from dflash_diag.converge.report import build_converge_report
         from dflash_diag.read.jsonl import load_log
         from dflash_diag.read.ranks import rank_skew
         from dflash_diag.read.schema import parse_field_map
@@ -83,16 +83,12 @@ def converge(
             "--block-size": block_size, "--target-acc": target_acc, "--target-tau": target_tau,
             "--baseline-tau": baseline_tau, "--alpha": alpha, "--rows": rows,
         })
-        try:
-            config = ConvergeConfig(
-                phase=phase.value, from_step=from_step, to_step=to_step, window=window,
-                keep_all=keep_all, peak_lr=peak_lr,
-                trend=TrendConfig(threshold, loss_threshold, noise_aware),
-                acceptance=AcceptanceConfig(block_size, target_acc, target_tau, baseline_tau),
-                verdict=VerdictConfig(alpha=alpha),
-            )
-        except ValueError as exc:
-            fail(str(exc))
+        config = diagnosis_config(
+            phase=phase.value, from_step=from_step, to_step=to_step, window=window,
+            keep_all=keep_all, peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
+            noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
+            target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
+        )
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
         main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
         log = load_log(main, strict=strict, fields=parse_field_map(fields or []), lists=False)
@@ -113,7 +109,7 @@ def converge(
         elif use_rich(fmt, console):
             render_rich(report, console, max_rows=rows or None)
         else:
-            sys.stdout.write(render_text(report, max_rows=rows or None))
+            sys.stdout.write(render_text(report, max_rows=rows or None, width=console.width))
         sys.stdout.flush()
     if fail_on and report.verdict.status in {f.value for f in fail_on}:
         raise typer.Exit(EXIT_FAIL_ON)

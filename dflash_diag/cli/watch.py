@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import select
 import sys
@@ -13,10 +14,22 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import (
+    AlphaOption,
+    BaselineTauOption,
+    BlockSizeOption,
     FieldOption,
+    FromStepOption,
+    LossThresholdOption,
+    NoiseAwareOption,
+    PeakLrOption,
     PhaseChoice,
     PhaseOption,
+    TargetAccOption,
+    TargetTauOption,
+    ThresholdOption,
+    WindowOption,
     fail,
     make_console,
     user_errors,
@@ -28,6 +41,13 @@ if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --he
     from dflash_diag.watch import LiveLog
 
 QUIT_KEYS = (b"q", b"Q")
+
+
+class WatchFormat(str, enum.Enum):
+    """What ``watch`` prints: the live view, or one frame as JSON."""
+
+    AUTO = "auto"
+    JSON = "json"
 
 
 class KeyWaiter:
@@ -158,18 +178,25 @@ def watch(
     stall: Annotated[
         float, typer.Option(help="Alert when no record arrives for this many seconds.")
     ] = 300.0,
-    window: Annotated[int, typer.Option("--window", "-w", help="Steps per window.")] = 50,
+    window: WindowOption = defaults.WINDOW,
     history: Annotated[int, typer.Option(help="Windows shown in the sparklines.")] = 40,
-    threshold: Annotated[float, typer.Option(help="Acc change below which an arrow is flat.")] = (
-        0.005
-    ),
+    threshold: ThresholdOption = defaults.ACC_THRESHOLD,
+    loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
+    noise_aware: NoiseAwareOption = False,
     phase: PhaseOption = PhaseChoice.AUTO,
-    block_size: Annotated[
-        int | None, typer.Option(help="Block size B for tau (default: header, else 16).")
-    ] = None,
-    target_acc: Annotated[float, typer.Option(help="Target accuracy for progress/ETA.")] = 0.27,
-    once: Annotated[bool, typer.Option("--once", help="Draw one frame and exit.")] = False,
-    plot: Annotated[bool, typer.Option("--plot", help="Add line charts of loss and acc.")] = False,
+    from_step: FromStepOption = None,
+    peak_lr: PeakLrOption = None,
+    block_size: BlockSizeOption = None,
+    target_acc: TargetAccOption = defaults.TARGET_ACC,
+    target_tau: TargetTauOption = None,
+    baseline_tau: BaselineTauOption = None,
+    alpha: AlphaOption = defaults.ALPHA,
+    once: Annotated[bool, typer.Option("--once/--no-once", metavar="", help="Draw one frame and exit.")] = False,
+    plot: Annotated[bool, typer.Option(
+        "--plot/--no-plot", metavar="", help="Add line charts of loss, acc and tau.")] = False,
+    fmt: Annotated[WatchFormat, typer.Option(
+        "--format", "-f", help="auto: the live view; json: one frame's diagnosis as JSON (implies --once).")] = (
+        WatchFormat.AUTO),
     fields: FieldOption = None,
 ) -> None:
     """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
@@ -183,6 +210,8 @@ def watch(
         check_numbers({
             "--interval": interval, "--stall": stall, "--window": window, "--history": history,
             "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
+            "--loss-threshold": loss_threshold, "--from-step": from_step, "--peak-lr": peak_lr,
+            "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
         })
         try:
             config = WatchConfig(
@@ -195,11 +224,25 @@ def watch(
                 block_size=block_size,
                 target_acc=target_acc,
                 plot=plot,
+                from_step=from_step,
+                peak_lr=peak_lr,
+                target_tau=target_tau,
+                baseline_tau=baseline_tau,
+                loss_threshold=loss_threshold,
+                noise_aware=noise_aware,
+                alpha=alpha,
             )
         except ValueError as exc:
             fail(str(exc))
         check_log_path(str(log))
         live = LiveLog(log, config, fields=parse_field_map(fields or []))
+        if fmt is WatchFormat.JSON:
+            from dflash_diag.render.json import dump_json, watch_json
+            from dflash_diag.watch import build_view
+
+            live.refresh()
+            typer.echo(dump_json(watch_json(build_view(live))))
+            raise typer.Exit(0)
         console = make_console()
         try:
             with KeyWaiter() as waiter:

@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
+
 
 @dataclass(frozen=True, kw_only=True)
 class AlignedWindow:
@@ -107,7 +109,7 @@ def align_runs(
     run_b: pl.DataFrame,
     *,
     x: str = "step",
-    window: int = 50,
+    window: int = defaults.WINDOW,
     names: tuple[str, str] = ("A", "B"),
     tokens_per_step: tuple[float | None, float | None] = (None, None),
 ) -> RunAlignment:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
 from dflash_diag.analysis.frame_means import mean_acc, mean_loss, weighted_loss
 from dflash_diag.compare.regimes import Regime, RunConfig
 
@@ -33,10 +34,10 @@ class CompareConfig:
         window: steps per window for each regime's robust trend (and two-run alignment).
     """
 
-    k: int = 50
+    k: int = defaults.BOUNDARY_K
     factor_tolerance: float = 0.05
     acc_tolerance: float = 0.02
-    window: int = 50
+    window: int = defaults.WINDOW
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -98,7 +99,7 @@ def normalisation_factors(
     if tokens_before and tokens_after:
         r = max(tokens_before, tokens_after) / min(tokens_before, tokens_after)
         if r > 1.05 and not any(abs(f - r) / r < 1e-9 for _, f in out):
-            out.append((f"tokens per step x{r:.3g}", r))
+            out.append(("tokens per step", r))
     singles = list(out)
     for i in range(len(singles)):  # products of two settings (dp and accumulation together)
         for j in range(i + 1, len(singles)):

@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
 from dflash_diag.analysis.frame_means import mean_acc, mean_loss, mean_of
 from dflash_diag.analysis.numbers import finite_number
 from dflash_diag.analysis.robust_trend import theil_sen_slope
@@ -181,7 +182,7 @@ def _dominant_config(rows: pl.DataFrame, configs: Sequence[RunConfig]) -> RunCon
     return configs[i] if i < len(configs) else None
 
 
-def regime_trend(rows: pl.DataFrame, column: str, window: int = 50) -> float | None:
+def regime_trend(rows: pl.DataFrame, column: str, window: int = defaults.WINDOW) -> float | None:
     """Robust slope of ``column`` per 1k steps over a regime: Theil-Sen on its window means (the
     converge command's windows), None with fewer than 3 windows holding a finite value."""
     points = [

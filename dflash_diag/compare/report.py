@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
+from dflash_diag.analysis import defaults
+from dflash_diag.analysis.diagnosis import Diagnosis, DiagnosisConfig, diagnose_frame
 from dflash_diag.analysis.frame_means import mean_acc, mean_loss
+from dflash_diag.analysis.phase import Selection
 from dflash_diag.analysis.schedule_events import ScheduleEvent
 from dflash_diag.compare.align import AlignedWindow, RunAlignment, align_runs, tokens_seen
 from dflash_diag.compare.boundary import (
@@ -31,6 +34,7 @@ from dflash_diag.compare.boundary import (
     normalisation_factors,
 )
 from dflash_diag.compare.regimes import Regime, RunConfig, TrendFn, find_regimes, regime_trend
+from dflash_diag.read.records import LogEvent
 
 __all__ = [
     "AlignedWindow",
@@ -66,17 +70,24 @@ class RegimeComparison:
     regimes: list[Regime]
     boundaries: list[Boundary]
     split_on: str | None
-    k: int = 50
+    k: int = defaults.BOUNDARY_K
     notes: list[str] = field(default_factory=list)
+    diagnoses: list[Diagnosis | None] = field(default_factory=list)
+    """One :class:`~dflash_diag.analysis.diagnosis.Diagnosis` per regime (the analysis converge
+    shows, run on the regime's records), when the comparison was asked for them."""
     schedule_events: list[ScheduleEvent] = field(default_factory=list)
     """lr schedule restarts at resumes (additive ``schedule_events`` JSON key when any)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: ``regimes`` and ``boundaries`` with their documented keys first."""
+        from dflash_diag.render.json import regime_diagnosis_json
+
         regimes = []
-        for r in self.regimes:
+        for i, r in enumerate(self.regimes):
             d = asdict(r)
             d["config"] = asdict(r.config) if r.config is not None else None
+            diagnosis = self.diagnoses[i] if i < len(self.diagnoses) else None
+            d["diagnosis"] = regime_diagnosis_json(diagnosis) if diagnosis is not None else None
             regimes.append(d)
         out = {
             "regimes": regimes,
@@ -96,6 +107,10 @@ def compare_regimes(
     config: CompareConfig | None = None,
     *,
     trend: TrendFn | None = None,
+    diagnosis: DiagnosisConfig | None = None,
+    evals: Sequence[LogEvent] = (),
+    run_starts: Sequence[LogEvent] | None = None,
+    max_lr: float | None = None,
 ) -> RegimeComparison:
     """Find the regimes of one log and measure every boundary between them.
 
@@ -105,6 +120,12 @@ def compare_regimes(
         config: K and tolerances; defaults to `CompareConfig()`.
         trend: ``trend(rows, column) -> slope per 1k steps`` for each regime; by default
             `regime_trend` over ``config.window``-step windows.
+        diagnosis: when given, each regime also gets the one diagnosis (acc, tau and its
+            estimators, target progress, verdict) run on its own records with these settings.
+        evals: the log's eval records (each regime uses those within its steps).
+        run_starts: the ``run_start`` events ``headers`` come from (the governing header of a
+            regime's last record feeds its schedule and block size).
+        max_lr: the largest lr of the whole log (the "max seen" peak rule).
 
     Returns:
         A `RegimeComparison`; ``boundaries`` is empty when the log holds one regime.
@@ -120,6 +141,22 @@ def compare_regimes(
         measure_boundary(rows_a, rows_b, reg_a, reg_b, config)
         for (reg_a, rows_a), (reg_b, rows_b) in itertools.pairwise(found)
     ]
+    diagnoses: list[Diagnosis | None] = []
+    if diagnosis is not None:
+        events = list(run_starts) if run_starts is not None else [
+            LogEvent("run_start", 0, 0, None, dict(h)) for h in headers
+        ]
+        for regime, rows in found:
+            run = rows["run"][-1] if "run" in rows.columns else None
+            header = events[run] if run is not None and 0 <= run < len(events) else None
+            selection = Selection(phase="all", reason=f"regime {regime.name}: {regime.n} entries",
+                                  total=regime.n, pipeline=regime.n if regime.tok_per_sec is not None else 0,
+                                  selected=regime.n, from_step=None, to_step=None)
+            diagnoses.append(diagnose_frame(
+                rows, selection=selection, evals=evals, header=header,
+                config=replace(diagnosis, from_step=None, to_step=None), max_lr=max_lr,
+            ))
     return RegimeComparison(
-        regimes=[r for r, _ in found], boundaries=boundaries, split_on=split_on, k=config.k
+        regimes=[r for r, _ in found], boundaries=boundaries, split_on=split_on, k=config.k,
+        diagnoses=diagnoses,
     )

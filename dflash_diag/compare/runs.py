@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dflash_diag.analysis.numbers import plural
 from dflash_diag.errors import DiagError
 
 if TYPE_CHECKING:
+    from dflash_diag.analysis.diagnosis import DiagnosisConfig
     from dflash_diag.compare.report import CompareConfig, RegimeComparison, RunAlignment
 
 
@@ -22,6 +24,7 @@ def compare_log(
     keep_all: bool = False,
     strict: bool = False,
     fields: dict[str, str] | None = None,
+    diagnosis: DiagnosisConfig | None = None,
 ) -> RegimeComparison:
     """Load one log and compare its regimes (every record: regimes are what is compared).
 
@@ -29,21 +32,31 @@ def compare_log(
         DiagError: a missing, unreadable or empty log.
     """
     from dflash_diag.analysis.restarts import resolve_restarts
-    from dflash_diag.compare.report import compare_regimes
     from dflash_diag.read.jsonl import load_log
 
     log = load_log([path], strict=strict, fields=fields)
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
-    comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
-    comparison = with_schedule_events(comparison, log, frame)
+    comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
     if restarts:
-        comparison.notes.append("restarts at steps " + ", ".join(str(r.step) for r in restarts))
+        at = "restart at step " if len(restarts) == 1 else f"{len(restarts)} restarts at steps "
+        comparison.notes.append(at + ", ".join(f"{r.step} (after {r.previous_step})" for r in restarts))
     if log.issues.malformed:
-        comparison.notes.append(f"{log.issues.malformed} malformed lines skipped")
+        comparison.notes.append(f"{plural(log.issues.malformed, 'malformed line')} skipped")
     if log.issues.nonfinite_total:
-        comparison.notes.append(f"{log.issues.nonfinite_total} NaN/Inf values left out of means")
+        comparison.notes.append(f"{plural(log.issues.nonfinite_total, 'NaN/Inf value')} left out of means")
     comparison.notes.extend(log.issues.reader_notes())
     return comparison
+
+
+def _compare(log, frame, config: CompareConfig, diagnosis: DiagnosisConfig | None) -> RegimeComparison:
+    """`compare_regimes` with the log's headers, evals and largest lr (the diagnosis inputs)."""
+    from dflash_diag.analysis.diagnosis import max_lr_of
+    from dflash_diag.compare.report import compare_regimes
+
+    return compare_regimes(
+        frame, [e.fields for e in log.run_starts], config, diagnosis=diagnosis, evals=log.evals,
+        run_starts=log.run_starts, max_lr=max_lr_of(log.metrics),
+    )
 
 
 def compare_two_runs(
@@ -56,6 +69,7 @@ def compare_two_runs(
     keep_all: bool = False,
     strict: bool = False,
     fields: dict[str, str] | None = None,
+    diagnosis: DiagnosisConfig | None = None,
 ) -> tuple[RunAlignment, list[RegimeComparison]]:
     """Load two runs, align them on ``x`` and compare each one's own regimes.
 
@@ -67,7 +81,7 @@ def compare_two_runs(
     """
     from dflash_diag.analysis.phase import select_phase
     from dflash_diag.analysis.restarts import resolve_restarts
-    from dflash_diag.compare.report import align_runs, compare_regimes
+    from dflash_diag.compare.report import align_runs
     from dflash_diag.read.jsonl import load_log
 
     names = _run_names(path_a, path_b)
@@ -75,8 +89,8 @@ def compare_two_runs(
     for path, name in zip((path_a, path_b), names):
         log = load_log([path], strict=strict, fields=fields)
         frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
-        comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
-        comparisons.append(_prefixed(with_schedule_events(comparison, log, frame), name))
+        comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
+        comparisons.append(_prefixed(comparison, name))
         comparisons[-1].notes.extend(log.issues.reader_notes())
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:

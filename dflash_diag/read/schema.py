@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.logschema import EVENT_FIELDS, METRIC_LISTS, METRIC_NUMBERS
+from dflash_diag.logschema import EVENT_FIELDS, METRIC_LISTS, METRIC_NUMBERS, WALK_LISTS
 
 __all__ = [
     "CANONICAL_FIELDS", "EVENT_FIELDS", "METRIC_LISTS", "METRIC_NUMBERS", "check_field_map",
@@ -23,7 +23,8 @@ __all__ = [
 ]
 
 #: Every canonical field that a map may rename.
-CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + EVENT_FIELDS)
+CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + WALK_LISTS
+                                             + EVENT_FIELDS)
 
 
 def read_schema(
@@ -48,7 +49,9 @@ def read_schema(
     fields = dict(fields or {})
     check_field_map(fields)
     canonical: dict[str, pl.DataType] = {name: pl.Float64() for name in METRIC_NUMBERS}
-    for name in METRIC_LISTS if lists else ():
+    # The walk's histogram first: it is read in every pass, so a frame read without the
+    # per-position lists keeps the same column order once they are fetched.
+    for name in WALK_LISTS + (METRIC_LISTS if lists else ()):
         canonical[name] = pl.List(pl.Float64())
     canonical["event"] = pl.String()  # to tell metric records from events
     canonical.update(extra or {})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dflash_diag.render.number_format import format_number
+from dflash_diag.render.number_format import format_number, format_percent
 from dflash_diag.render.safe_text import visible
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
@@ -123,4 +123,30 @@ def merged(comparisons: Sequence[RegimeComparison]) -> RegimeComparison:
         split_on=first.split_on if len(comparisons) == 1 else None,
         k=first.k,
         notes=[n for c in comparisons for n in c.notes],
+        diagnoses=[d for c in comparisons for d in (c.diagnoses or [None] * len(c.regimes))],
     )
+
+
+def diagnosis_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[str]]]:
+    """Headers and cells of the per-regime diagnosis table: the numbers converge shows for the
+    same records (acc of the last window, the primary tau, target progress, verdict)."""
+    head = ["regime", "acc", "tau", "estimator", "target", "progress", "verdict", "ETA"]
+    rows = []
+    for regime, d in zip(comparison.regimes, comparison.diagnoses):
+        if d is None:
+            continue
+        a, v = d.acceptance, d.verdict
+        target = (f"tau {a.target_tau:.2f}" if a.target_kind == "tau" and a.target_tau is not None
+                  else f"acc {a.target_acc:.3g}" if a.target_acc is not None else "-")
+        eta = "-" if v.eta_steps is None else ("reached" if v.eta_steps == 0 else f"{v.eta_steps:,.0f} steps")
+        rows.append([
+            visible(regime.name),
+            format_number(a.acc),
+            format_number(a.tau, ".2f"),
+            a.estimator or "-",
+            target,
+            format_percent(a.progress),
+            v.status,
+            eta,
+        ])
+    return head, rows

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dflash_diag.analysis.acceptance import ESTIMATOR_LABELS
+from dflash_diag.analysis.alerts import format_duration
+from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, window_label
+from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.trend import ARROWS
-from dflash_diag.converge.report import ConvergeReport, WindowRow
+from dflash_diag.converge.report import ConvergeReport
 from dflash_diag.read.ranks import skew_lines
 from dflash_diag.render.number_format import format_lr, format_number, format_percent
 from dflash_diag.render.safe_text import visible
@@ -42,11 +46,11 @@ def _steps(value: float | None) -> str:
 WINDOW_HEADERS = ("steps", "n", "loss", "Δloss", "", "acc", "Δacc", "")
 
 
-def window_cells(row: WindowRow) -> list[str]:
-    """The table cells of one window (the trend cells hold arrows)."""
+def window_cells(row: WindowRow, last_step: int | None = None) -> list[str]:
+    """The table cells of one window (the trend cells hold arrows); the label ends at the data."""
     w, t = row.window, row.trend
     return [
-        f"{w.start}-{w.end}",
+        window_label(w, last_step),
         str(w.n),
         _f(w.loss),
         _signed(t.loss_delta),
@@ -65,7 +69,7 @@ def _with_nonfinite(report: ConvergeReport) -> bool:
 def window_table(report: ConvergeReport, rows: Sequence[WindowRow]) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of the window table (a NaN/Inf column only when some window has some)."""
     headers = list(WINDOW_HEADERS)
-    cells = [window_cells(r) for r in rows]
+    cells = [window_cells(r, report.last_step) for r in rows]
     if _with_nonfinite(report):
         headers.append("NaN/Inf")
         for row, line in zip(rows, cells):
@@ -97,9 +101,45 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     last = report.windows[-1].window if report.windows else None
     span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
     size = (first.end - first.start + 1) if first else 0
-    lines.append(("selected", f"{sel.reason}{span} · {len(report.windows)} windows of {size} steps"))
+    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of {size} steps"))
 
-    s = report.schedule
+    sched = schedule_text(report.schedule)
+    lines.append(("schedule", sched))
+
+    lines += diagnosis_lines(report)
+    if report.restarts:
+        shown = ", ".join(f"{r.step} (after {r.previous_step})" for r in report.restarts[:8])
+        more = f" and {len(report.restarts) - 8} more" if len(report.restarts) > 8 else ""
+        at = "at step" if len(report.restarts) == 1 else "at steps"
+        lines.append(("restarts", f"{plural(len(report.restarts), 'restart')}: {at} {shown}{more}"))
+    for event in report.schedule_events:
+        lines.append(("event", visible(event.text())))
+    issues = report.issues
+    if issues.malformed:
+        where = _line_list(report, issues.malformed_lines, issues.malformed)
+        lines.append(("skipped", f"{plural(issues.malformed, 'malformed line')} skipped: {where}"))
+    if issues.nonfinite:
+        parts = ", ".join(f"{k} {n}" for k, n in sorted(issues.nonfinite.items()))
+        lines.append(("nonfinite", f"{plural(issues.nonfinite_total, 'NaN/Inf value')}: {parts}"))
+    if issues.coerced or issues.nonnumeric:
+        text = f"{issues.coerced} number(s) given as strings, converted"
+        if issues.nonnumeric:
+            where = _line_list(report, issues.nonnumeric_lines, len(issues.nonnumeric_lines))
+            text += f"; {issues.nonnumeric} non-numeric value(s) ignored ({where})"
+        lines.append(("types", text))
+    if issues.without_step:
+        lines.append(("no step", f"{plural(issues.without_step, 'record')} without a step ignored"))
+    if report.ranks is not None:
+        lines += skew_lines(report.ranks)
+    for note in report.notes:
+        lines.append(("note", visible(note)))
+    for warning in report.acceptance.warnings:
+        lines.append(("WARNING", visible(warning)))
+    return lines
+
+
+def schedule_text(s) -> str:
+    """The schedule sentence: lr, fraction of peak with its source, phase, warmup, run, epoch."""
     sched = f"lr {format_lr(s.current)}"
     if s.peak is not None:
         sched += f" = {format_percent(s.fraction_of_peak)} of peak {format_lr(s.peak)} ({s.peak_source})"
@@ -113,58 +153,86 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
         sched += f" · epoch {s.epoch:.2f}"
         if s.total_epochs:
             sched += f" of {s.total_epochs:.2f}"
-    lines.append(("schedule", sched))
+    return sched
 
-    a = report.acceptance
-    acc = f"acc {_f(a.acc)} ({a.acc_basis})"
-    lines.append(("accuracy", acc))
+
+def tau_text(d: Diagnosis) -> str:
+    """``tau 2.02 (measured: eval at step 400, 8 prompts, 10 steps old)``: the one tau, with its
+    source."""
+    a = d.acceptance
+    primary = a.primary
+    if primary is None:
+        return "tau -"
+    age = ""
+    if a.estimator == "measured" and a.measured_age:
+        age = f", {plural(a.measured_age, 'step')} old"
+    return f"tau {a.tau:.2f} ({a.estimator}: {visible(primary.basis)}{age})"
+
+
+def target_text(d: Diagnosis) -> str:
+    """Progress in the target's own units (``acc 0.1766 = 65% of target acc 0.27``)."""
+    a = d.acceptance
+    if a.target_kind == "tau":
+        if a.tau is None:
+            return f"target tau {a.target_tau:.2f}: no tau estimate"
+        return (f"tau {a.tau:.2f} ({a.estimator}) = {format_percent(a.progress)} of the way from 1 "
+                f"to target tau {a.target_tau:.2f}")
+    if a.acc is None:
+        return f"target acc {a.target_acc:.3g}: no accuracy in the log"
+    text = f"acc {_f(a.acc)} = {format_percent(a.progress)} of target acc {a.target_acc:.3g}"
+    if a.target_tau is not None:  # only under the linear estimator, where they are one scale
+        text += f" (tau {a.target_tau:.2f} by the linear formula)"
+    return text
+
+
+def eta_text(d: Diagnosis) -> str | None:
+    """The ETA sentence, or None when the verdict supports none (no "no ETA" sentence either,
+    except for a converging verdict, where its absence needs a reason)."""
+    v = d.verdict
+    if v.eta_steps is not None:
+        if v.eta_steps == 0:
+            return "target reached"
+        text = f"ETA to target {_steps(v.eta_steps)} steps"
+        if v.eta_hours is not None:
+            text += f" (~{format_duration(v.eta_hours * 3600.0)})"
+        return text
+    return None
+
+
+def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of the diagnosis proper: accuracy, tau and its estimators, target,
+    verdict, alerts. Shared by converge's renderers and compare's per-regime lines."""
+    a = d.acceptance
+    lines: list[tuple[str, str]] = [("accuracy", f"acc {_f(a.acc)} ({a.acc_basis})")]
     if a.tau is not None:
-        tau = (f"tau {a.tau:.2f} by {a.estimator} (B={a.block_size}, {a.block_size_source}) · "
-               f"target {a.target_tau:.2f} (acc {a.target_acc:.3g}) · progress {format_percent(a.progress)} · "
-               f"baseline {a.baseline_tau:.2f} ({_signed(a.vs_baseline, 2)})")
-        lines.append(("acceptance", tau))
+        lines.append(("acceptance", (f"{tau_text(d)} · B={a.block_size} ({a.block_size_source}) · "
+                      f"baseline {a.baseline_tau:.2f} ({a.baseline_source}): {_signed(a.vs_baseline, 2)}")))
     for e in a.estimates:
-        err = f", error {_signed(e.error, 2)}" if e.error is not None else ""
-        lines.append(("", f"  {e.name:<8} {e.tau:.2f}  ({visible(e.basis)}{err})"))
-
-    v = report.verdict
+        err = f" · error {_signed(e.error, 2)}" if e.error is not None else ""
+        mark = "*" if e.name == a.estimator else " "
+        lines.append(("", f"{mark} {e.name:<8} {e.tau:5.2f}  {visible(e.basis)}{err}"))
+    if a.estimates:
+        lines.append(("", ("  (* primary; ranked measured > walk > harmonic > chain > linear; "
+                      f"prefix is {ESTIMATOR_LABELS['prefix']})")))
+    if a.calibration is not None:
+        c = a.calibration
+        lines.append(("calibration", (f"measured/{c.estimator} at the last eval (step {c.step}): "
+                      f"{c.measured:.2f} / {c.estimate:.2f} = x{c.ratio:.2f}")))
+    lines.append(("target", target_text(d)))
+    v = d.verdict
     verdict = v.status.upper()
     if v.slope_per_1k_steps is not None:
         verdict += f" · {v.metric} slope {v.slope_per_1k_steps:+.4f} per 1k steps · p = {v.p_value:.3g}"
-    if v.eta_steps is not None:
-        verdict += f" · ETA to target {_steps(v.eta_steps)} steps"
-        if v.eta_hours is not None:
-            verdict += f" ({v.eta_hours:.1f} h)"
+    eta = eta_text(d)
+    if eta is not None:
+        verdict += f" · {eta}"
     lines.append(("verdict", verdict))
     lines.append(("", f"  {v.reason}"))
-
-    if report.restarts:
-        shown = ", ".join(f"{r.step} (after {r.previous_step})" for r in report.restarts[:8])
-        more = f" and {len(report.restarts) - 8} more" if len(report.restarts) > 8 else ""
-        lines.append(("restarts", f"{len(report.restarts)}: at step {shown}{more}"))
-    for event in report.schedule_events:
-        lines.append(("event", visible(event.text())))
-    issues = report.issues
-    if issues.malformed:
-        where = _line_list(report, issues.malformed_lines, issues.malformed)
-        lines.append(("skipped", f"{issues.malformed} malformed line(s) skipped: {where}"))
-    if issues.nonfinite:
-        parts = ", ".join(f"{k} {n}" for k, n in sorted(issues.nonfinite.items()))
-        lines.append(("nonfinite", f"{issues.nonfinite_total} NaN/Inf value(s): {parts}"))
-    if issues.coerced or issues.nonnumeric:
-        text = f"{issues.coerced} number(s) given as strings, converted"
-        if issues.nonnumeric:
-            where = _line_list(report, issues.nonnumeric_lines, len(issues.nonnumeric_lines))
-            text += f"; {issues.nonnumeric} non-numeric value(s) ignored ({where})"
-        lines.append(("types", text))
-    if issues.without_step:
-        lines.append(("no step", f"{issues.without_step} record(s) without a step ignored"))
-    if report.ranks is not None:
-        lines += skew_lines(report.ranks)
-    for note in report.notes:
-        lines.append(("note", visible(note)))
-    for warning in a.warnings:
-        lines.append(("WARNING", visible(warning)))
+    if v.status == "converging" and v.eta_steps != 0:  # how the ETA was fitted, or why there is none
+        lines.append(("", f"  {v.eta_reason}"))
+    for alert in d.alerts:
+        if alert.kind != "diverging":
+            lines.append(("alert", visible(alert.message)))
     return lines
 
 

@@ -1,11 +1,17 @@
-"""CSV output: converge's windows, one row per window (compare has no CSV output)."""
+"""CSV output: converge's windows, one row per window; compare's regimes (one log, one row per
+regime with its diagnosis) or aligned windows (two runs, one row per window)."""
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dflash_diag.converge.report import ConvergeReport
+
+if TYPE_CHECKING:
+    from dflash_diag.compare.report import RegimeComparison, RunAlignment
 
 CSV_COLUMNS = ("start", "end", "n", "first_step", "last_step", "loss", "loss_delta", "loss_trend",
                "acc", "acc_delta", "trend", "weighted", "nonfinite", "tau_train")
@@ -26,3 +32,37 @@ def render_csv(report: ConvergeReport) -> str:
 
 def _csv(value: float | None) -> str:
     return "" if value is None else repr(float(value))
+
+
+COMPARE_CSV_COLUMNS = ("regime", "start_step", "end_step", "n", "tokens_per_step", "tok_per_sec",
+                       "loss", "loss_trend", "acc_mean", "acc_trend", "acc", "tau", "estimator",
+                       "target_kind", "target_acc", "target_tau", "progress", "verdict", "eta_steps")
+ALIGNMENT_CSV_COLUMNS = ("start", "end", "n_a", "n_b", "loss_a", "loss_b", "loss_diff", "acc_a",
+                         "acc_b", "acc_diff")
+
+
+def render_compare_csv(comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None) -> str:
+    """One log: one row per regime (its means and trends, then its diagnosis: ``acc`` of the last
+    window, primary ``tau``, target progress, verdict). Two runs: one row per aligned window."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if alignment is not None:
+        writer.writerow(ALIGNMENT_CSV_COLUMNS)
+        for w in alignment.windows:
+            writer.writerow([_csv(w.start), _csv(w.end), w.n_a, w.n_b, _csv(w.loss_a), _csv(w.loss_b),
+                             _csv(w.loss_diff), _csv(w.acc_a), _csv(w.acc_b), _csv(w.acc_diff)])
+        return buffer.getvalue()
+    writer.writerow(COMPARE_CSV_COLUMNS)
+    for comparison in comparisons:
+        diagnoses = comparison.diagnoses or [None] * len(comparison.regimes)
+        for r, d in zip(comparison.regimes, diagnoses):
+            row = [r.name, r.start_step, r.end_step, r.n, _csv(r.tokens_per_step), _csv(r.tok_per_sec),
+                   _csv(r.loss), _csv(r.loss_trend), _csv(r.acc), _csv(r.acc_trend)]
+            if d is None:
+                row += [""] * 9
+            else:
+                a, v = d.acceptance, d.verdict
+                row += [_csv(a.acc), _csv(a.tau), a.estimator or "", a.target_kind, _csv(a.target_acc),
+                        _csv(a.target_tau), _csv(a.progress), v.status, _csv(v.eta_steps)]
+            writer.writerow(row)
+    return buffer.getvalue()

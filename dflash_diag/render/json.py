@@ -8,9 +8,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
+    from dflash_diag.analysis.acceptance import Acceptance
+    from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
+    from dflash_diag.analysis.verdict import Verdict
     from dflash_diag.compare.report import RegimeComparison, RunAlignment
     from dflash_diag.converge.report import ConvergeReport
     from dflash_diag.read.ranks import RankSkew
+    from dflash_diag.watch.view import WatchView
 
 
 def json_number(value: float | None) -> float | None:
@@ -31,53 +35,115 @@ def clean_json(value: Any) -> Any:
     return value
 
 
+def window_json(row: WindowRow) -> dict[str, Any]:
+    """One window of the JSON contract."""
+    return {
+        "start": row.window.start,
+        "end": row.window.end,
+        "n": row.window.n,
+        "loss": json_number(row.window.loss),
+        "acc": json_number(row.window.acc),
+        "acc_delta": json_number(row.trend.acc_delta),
+        "trend": row.trend.acc_trend,
+        "loss_delta": json_number(row.trend.loss_delta),
+        "loss_trend": row.trend.loss_trend,
+    }
+
+
+def acceptance_json(a: Acceptance) -> dict[str, Any]:
+    """The ``acceptance`` object: the primary estimate, the target in its own units, every
+    estimate with its error, and the measured/estimate ratio at the last eval."""
+    c = a.calibration
+    return {
+        "acc": json_number(a.acc),
+        "tau": json_number(a.tau),
+        "estimator": a.estimator,
+        "block_size": a.block_size,
+        "target_acc": json_number(a.target_acc),
+        "target_tau": json_number(a.target_tau),
+        "progress": json_number(a.progress),
+        "baseline_tau": json_number(a.baseline_tau),
+        "target_kind": a.target_kind,
+        "baseline_source": a.baseline_source,
+        "measured_step": a.measured_step,
+        "measured_age_steps": a.measured_age,
+        "estimates": [
+            {"name": e.name, "tau": json_number(e.tau), "basis": e.basis, "error": json_number(e.error),
+             "upper_view": e.upper_view}
+            for e in a.estimates
+        ],
+        "calibration": None if c is None else {
+            "estimator": c.estimator, "step": c.step, "estimate": json_number(c.estimate),
+            "measured": json_number(c.measured), "ratio": json_number(c.ratio),
+        },
+        "warnings": list(a.warnings),
+    }
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    """The ``verdict`` object."""
+    return {
+        "status": v.status,
+        "slope_per_1k_steps": json_number(v.slope_per_1k_steps),
+        "p_value": json_number(v.p_value),
+        "eta_steps": json_number(v.eta_steps),
+        "eta_hours": json_number(v.eta_hours),
+        "eta_reason": v.eta_reason,
+        "reason": v.reason,
+    }
+
+
+def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
+    """The keys every command's JSON shares for one diagnosis (converge's top level, watch's
+    frame, compare's per-regime ``diagnosis``)."""
+    return {
+        "windows": [window_json(row) for row in d.windows],
+        "lr": {
+            "current": json_number(d.schedule.current),
+            "peak": json_number(d.schedule.peak),
+            "peak_source": d.schedule.peak_source,
+            "fraction_of_peak": json_number(d.schedule.fraction_of_peak),
+            "phase": d.schedule.phase,
+        },
+        "acceptance": acceptance_json(d.acceptance),
+        "verdict": verdict_json(d.verdict),
+        "restarts": [r.step for r in d.restarts],
+        "restart_details": [{"step": r.step, "after": r.previous_step} for r in d.restarts],
+        "alerts": [{"kind": a.kind, "message": a.message, "step": a.step} for a in d.alerts],
+    }
+
+
+def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
+    """A regime's diagnosis in compare's JSON: converge's ``lr``, ``acceptance`` and ``verdict``
+    objects for the regime's records (its windows are left out: compare's JSON stays small)."""
+    full = diagnosis_json(d)
+    return {key: full[key] for key in ("lr", "acceptance", "verdict", "alerts")}
+
+
 def converge_json(report: ConvergeReport) -> dict[str, Any]:
     """The JSON contract of converge: exactly the keys documented in docs/diagnostics.md (plus
     ``ranks`` when per-rank logs were given); non-finite numbers become null."""
-    out = {
-        "windows": [
-            {
-                "start": row.window.start,
-                "end": row.window.end,
-                "n": row.window.n,
-                "loss": json_number(row.window.loss),
-                "acc": json_number(row.window.acc),
-                "acc_delta": json_number(row.trend.acc_delta),
-                "trend": row.trend.acc_trend,
-            }
-            for row in report.windows
-        ],
-        "lr": {
-            "current": json_number(report.schedule.current),
-            "peak": json_number(report.schedule.peak),
-            "peak_source": report.schedule.peak_source,
-            "fraction_of_peak": json_number(report.schedule.fraction_of_peak),
-            "phase": report.schedule.phase,
-        },
-        "acceptance": {
-            "acc": json_number(report.acceptance.acc),
-            "tau": json_number(report.acceptance.tau),
-            "estimator": report.acceptance.estimator,
-            "block_size": report.acceptance.block_size,
-            "target_acc": json_number(report.acceptance.target_acc),
-            "target_tau": json_number(report.acceptance.target_tau),
-            "progress": json_number(report.acceptance.progress),
-            "baseline_tau": json_number(report.acceptance.baseline_tau),
-        },
-        "verdict": {
-            "status": report.verdict.status,
-            "slope_per_1k_steps": json_number(report.verdict.slope_per_1k_steps),
-            "p_value": json_number(report.verdict.p_value),
-            "eta_steps": json_number(report.verdict.eta_steps),
-        },
-        "restarts": [r.step for r in report.restarts],
-        "skipped_lines": report.issues.malformed,
-        "nonfinite": report.issues.nonfinite_total,
-    }
+    out = diagnosis_json(report)
+    out["skipped_lines"] = report.issues.malformed
+    out["nonfinite"] = report.issues.nonfinite_total
     if report.ranks is not None:
         out["ranks"] = report.ranks.to_json_dict()
     if report.schedule_events:
         out["schedule_events"] = [e.to_json_dict() for e in report.schedule_events]
+    return out
+
+
+def watch_json(view: WatchView) -> dict[str, Any]:
+    """One watch frame as JSON: the diagnosis' keys (as converge's) plus the live facts."""
+    out: dict[str, Any] = diagnosis_json(view.diagnosis) if view.diagnosis is not None else {}
+    out["alerts"] = [{"kind": a.kind, "message": a.message, "step": a.step} for a in view.alerts]
+    out.update({
+        "path": view.path, "last_step": view.last_step, "total_records": view.total_records,
+        "since_last_record": json_number(view.since_last_record), "skipped_lines": view.skipped_lines,
+        "nonfinite": view.nonfinite, "waiting": view.waiting,
+    })
+    if view.schedule_events:
+        out["schedule_events"] = [e.to_json_dict() for e in view.schedule_events]
     return out
 
 

@@ -9,6 +9,7 @@ from dflash_diag.read.ranks import RankSkew, skew_lines
 from dflash_diag.render.compare_rows import (
     alignment_rows,
     boundary_lines,
+    diagnosis_rows,
     legend,
     merged,
     regime_rows,
@@ -64,6 +65,9 @@ def render_compare_markdown(
     lines: list[str] = []
     for comparison in [merged(comparisons)]:
         lines += ["## Regimes", ""] + table(*regime_rows(comparison)) + [""]
+        head, rows = diagnosis_rows(comparison)
+        if rows:
+            lines += ["## Diagnosis per regime", ""] + table(head, rows) + [""]
         lines += ["## Boundaries", ""]
         lines += [f"- {line.strip()}" for line in boundary_lines(comparison)] + [""]
         lines += [f"_{note}_" for note in comparison.notes]

@@ -20,12 +20,14 @@ from dflash_diag.render.compare_rows import (
     alignment_rows,
     axis_unit,
     boundary_lines,
+    diagnosis_rows,
     legend,
     merged,
     regime_rows,
     short_count,
 )
 from dflash_diag.render.converge_rows import DEFAULT_ROWS, shown_rows, summary_lines, window_table
+from dflash_diag.render.fit import dropped_note, fit_columns
 from dflash_diag.render.safe_text import visible
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
@@ -46,14 +48,20 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
         box=box.SIMPLE_HEAD,
     )
     headers, cell_rows = window_table(report, rows)
+    headers, cell_rows, dropped = fit_columns("windows", headers, cell_rows, console.width)
+    if dropped:
+        table.caption = f"{table.caption} · {dropped_note(dropped, console.width)}"
+    # arrow columns are the unnamed ones after Δloss/loss and Δacc/acc: style them by position
+    arrow_cols = [i for i, h in enumerate(headers) if h == ""]
     for name in headers:
-        table.add_column(name, justify="left" if name == "steps" else "right")
+        table.add_column(name, justify="left" if name == "steps" else "right", overflow="fold",
+                         no_wrap=True)
     for row, line in zip(rows, cell_rows):
         cells = [Text(c) for c in line]
-        cells[4].stylize(_TREND_STYLE.get(row.trend.loss_trend or "", ""))
-        cells[7].stylize(_TREND_STYLE.get(row.trend.acc_trend or "", ""))
-        if len(cells) > 8:
-            cells[8].stylize("bold red")
+        for i, trend in zip(arrow_cols, (row.trend.loss_trend, row.trend.acc_trend)):
+            cells[i].stylize(_TREND_STYLE.get(trend or "", ""))
+        if headers[-1] == "NaN/Inf":
+            cells[-1].stylize("bold red")
         table.add_row(*cells)
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
@@ -69,10 +77,14 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
     console.print(Panel(Group(summary), title="summary", expand=False))
 
 
-def _rich_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+def _rich_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]], *, kind: str = "",
+                width: int | None = None) -> Table:
+    head, rows, dropped = fit_columns(kind, head, rows, width)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=dropped_note(dropped, width), caption_justify="left")
     for i, name in enumerate(head):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        # A cell too wide for what is left folds onto the next line; it is never cut short.
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i != 0, overflow="fold")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # Text: log text is never markup
     return table
@@ -80,15 +92,20 @@ def _rich_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) 
 
 def render_compare_rich(
     comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
-    ranks: RankSkew | None = None,
+    ranks: RankSkew | None = None, width: int | None = None,
 ) -> RenderableType:
-    """Rich tables of the regimes, the boundary explanations and the aligned windows (and the
-    per-rank throughput skew when per-rank logs were given)."""
+    """Rich tables of the regimes, each regime's diagnosis, the boundary explanations and the
+    aligned windows (and the per-rank throughput skew when per-rank logs were given), fitted to
+    ``width`` columns (see :data:`DROP_ORDER`)."""
     parts: list[RenderableType] = []
     for comparison in [merged(comparisons)]:
         head, rows = regime_rows(comparison)
         split = f" (split on {comparison.split_on})" if comparison.split_on else ""
-        parts.append(_rich_table(f"regimes{split}", head, rows))
+        parts.append(_rich_table(f"regimes{split}", head, rows, kind="regimes", width=width))
+        head, rows = diagnosis_rows(comparison)
+        if rows:
+            parts.append(_rich_table("diagnosis per regime (as converge computes it)", head, rows,
+                                     kind="diagnosis", width=width))
         for line in boundary_lines(comparison):
             style = "bold" if not line.startswith("  ") else ""
             parts.append(Text(line, style=style))
@@ -98,7 +115,8 @@ def render_compare_rich(
         head, rows = alignment_rows(alignment)
         parts.append(
             _rich_table(
-                f"two runs, windows of {short_count(alignment.width)} {axis_unit(alignment)}", head, rows
+                f"two runs, windows of {short_count(alignment.width)} {axis_unit(alignment)}", head, rows,
+                kind="alignment", width=width,
             )
         )
         parts.append(Text(legend(alignment), style="dim"))

@@ -14,9 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from dflash_diag.analysis.alerts import format_duration
+from dflash_diag.analysis.diagnosis import Diagnosis, window_label
 from dflash_diag.analysis.trend import ARROWS
-from dflash_diag.analysis.verdict import Verdict
-from dflash_diag.render.number_format import format_lr, format_number, format_percent
+from dflash_diag.render.converge_rows import eta_text, schedule_text, target_text, tau_text
+from dflash_diag.render.number_format import format_number
 from dflash_diag.render.safe_text import visible
 from dflash_diag.render.sparkline import sparkline
 from dflash_diag.watch.view import WatchView
@@ -31,21 +32,22 @@ _ARROW_STYLE = {"up": "green", "down": "red", "flat": "yellow", None: ""}
 
 
 def _plot(view: WatchView, width: int) -> Text:
-    """plotext line charts of the loss and acc windows, side by side."""
+    """plotext line charts of the loss, acc and tau windows, side by side (tau: the primary
+    estimator's per-window series, the same tau the frame prints)."""
     import plotext as plt  # only with --plot: it is the slowest import of the view
 
-    loss = next(s for s in view.series if s.name == "loss")
-    acc = next(s for s in view.series if s.name == "acc")
-    steps = [w.start for w in view.windows]
+    panels = [next(s for s in view.series if s.name == "loss"),
+              next(s for s in view.series if s.name == "acc"),
+              next(s for s in view.series if s.name.startswith("tau"))]
     # The series span the history; the table only the latest rows: rebuild x from the history.
-    n = len(loss.values)
-    last_start = steps[-1] if steps else 0
+    n = len(panels[0].values)
+    last_start = view.windows[-1].start if view.windows else 0
     size = (view.windows[-1].end - view.windows[-1].start + 1) if view.windows else 1
     xs = [last_start - (n - 1 - i) * size for i in range(n)]
     plt.clear_figure()
-    plt.subplots(1, 2)
-    plt.plotsize(max(40, width), 14)
-    for col, series in ((1, loss), (2, acc)):
+    plt.subplots(1, len(panels))
+    plt.plotsize(max(60, width), 14)
+    for col, series in enumerate(panels, start=1):
         plt.subplot(1, col)
         pts = [(x, v) for x, v in zip(xs, series.values) if v is not None and math.isfinite(v)]
         if pts:
@@ -57,17 +59,17 @@ def _plot(view: WatchView, width: int) -> Text:
 _VERDICT_STYLE = {"converging": "bold green", "plateau": "bold yellow", "diverging": "bold red"}
 
 
-def _verdict_text(verdict: Verdict) -> Text:
+def _verdict_text(d: Diagnosis) -> Text:
+    verdict = d.verdict
     text = Text("verdict: ")
     text.append(verdict.status, style=_VERDICT_STYLE.get(verdict.status, "bold"))
     if verdict.slope_per_1k_steps is not None:
         text.append(f"  {verdict.metric} {verdict.slope_per_1k_steps:+.4g}/1k steps")
     if verdict.p_value is not None:
         text.append(f", p={verdict.p_value:.2g}")
-    if verdict.eta_steps is not None:
-        text.append(f", target in {verdict.eta_steps:,.0f} steps")
-        if verdict.eta_hours is not None:
-            text.append(f" (~{verdict.eta_hours:.1f} h)")
+    eta = eta_text(d)
+    if eta is not None:
+        text.append(f", {eta}")
     if verdict.status not in _VERDICT_STYLE:
         text.append(f" ({verdict.reason})", style="dim")
     return text
@@ -93,7 +95,7 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     for alert in view.alerts:
         parts.append(Text(f"! {alert.message}", style="bold red"))
     for event in view.schedule_events[-2:]:
-        parts.append(Text(visible(event), style="yellow"))
+        parts.append(Text(visible(event.text()), style="yellow"))
     if view.waiting:
         parts.append(Text(view.waiting, style="yellow"))
         return Group(*parts)
@@ -102,7 +104,7 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     sparks = Table(box=None, show_header=False, pad_edge=False)
     sparks.add_column(style="bold")
     sparks.add_column()
-    sparks.add_column(justify="right")
+    sparks.add_column(justify="right", overflow="fold", no_wrap=True)
     for s in view.series:
         sparks.add_row(s.name, sparkline(s.values), format_number(s.latest, s.fmt))
     parts.append(sparks)
@@ -117,10 +119,10 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         ("Δacc", "right"),
         (" ", "left"),
     ):
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, overflow="fold")  # never an ellipsis in a number
     for w, t in zip(view.windows, view.trends):
         table.add_row(
-            f"{w.start}-{w.end}",
+            window_label(w, view.last_step),
             str(w.n),
             format_number(w.loss, ".4f"),
             Text(ARROWS[t.loss_trend], style=_ARROW_STYLE[t.loss_trend]),
@@ -130,35 +132,22 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         )
     parts.append(table)
 
-    sched = view.schedule
-    if sched is not None and sched.current is not None:
-        line = f"lr {format_lr(sched.current)}"
-        if sched.peak is not None and sched.fraction_of_peak is not None:
-            line += (
-                f", {format_percent(sched.fraction_of_peak)} of peak {format_lr(sched.peak)}"
-                f" ({sched.peak_source})"
+    d = view.diagnosis
+    if d is not None:
+        if d.schedule.current is not None:
+            parts.append(Text("schedule: " + schedule_text(d.schedule)))
+        if d.acceptance.tau is not None:
+            parts.append(Text("acceptance: " + tau_text(d)))
+            others = " · ".join(
+                f"{e.name} {e.tau:.2f}" + (" (upper view)" if e.upper_view else "")
+                for e in d.acceptance.estimates if e.name != d.acceptance.estimator
             )
-        if sched.phase:
-            line += f", {sched.phase}"
-            if sched.phase == "warmup" and sched.warmup_fraction is not None:
-                line += f" {format_percent(sched.warmup_fraction)} done"
-        if sched.run_fraction is not None:
-            line += f", {format_percent(sched.run_fraction)} of the run"
-        if sched.epoch is not None:
-            line += f", epoch {sched.epoch:.2f}"
-        parts.append(Text("schedule: " + line))
-    acc = view.acceptance
-    if acc is not None and acc.tau is not None:
-        line = f"tau {acc.tau:.2f} ({acc.estimator})"
-        if acc.progress is not None:
-            line += f", {acc.progress:.0%} of the way to tau {acc.target_tau:.2f}"
-        if acc.vs_baseline is not None:
-            line += f", {acc.vs_baseline:+.2f} vs baseline {acc.baseline_tau:g}"
-        parts.append(Text("acceptance: " + line))
-        for warning in acc.warnings:
-            parts.append(Text(f"! {warning}", style="bold red"))
-    if view.verdict is not None:
-        parts.append(_verdict_text(view.verdict))
+            if others:
+                parts.append(Text("  other estimates: " + others, style="dim"))
+        parts.append(Text("target: " + target_text(d)))
+        for warning in d.acceptance.warnings:
+            parts.append(Text(f"! {visible(warning)}", style="bold red"))
+        parts.append(_verdict_text(d))
     if plot and view.series:
         parts.append(_plot(view, width))
     return Group(*parts)

@@ -19,8 +19,13 @@ from typing import Any
 
 import polars as pl
 
-from dflash_diag.analysis.phase import Phase, select_phase
+from dflash_diag.analysis import defaults
+from dflash_diag.analysis.acceptance import AcceptanceConfig
+from dflash_diag.analysis.diagnosis import DiagnosisConfig
+from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.trend import TrendConfig
+from dflash_diag.analysis.verdict import VerdictConfig
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import check_encoding
 from dflash_diag.read.jsonl import parse_records
@@ -48,20 +53,39 @@ class WatchConfig:
         block_size: block size B for the tau estimate (``--block-size``; default: the header's,
             else 16).
         target_acc: accuracy target for the progress and the ETA (``--target-acc``).
-        plot: add plotext line charts of loss and acc (``--plot``).
+        plot: add plotext line charts of loss, acc and tau (``--plot``).
+        from_step, peak_lr, target_tau, baseline_tau, loss_threshold, noise_aware, alpha: the
+            options watch shares with converge and compare (same meaning, same defaults).
     """
 
     interval: float = 2.0
     stall: float = 300.0
-    window: int = 50
+    window: int = defaults.WINDOW
     history: int = 40
     table_rows: int = 6
-    threshold: float = 0.005
-    spike_factor: float = 6.0
+    threshold: float = defaults.ACC_THRESHOLD
+    spike_factor: float = defaults.SPIKE_FACTOR
     phase: str = "auto"
     block_size: int | None = None
-    target_acc: float = 0.27
+    target_acc: float = defaults.TARGET_ACC
     plot: bool = False
+    from_step: int | None = None
+    peak_lr: float | None = None
+    target_tau: float | None = None
+    baseline_tau: float | None = None
+    loss_threshold: float = defaults.LOSS_THRESHOLD
+    noise_aware: bool = False
+    alpha: float = defaults.ALPHA
+
+    @property
+    def analysis(self) -> DiagnosisConfig:
+        """The diagnosis settings (the ones converge and compare use for the same options)."""
+        return DiagnosisConfig(
+            phase=self.phase, from_step=self.from_step, window=self.window, peak_lr=self.peak_lr,
+            trend=TrendConfig(self.threshold, self.loss_threshold, self.noise_aware),
+            acceptance=AcceptanceConfig(self.block_size, self.target_acc, self.target_tau, self.baseline_tau),
+            verdict=VerdictConfig(alpha=self.alpha), spike_factor=self.spike_factor,
+        )
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
@@ -86,6 +110,7 @@ class WatchConfig:
             Phase(self.phase)
         except ValueError:
             raise ValueError(f"unknown phase {self.phase!r} (auto, pipeline or all)") from None
+        self.analysis  # noqa: B018 - validates the shared options (raises ValueError)
 
 
 @dataclass(frozen=True)
@@ -155,6 +180,7 @@ class LiveLog:
         self.max_lr: float | None = None
         self.origin: int | None = None  # first selected step: windows align to it
         self._origin_phase: str | None = None
+        self.selection: Selection | None = None
         self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
 
     def refresh(self) -> RefreshStats:
@@ -231,7 +257,8 @@ class LiveLog:
         resolved, restarts = resolve_restarts(self.log.metrics)
         for r in restarts:
             self.restarts.setdefault((r.source, r.step), r)
-        selected, selection = select_phase(resolved, self.config.phase)
+        selected, selection = select_phase(resolved, self.config.phase, self.config.from_step)
+        self.selection = selection
         if selection.phase != self._origin_phase:
             # e.g. the first pipeline entries of a migrating run: windows align to them now
             self._origin_phase, self.origin = selection.phase, None
@@ -247,7 +274,7 @@ class LiveLog:
         if selected.height == 0:
             return
         if self.origin is None:
-            self.origin = int(selected["step"][0])
+            self.origin = self.config.from_step if self.config.from_step is not None else int(selected["step"][0])
         w = self.config.window
         last = int(selected["step"][-1])
         first_window = (last - self.origin) // w - (self.config.history - 1)

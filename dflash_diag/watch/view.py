@@ -1,29 +1,24 @@
 """The view model of `dflash-diag watch`: one frame as plain data, built from a `LiveLog`.
 
-`build_view` runs the converge command's analysis (windows, trend, schedule, acceptance, verdict)
-on the recent records the state keeps and adds the live view's own parts: sparkline series over
+`build_view` runs the one diagnosis (`dflash_diag.analysis.diagnosis.diagnose_frame`: windows,
+trend, schedule, acceptance, verdict) on the recent records the state keeps and adds the live view's own parts: sparkline series over
 the recent windows, the time since the last record and the `Alert`s. No file access, no drawing
 (`dflash_diag.watch.render` draws it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
-from dflash_diag.analysis.acceptance import (
-    Acceptance,
-    AcceptanceConfig,
-    estimate_acceptance,
-    linear_tau,
-)
-from dflash_diag.analysis.alerts import Alert, loss_spikes, stall_alert
-from dflash_diag.analysis.numbers import finite_number
-from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
-from dflash_diag.analysis.schedule_events import detect_schedule_events
-from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
-from dflash_diag.analysis.verdict import DIVERGING, Verdict, judge_toward
-from dflash_diag.analysis.windows import Window, compute_windows, window_rows
+from dflash_diag.analysis.acceptance import Acceptance
+from dflash_diag.analysis.alerts import Alert, stall_alert
+from dflash_diag.analysis.diagnosis import Diagnosis, diagnose_frame, governing_header
+from dflash_diag.analysis.schedule import SchedulePosition
+from dflash_diag.analysis.schedule_events import ScheduleEvent, detect_schedule_events
+from dflash_diag.analysis.trend import Trend
+from dflash_diag.analysis.verdict import Verdict
+from dflash_diag.analysis.windows import Window
+from dflash_diag.read.records import LogEvent
 from dflash_diag.watch.state import LiveLog
 
 
@@ -34,10 +29,15 @@ class Series:
     name: str
     values: list[float | None]
     fmt: str
+    current: float | None = None
+    """The frame's one value of this quantity where it is not the newest window's mean (the
+    diagnosis' tau, the last lr): the number printed beside the sparkline."""
 
     @property
     def latest(self) -> float | None:
-        """The newest window's value."""
+        """The number shown: ``current`` where given, else the newest window's value."""
+        if self.current is not None:
+            return self.current
         return self.values[-1] if self.values else None
 
 
@@ -55,7 +55,7 @@ class WatchView:
         windows: the latest windows, oldest first, and their trends.
         trends: one `Trend` per entry of ``windows``.
         schedule: the lr schedule position at the newest record.
-        tau_estimator: which estimate the tau series is ("prefix" from tau_train, else "linear").
+        tau_estimator: the primary estimator, whose per-window value the tau series is.
         acceptance: the converge acceptance estimate of the newest window, or None.
         verdict: the converge verdict over the recent windows, or None.
         alerts: problems to show in red.
@@ -63,6 +63,7 @@ class WatchView:
         restarts: steps where the log went back (seen in the recent records).
         resets: truncations/rotations of the file seen.
         waiting: a line saying why there is nothing to show yet, or None.
+        diagnosis: the diagnosis of the recent records (None while waiting).
     """
 
     path: str
@@ -83,23 +84,9 @@ class WatchView:
     restarts: list[int]
     resets: int
     waiting: str | None = None
-    schedule_events: list[str] = field(default_factory=list)
-    """lr schedule restarts at resumes, one sentence each (see analysis.schedule_events)."""
-
-
-def _block_size(live: LiveLog) -> int:
-    if live.config.block_size is not None:
-        return live.config.block_size
-    for header in reversed(live.headers()):
-        b = finite_number(header.get("block_size"))
-        if b is not None and b >= 2:
-            return int(b)
-    return 16
-
-
-def _schedule_header(live: LiveLog) -> dict[str, Any] | None:
-    headers = live.headers()
-    return headers[-1] if headers else None
+    diagnosis: Diagnosis | None = None
+    schedule_events: list[ScheduleEvent] = field(default_factory=list)
+    """lr schedule restarts at resumes (see analysis.schedule_events)."""
 
 
 def _selection_text(live: LiveLog) -> str:
@@ -108,11 +95,20 @@ def _selection_text(live: LiveLog) -> str:
     return f"{what}, {live.config.window}-step windows from step {live.origin}"
 
 
+def _header(live: LiveLog, frame) -> LogEvent | None:
+    """The ``run_start`` header governing the newest record (converge's rule)."""
+    if live.log is None:
+        return None
+    return governing_header(live.log, frame)
+
+
 def build_view(live: LiveLog) -> WatchView:
     """The current frame of the live view, from the state of ``live`` (no file access).
 
-    The windows, trends, schedule position and verdict are the converge command's analysis, run
-    on the recent records that ``live`` keeps (the last ``history`` windows).
+    The diagnosis (windows, trends, schedule, acceptance, verdict, loss-spike alerts) is
+    :func:`dflash_diag.analysis.diagnosis.diagnose_frame`, the one converge and compare use, run on
+    the recent records that ``live`` keeps (the last ``history`` windows); the frame adds the live
+    parts: sparkline series, the time since the last record, stall/reset/NaN alerts.
     """
     config = live.config
     frame = live.records()
@@ -142,14 +138,25 @@ def build_view(live: LiveLog) -> WatchView:
         "nonfinite": live.issues.nonfinite_total,
         "restarts": sorted(r.step for r in live.restarts.values()),
         "resets": live.tail.resets,
-        "schedule_events": [e.text() for e in detect_schedule_events(
+        "schedule_events": detect_schedule_events(
             live.headers(), frame["step"].to_list() if frame.height else [],
-            frame["lr"].to_list() if frame.height else [])],
+            frame["lr"].to_list() if frame.height else []),
     }
-    windows = []
-    if frame.height and live.origin is not None:
-        windows = compute_windows(frame, config.window, start=live.origin)
-    if not windows:
+    diagnosis = None
+    if frame.height and live.origin is not None and live.selection is not None and live.log is not None:
+        diagnosis = diagnose_frame(
+            frame,
+            selection=live.selection,
+            evals=live.log.evals,
+            header=_header(live, frame),
+            config=config.analysis,
+            restarts=sorted(live.restarts.values(), key=lambda r: (r.step, r.source)),
+            max_lr=live.max_lr,
+            origin=live.origin,
+            history=config.history,
+            series=True,
+        )
+    if diagnosis is None:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"
         return WatchView(
             **base,
@@ -165,67 +172,28 @@ def build_view(live: LiveLog) -> WatchView:
             waiting=waiting,
         )
 
-    windows = windows[-config.history :]
-    trends = compute_trends(windows, TrendConfig(acc_threshold=config.threshold))
-    block = _block_size(live)
-    tau_values = [w.tau_train for w in windows]
-    if any(v is not None for v in tau_values):
-        estimator = "prefix"
-    else:
-        estimator = "linear"
-        tau_values = [linear_tau(w.acc, block) if w.acc is not None else None for w in windows]
+    windows = [row.window for row in diagnosis.windows]
+    trends = [row.trend for row in diagnosis.windows]
+    acceptance = diagnosis.acceptance
+    estimator = acceptance.estimator
     series = [
         Series("loss", [w.loss for w in windows], ".4f"),
         Series("acc", [w.acc for w in windows], ".4f"),
-        Series(f"tau ({estimator})", tau_values, ".2f"),
-        Series("lr", [w.lr for w in windows], ".2e"),
+        Series(f"tau ({estimator or '-'})", list(diagnosis.tau_series), ".2f", current=acceptance.tau),
+        Series("lr", [w.lr for w in windows], ".2e", current=diagnosis.schedule.current),
     ]
     if any(w.tok_per_sec is not None for w in windows):  # legacy records have no tok/s
         series.append(Series("tok/s", [w.tok_per_sec for w in windows], ",.0f"))
-
-    for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor):
-        w = windows[i]
-        alerts.append(
-            Alert("loss_spike", f"loss spike in steps {w.start}-{w.end}: {w.loss:.4g}", w.start)
-        )
-
-    header = _schedule_header(live)
-    schedule = schedule_position(
-        frame,
-        ScheduleHeader.from_fields(header.get("schedule")) if header else None,
-        peak_lr=None,
-        steps_per_epoch=finite_number(header.get("steps_per_epoch")) if header else None,
-    )
-    if schedule.peak_source == "max seen" and live.max_lr is not None:
-        # the records kept are recent; the whole file's maximum is the better guess of the peak
-        schedule = replace(
-            schedule,
-            peak=live.max_lr,
-            fraction_of_peak=(schedule.current / live.max_lr) if schedule.current else None,
-        )
-    last = windows[-1]
-    acceptance = estimate_acceptance(
-        last.acc,
-        f"mean of window {last.start}-{last.end}",
-        window_rows(frame, last),
-        live.log.evals if live.log is not None else [],
-        AcceptanceConfig(block_size=config.block_size, target_acc=config.target_acc),
-        header_block_size=_block_size(live) if config.block_size is None else None,
-        tau_train=last.tau_train,
-        up_to_step=last.end,
-    )
-    verdict = judge_toward(windows, acceptance, frame=frame)
-    if verdict.status == DIVERGING:
-        alerts.append(Alert("diverging", f"diverging: {verdict.reason}"))
     return WatchView(
         **base,
         selection=_selection_text(live),
         series=series,
         windows=windows[-config.table_rows :],
         trends=trends[-config.table_rows :],
-        schedule=schedule,
+        schedule=diagnosis.schedule,
         tau_estimator=estimator,
         acceptance=acceptance,
-        verdict=verdict,
-        alerts=alerts,
+        verdict=diagnosis.verdict,
+        alerts=alerts + diagnosis.alerts,
+        diagnosis=diagnosis,
     )

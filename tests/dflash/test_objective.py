@@ -16,8 +16,9 @@ def features_of(target, drafter, ids, attn=None):
 
 def test_valid_anchors_need_a_fully_supervised_block():
     lm = torch.tensor([[0, 0, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
-    # B = 3: the block of anchor a supervises a+1, a+2.
-    assert valid_anchor_mask(lm, 3).nonzero()[:, 1].tolist() == [1, 2, 3]
+    # B = 3: the block of anchor a supervises a+1, a+2; the anchor is a response token (the
+    # first is the token the target emitted at prefill), never the last prompt token (1).
+    assert valid_anchor_mask(lm, 3).nonzero()[:, 1].tolist() == [2, 3]
     assert valid_anchor_mask(lm, 6).sum() == 0
 
 

@@ -17,12 +17,17 @@ from .make_sample_log import generate
 
 runner = CliRunner()
 
-JSON_KEYS = {"windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite"}
-WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend"}
+# The original contract's keys keep their names; issue 9 added the others (docs/diagnostics.md).
+JSON_KEYS = {"windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite",
+             "restart_details", "alerts"}
+WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend", "loss_delta", "loss_trend"}
 LR_KEYS = {"current", "peak", "peak_source", "fraction_of_peak", "phase"}
 ACCEPTANCE_KEYS = {"acc", "tau", "estimator", "block_size", "target_acc", "target_tau", "progress",
-                   "baseline_tau"}
-VERDICT_KEYS = {"status", "slope_per_1k_steps", "p_value", "eta_steps"}
+                   "baseline_tau", "target_kind", "baseline_source", "measured_step",
+                   "measured_age_steps", "estimates", "calibration", "warnings"}
+VERDICT_KEYS = {"status", "slope_per_1k_steps", "p_value", "eta_steps", "eta_hours", "eta_reason",
+                "reason"}
+ESTIMATE_KEYS = {"name", "tau", "basis", "error", "upper_view"}
 
 
 def invoke(*args, input=None):
@@ -45,6 +50,9 @@ def test_json_contract_keys_exactly(sample):
     assert set(data["lr"]) == LR_KEYS
     assert set(data["acceptance"]) == ACCEPTANCE_KEYS
     assert set(data["verdict"]) == VERDICT_KEYS
+    assert all(set(e) == ESTIMATE_KEYS for e in data["acceptance"]["estimates"])
+    assert data["restart_details"] == [{"step": 15602, "after": data["restart_details"][0]["after"]}]
+    assert data["restart_details"][0]["after"] > 15602
     assert data["windows"][0]["trend"] is None
     assert {w["trend"] for w in data["windows"][1:]} <= {"up", "down", "flat"}
     assert data["restarts"] == [15602]
@@ -156,7 +164,7 @@ def test_skipped_lines_are_reported(tmp_path):
     data = json.loads(invoke(log, "-f", "json").stdout)
     assert data["skipped_lines"] == 1
     text = invoke(log).stdout
-    assert "1 malformed line(s) skipped: line 201" in text
+    assert "1 malformed line skipped: line 201" in text
 
 
 def test_auto_format_is_plain_with_no_color_or_without_a_terminal(monkeypatch):
@@ -181,5 +189,5 @@ def test_nonfinite_values_get_a_column_and_a_count(tmp_path):
     text = invoke(log).stdout
     header = next(line for line in text.splitlines() if line.startswith("steps"))
     assert header.endswith("NaN/Inf")
-    assert "nonfinite   2 NaN/Inf value(s): acc 1, loss 1" in text
+    assert "nonfinite   2 NaN/Inf values: acc 1, loss 1" in text
     assert json.loads(invoke(log, "-f", "json").stdout)["nonfinite"] == 2

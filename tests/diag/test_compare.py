@@ -343,5 +343,7 @@ def test_per_token_loss_ratio_weights_by_n_pred():
         for s in range(50, 100)
     ]
     (b,) = compare_regimes(_frame(rows)).boundaries
-    assert b.loss_ratio == pytest.approx(2.0)  # plain means: (1 + 3) / 2
+    # one weighting rule in every command: n_pred where every row carries it (the plain mean of
+    # the batch losses, (1 + 3) / 2 = 2.0, is what compare used to print)
+    assert b.loss_ratio == pytest.approx((300 * 1.0 + 100 * 3.0) / 400)
     assert b.per_token_loss_ratio == pytest.approx((300 * 1.0 + 100 * 3.0) / 400)

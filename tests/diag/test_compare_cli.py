@@ -192,7 +192,7 @@ def test_markdown_cells_use_the_one_escaper(tmp_path):
     [
         (["missing.jsonl"], "no such file"),
         (["a", "b", "c"], "one log or two"),
-        (["LOG", "--format", "csv"], "no csv"),
+        (["LOG", "--format", "yaml"], "'yaml' is not one of"),
         (["LOG", "--k", "0"], "--k"),
     ],
 )
@@ -201,7 +201,8 @@ def test_errors_are_one_line_and_exit_2(tmp_path, args, message):
     args = [log if a == "LOG" else str(tmp_path / a) if a.endswith(".jsonl") else a for a in args]
     result = runner.invoke(app, ["compare", *args])
     assert result.exit_code == 2, result.output
-    assert message in result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
     assert "Traceback" not in result.output
 
 

@@ -150,7 +150,8 @@ def test_converge_reads_a_glob_of_rank_logs(run_dir):
     assert r["skew"] == pytest.approx(2500 / 2000)
     assert r["per_rank"][1]["wait_fraction"] == pytest.approx(0.2)
     assert math.isclose(r["slowest_vs_median"], 2250 / 2000)
-    text = runner.invoke(app, ["converge", str(run_dir / "train.jsonl"), glob, "-f", "text"])
+    text = runner.invoke(app, ["converge", str(run_dir / "train.jsonl"), glob, "-f", "text"],
+                         env={"COLUMNS": "200"})
     assert "slowest rank 0 (2,000 tok/s) sets the pace · fastest/slowest 1.25x" in text.stdout
     md = runner.invoke(app, ["converge", str(run_dir / "train.jsonl"), glob, "-f", "markdown"])
     assert "**ranks**: 2 rank logs" in md.stdout

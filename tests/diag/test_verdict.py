@@ -92,32 +92,26 @@ def test_eta_hours_and_config_validation():
         VerdictConfig(alpha=1.5)
 
 
-def test_eta_targets_the_accuracy_at_which_the_chosen_estimator_reaches_target_tau():
-    from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance
-    from dflash_diag.analysis.verdict import accuracy_goal
-
-    empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
-                                 "n_blocks": pl.Float64})
-    linear = estimate_acceptance(0.2, "w", empty, [], AcceptanceConfig())
-    assert accuracy_goal(linear) == pytest.approx(0.27)
-    # Measured tau 2.0 at acc 0.5: tau - 1 = 2 * acc, so target tau 5.05 needs acc 2.025 (> 1).
-    measured = estimate_acceptance(0.5, "w", empty, [LogEvent("eval", 0, 0, 5, {"step": 5, "tau": 2.0})],
-                                   AcceptanceConfig())
-    assert measured.estimator == "measured"
-    assert accuracy_goal(measured) == pytest.approx(0.5 * 4.05 / 1.0)
+def test_eta_only_when_the_verdict_supports_one():
+    values = [0.10 + 0.01 * i for i in range(6)]
+    converging = judge(_windows(values), current_acc=0.15, target_acc=0.27)
+    assert converging.eta_steps is not None and "fitted on the accuracy windows" in converging.eta_reason
+    few = judge(_windows(values[:3]), current_acc=0.12, target_acc=0.27)
+    assert few.status == "not enough data" and few.eta_steps is None
+    assert few.eta_reason == "no ETA without a trend (not enough data)"
+    flat = judge(_windows([0.10, 0.12, 0.09, 0.11, 0.10, 0.12, 0.09]), current_acc=0.09, target_acc=0.27)
+    assert flat.status == "plateau" and flat.eta_steps is None and "plateau" in flat.eta_reason
 
 
-def test_judge_toward_gives_no_eta_when_the_measured_tau_lags_too_far():
-    from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance, judge_toward
+def test_tau_eta_is_fitted_on_its_own_series():
+    from dflash_diag.analysis.verdict import eta_toward, fitted_slope
 
-    empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
-                                 "n_blocks": pl.Float64})
-    windows = _windows([0.30, 0.35, 0.40, 0.45, 0.50])
-    lagging = estimate_acceptance(0.5, "w", empty, [LogEvent("eval", 0, 0, 5, {"step": 5, "tau": 2.0})],
-                                  AcceptanceConfig())
-    verdict = judge_toward(windows, lagging)
-    assert verdict.status == "converging" and verdict.eta_steps is None and "no ETA" in verdict.reason
-    # Under the linear estimator the goal is target_acc itself: ETA as judge gives it.
-    linear = estimate_acceptance(0.2, "w", empty, [], AcceptanceConfig())
-    plain = judge(windows, current_acc=0.2, target_acc=0.27)
-    assert judge_toward(windows, linear).eta_steps == pytest.approx(plain.eta_steps)
+    verdict = judge(_windows([0.10 + 0.01 * i for i in range(6)]), current_acc=0.15, target_acc=0.27)
+    points = [(100.0, 1.5), (200.0, 1.6), (300.0, 1.7)]  # +1 tau per 1k steps
+    assert fitted_slope(points) == pytest.approx(0.001)
+    eta = eta_toward(verdict, current=1.7, goal=2.5, slope=fitted_slope(points), basis="eval points (3)",
+                     units="tau (measured)")
+    assert eta.eta_steps == pytest.approx(800) and "eval points" in eta.eta_reason
+    assert fitted_slope(points[:2]) is None  # two evals are no trend
+    none = eta_toward(verdict, current=1.7, goal=2.5, slope=None, basis="eval points (2)", units="tau")
+    assert none.eta_steps is None and "too few points" in none.eta_reason

@@ -87,7 +87,11 @@ def test_eval_cli_json_and_benchmarks(tmp_path, tiny_assets, capsys):
     # text: the per-prompt horizon, not the total, and the default prompt count from the config
     assert main(["eval", "--drafter", ck, "--target", target, "--data", data]) == 0
     out = capsys.readouterr().out.splitlines()
-    n, horizon = min(TrainConfig().eval_prompts, len(prompts)), TrainConfig().eval_new_tokens
+    from dflash.data import load_dataset
+    from pipelines.training import longest_response
+
+    n = min(TrainConfig().eval_prompts, len(prompts))
+    horizon = TrainConfig().eval_new_tokens or longest_response(load_dataset(data))
     assert out[1].startswith(f"{n} prompts x up to {horizon} new tokens each (horizon {horizon}; ")
 
 

@@ -34,7 +34,8 @@ def _every_record() -> list[object]:
         Metrics(step=11, time=2.0, epoch=0.9, loss=2.5, acc=0.3, lr=5e-4, tok_per_sec=4000.0,
                 n_tokens=4096, n_blocks=256, n_pred=3840, acc_pos=[0.5] * 15, accept_pos=[0.4] * 15,
                 tau_train=2.1, grad_norm=0.8, stage_busy={"forward": 0.6},
-                queue_fill={"batches": 0.5}, step_time=0.9, sync_wait=0.1),
+                queue_fill={"batches": 0.5}, step_time=0.9, sync_wait=0.1,
+                walk_tokens=9, walk_steps=4, walk_hist=[1, 1, 2] + [0] * 13),
         EvalRecord(step=20, time=3.0, tau=2.0, tau_hist=[0, 3, 1], n_prompts=4, new_tokens=64,
                    temperature=0.0),
         CheckpointRecord(step=20, time=3.5, path="ckpt/step-20"),
@@ -88,10 +89,15 @@ def test_reader_takes_its_fields_from_the_shared_schema():
     event_fields = {name for kind in logschema.EVENT_KINDS for name in logschema.record_fields(kind)}
     assert reader_schema.METRIC_NUMBERS is logschema.METRIC_NUMBERS
     assert reader_schema.METRIC_LISTS is logschema.METRIC_LISTS
-    assert set(logschema.METRIC_NUMBERS) | set(logschema.METRIC_LISTS) <= metric_fields
+    assert (set(logschema.METRIC_NUMBERS) | set(logschema.METRIC_LISTS)
+            | set(logschema.WALK_LISTS)) <= metric_fields
     assert set(logschema.EVENT_FIELDS) <= event_fields
     schema, _ = reader_schema.read_schema()
-    assert set(schema) == {*logschema.METRIC_NUMBERS, *logschema.METRIC_LISTS, "event"}
+    assert set(schema) == {*logschema.METRIC_NUMBERS, *logschema.METRIC_LISTS,
+                           *logschema.WALK_LISTS, "event"}
+    # the walk's histogram is read even when the per-position lists are left for later
+    schema, _ = reader_schema.read_schema(lists=False)
+    assert set(schema) == {*logschema.METRIC_NUMBERS, *logschema.WALK_LISTS, "event"}
 
 
 @pytest.mark.parametrize("change,match", [

@@ -1,0 +1,375 @@
+"""One diagnosis of a training log, computed once and rendered by every command.
+
+:func:`diagnose` builds a :class:`Diagnosis` (windows with trends, schedule position, accuracy,
+acceptance with every estimator, target progress, verdict with its ETA, restarts, alerts) from a
+loaded log and one :class:`DiagnosisConfig`. ``converge`` renders it; ``watch`` keeps the recent
+records of a growing log and runs :func:`diagnose_frame` on them each refresh; ``compare`` runs it
+once per regime. No command computes any of these numbers on its own, so the three agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+
+from dflash_diag.analysis import defaults
+from dflash_diag.analysis.acceptance import (
+    CHAIN,
+    HARMONIC,
+    LINEAR,
+    MEASURED,
+    WALK,
+    Acceptance,
+    AcceptanceConfig,
+    TauEstimate,
+    block_size_for,
+    chain_tau,
+    estimate_acceptance,
+    harmonic_tau,
+    linear_tau,
+    measurements,
+    position_means_by_group,
+    training_estimates,
+)
+from dflash_diag.analysis.alerts import Alert, loss_spikes
+from dflash_diag.analysis.numbers import finite_number, plural
+from dflash_diag.analysis.phase import Phase, Selection, select_phase
+from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
+from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
+from dflash_diag.analysis.verdict import (
+    DIVERGING,
+    Verdict,
+    VerdictConfig,
+    eta_toward,
+    fitted_slope,
+    judge,
+)
+from dflash_diag.analysis.windows import Window, compute_windows, window_index, window_rows
+from dflash_diag.errors import DiagError
+from dflash_diag.read.records import LogEvent, ParsedLog
+
+#: ``rows -> rows with acc_pos/accept_pos``: a log read without its per-position lists reads them
+#: back for the rows that need them (:func:`dflash_diag.read.jsonl.fetch_lists`).
+ListLoader = Callable[[pl.DataFrame], pl.DataFrame]
+
+
+@dataclass(frozen=True)
+class DiagnosisConfig:
+    """Every knob of the analysis; the three commands map their shared options onto it.
+
+    Attributes:
+        phase: "auto", "pipeline" or "all".
+        from_step: first step analysed (inclusive); windows align to it.
+        to_step: last step analysed (inclusive).
+        window: steps per window.
+        keep_all: keep entries orphaned by restarts instead of purging them.
+        peak_lr: peak lr when the header does not give one.
+        trend: arrow thresholds.
+        acceptance: block size, target and baseline.
+        verdict: significance settings.
+        spike_factor: robust standard deviations that make a window's loss a spike (alerts).
+    """
+
+    phase: Phase | str = Phase.AUTO
+    from_step: int | None = None
+    to_step: int | None = None
+    window: int = defaults.WINDOW
+    keep_all: bool = False
+    peak_lr: float | None = None
+    trend: TrendConfig = field(default_factory=TrendConfig)
+    acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
+    spike_factor: float = defaults.SPIKE_FACTOR
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"--window must be >= 1, got {self.window}")
+        if self.peak_lr is not None and not (self.peak_lr > 0 and math.isfinite(self.peak_lr)):
+            raise ValueError(f"--peak-lr must be > 0, got {self.peak_lr}")
+        if self.from_step is not None and self.to_step is not None and self.from_step > self.to_step:
+            raise ValueError(f"--from-step {self.from_step} is after --to-step {self.to_step}")
+        if not self.spike_factor > 0:
+            raise ValueError(f"spike factor must be positive, got {self.spike_factor}")
+        Phase(self.phase)  # raises ValueError for an unknown phase
+
+
+@dataclass(frozen=True)
+class WindowRow:
+    """A window with its trend against the previous one."""
+
+    window: Window
+    trend: Trend
+
+
+@dataclass(kw_only=True)
+class Diagnosis:
+    """Everything the commands show about one log (or one regime of it).
+
+    Attributes:
+        selection: which records were analysed and why.
+        windows: windows with trends, in step order.
+        schedule: lr schedule position at the last step.
+        acceptance: accuracy, every tau estimate, the primary one, target progress.
+        verdict: trend verdict and the ETA in the target's units.
+        restarts: restarts found.
+        alerts: loss spikes and a diverging verdict (watch adds its live ones).
+        header: the ``run_start`` header governing the last analysed record, if any.
+        notes: remarks worth a line in the report.
+        tau_series: the primary estimator's value per window (aligned with ``windows``; the
+            measured one is the latest eval at or before each window's last step); empty unless
+            asked for (``series=True``) or a tau target needed it.
+        last_step: the last analysed step.
+    """
+
+    selection: Selection
+    windows: list[WindowRow]
+    schedule: SchedulePosition
+    acceptance: Acceptance
+    verdict: Verdict
+    restarts: list[Restart] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    header: LogEvent | None = None
+    notes: list[str] = field(default_factory=list)
+    tau_series: list[float | None] = field(default_factory=list)
+    last_step: int | None = None
+
+
+def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
+    """The ``run_start`` header of the last record of ``frame``, if any."""
+    if frame.height == 0 or "run" not in frame.columns:
+        return None
+    run = frame["run"][-1]
+    headers = log.run_starts
+    if run is None or run < 0 or run >= len(headers):
+        return None
+    return headers[run]
+
+
+def header_number(header: LogEvent | None, name: str) -> float | None:
+    """A positive finite number of the header, else None."""
+    if header is None:
+        return None
+    value = finite_number(header.fields.get(name))
+    return value if value is not None and value > 0 else None
+
+
+def max_lr_of(frame: pl.DataFrame) -> float | None:
+    """The largest finite lr of ``frame`` (the "max seen" peak of every command)."""
+    if "lr" not in frame.columns or frame.height == 0:
+        return None
+    lr = frame["lr"].drop_nulls()
+    lr = lr.filter(lr.is_finite())
+    return float(lr.max()) if lr.len() else None
+
+
+def window_label(window: Window, last_step: int | None) -> str:
+    """``start-end`` with the end at the data: a window the log has not filled yet ends at the
+    last step logged, not at its nominal end."""
+    end = window.end if last_step is None else min(window.end, max(last_step, window.start))
+    return f"{window.start}-{end}"
+
+
+def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,
+             lists: ListLoader | None = None) -> Diagnosis:
+    """The whole analysis of one log: restarts resolved, phase selected, then :func:`diagnose_frame`.
+
+    Args:
+        log: the parsed log.
+        config: the analysis settings.
+        lists: reads the per-position lists back for given rows when ``log`` was loaded without
+            them; None when the frame has them.
+
+    Raises:
+        DiagError: nothing left to analyse after phase and step selection.
+    """
+    config = config or DiagnosisConfig()
+    frame, restarts = resolve_restarts(log.metrics, keep_all=config.keep_all)
+    selected, selection = select_phase(frame, config.phase, config.from_step, config.to_step)
+    if selected.height == 0:
+        bounds = ""
+        if config.from_step is not None or config.to_step is not None:
+            bounds = f" in steps {config.from_step or '...'}-{config.to_step or '...'}"
+        raise DiagError(f"nothing selected: no {selection.phase} entries{bounds} "
+                        f"({selection.total} metric records in the log)")
+    return diagnose_frame(
+        selected, selection=selection, restarts=restarts, evals=log.evals,
+        header=governing_header(log, selected), config=config, lists=lists,
+        max_lr=max_lr_of(log.metrics), origin=config.from_step,
+    )
+
+
+def diagnose_frame(
+    frame: pl.DataFrame,
+    *,
+    selection: Selection,
+    evals: Sequence[LogEvent] = (),
+    header: LogEvent | None = None,
+    config: DiagnosisConfig | None = None,
+    restarts: Sequence[Restart] = (),
+    lists: ListLoader | None = None,
+    max_lr: float | None = None,
+    origin: int | None = None,
+    history: int | None = None,
+    series: bool = False,
+) -> Diagnosis:
+    """The diagnosis of selected records (restarts resolved, step order, at least one row).
+
+    Args:
+        frame: the records analysed.
+        selection: how they were selected (for the report).
+        evals: the log's eval records (those after the last record are ignored).
+        header: the ``run_start`` header governing the last record.
+        config: the analysis settings.
+        restarts: the restarts found, for the report.
+        lists: see :func:`diagnose`.
+        max_lr: the largest lr of every record read (the "max seen" peak).
+        origin: the first window's first step (default: the first record's step).
+        history: judge only the newest this many windows (watch's view); None: all.
+        series: compute ``tau_series`` (watch's sparkline) even when no tau target needs it: for
+            a log read without its lists, a list-based estimator's series is a second pass.
+    """
+    config = config or DiagnosisConfig()
+    load = lists or (lambda rows: rows)
+    windows = compute_windows(frame, config.window, start=origin)
+    if history is not None:
+        windows = windows[-history:]
+    if not windows:
+        raise DiagError("nothing to analyse: no metric records in the selected range")
+    trends = compute_trends(windows, config.trend)
+    last_step = int(frame["step"].max())
+    schedule = schedule_position(
+        frame,
+        ScheduleHeader.from_fields(header.fields.get("schedule")) if header else None,
+        peak_lr=config.peak_lr,
+        steps_per_epoch=header_number(header, "steps_per_epoch"),
+        max_lr=max_lr,
+    )
+    block_size, _ = block_size_for(config.acceptance, header_number(header, "block_size"))
+    # Evals count from the start of the selection (the origin), not of the windows judged: watch
+    # judges its recent windows, but an eval before them is still the latest measurement.
+    first_step = origin if origin is not None else int(frame["step"].min())
+    last = windows[-1]
+    acc_window = next((w for w in reversed(windows) if w.acc is not None), None)
+    if acc_window is not None:
+        acc_basis = (f"mean of the last window, steps {window_label(acc_window, last_step)}, "
+                     f"{plural(acc_window.n, 'entry', 'entries')}")
+    else:
+        acc_basis = "no accuracy in the log"
+    walk_window = next((w for w in reversed(windows) if w.tau_walk is not None), None)
+    by_window = {w.index: w for w in windows}
+
+    def estimates_at(step: int) -> list[TauEstimate]:
+        index = (step - windows[0].start) // config.window + windows[0].index
+        w = by_window.get(index)
+        if w is None:
+            return []
+        return training_estimates(
+            acc=w.acc, rows=load(window_rows(frame, w)), block_size=block_size, tau_walk=w.tau_walk,
+            tau_train=w.tau_train, where=f"window {window_label(w, last_step)}",
+        )
+
+    acceptance = estimate_acceptance(
+        acc_window.acc if acc_window else None,
+        acc_basis,
+        load(window_rows(frame, last)),
+        measurements(evals, last_step, first_step),
+        config.acceptance,
+        header_block_size=header_number(header, "block_size"),
+        tau_train=last.tau_train,
+        up_to_step=last_step,
+        tau_walk=walk_window.tau_walk if walk_window else None,
+        walk_basis=(f"walk_tokens / walk_steps, window {window_label(walk_window, last_step)}"
+                    if walk_window else ""),
+        estimates_at=estimates_at,
+    )
+    verdict = judge(windows, current_acc=acceptance.acc, target_acc=config.acceptance.target_acc,
+                    frame=frame, config=config.verdict)
+    tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
+    tau_series = (estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
+                  if series or tau_target else [])
+    if tau_target:
+        points, basis = estimator_points(acceptance.estimator, windows, tau_series, evals, first_step, last_step)
+        verdict = eta_toward(verdict, current=acceptance.tau, goal=acceptance.target_tau,
+                             slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
+    alerts = []
+    for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor):
+        w = windows[i]
+        alerts.append(Alert("loss_spike", f"loss spike in steps {window_label(w, last_step)}: {w.loss:.4g}",
+                            w.start))
+    if verdict.status == DIVERGING:
+        alerts.append(Alert("diverging", f"diverging: {verdict.reason}"))
+    return Diagnosis(
+        selection=selection,
+        windows=[WindowRow(w, t) for w, t in zip(windows, trends)],
+        schedule=schedule,
+        acceptance=acceptance,
+        verdict=verdict,
+        restarts=list(restarts),
+        alerts=alerts,
+        header=header,
+        notes=list(schedule.notes),
+        tau_series=tau_series,
+        last_step=last_step,
+    )
+
+
+def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.DataFrame,
+                     load: ListLoader, evals: Sequence[LogEvent], block_size: int) -> list[float | None]:
+    """The value of estimator ``name`` per window (None where a window cannot give one).
+
+    ``measured`` is the latest eval at or before each window's last step; the list-based
+    estimators read the lists of every window (for a log read without them, that is a second
+    pass over the selected lines, paid only when a tau series is needed).
+    """
+    if name is None or not windows:
+        return [None] * len(windows)
+    if name == MEASURED:
+        points = [(e.step, float(e.fields["tau"])) for e in measurements(evals, windows[-1].last_step)]
+        out: list[float | None] = []
+        for w in windows:
+            before = [tau for step, tau in points if step <= w.last_step]
+            out.append(before[-1] if before else None)
+        return out
+    if name == WALK:
+        return [w.tau_walk for w in windows]
+    if name == LINEAR:
+        return [linear_tau(w.acc, block_size) if w.acc is not None else None for w in windows]
+    if name in (HARMONIC, CHAIN):
+        column = "accept_pos" if name == HARMONIC else "acc_pos"
+        size = windows[0].end - windows[0].start + 1
+        start = windows[0].start - windows[0].index * size
+        rows = load(frame.filter(pl.col("step").is_between(windows[0].start, windows[-1].end)))
+        rows = rows.with_columns(window_index(start, size))
+        means = position_means_by_group(rows, column, "_window")
+        out = []
+        for w in windows:
+            values = means.get(w.index)
+            if not values:
+                out.append(None)
+            elif name == HARMONIC:
+                out.append(harmonic_tau(values, block_size))
+            else:
+                out.append(chain_tau(values))
+        return out
+    return [None] * len(windows)
+
+
+def estimator_points(name: str | None, windows: Sequence[Window], series: Sequence[float | None],
+                     evals: Sequence[LogEvent], first_step: int,
+                     last_step: int) -> tuple[list[tuple[float, float]], str]:
+    """The ``(step, tau)`` points a tau target's ETA is fitted on, and their description: the eval
+    points for ``measured``, the per-window estimates otherwise."""
+    if name == MEASURED:
+        points = [(float(e.step), float(e.fields["tau"])) for e in measurements(evals, last_step, first_step)]
+        return points, f"eval points ({len(points)})"
+    points = [((w.first_step + w.last_step) / 2.0, v) for w, v in zip(windows, series) if v is not None]
+    return points, f"per-window {name} estimates ({len(points)})"
+
+
+def with_alerts(diagnosis: Diagnosis, alerts: Sequence[Alert]) -> Diagnosis:
+    """``diagnosis`` with ``alerts`` in front of its own (watch's live alerts)."""
+    return replace(diagnosis, alerts=[*alerts, *diagnosis.alerts])

@@ -98,3 +98,10 @@ def test_an_older_log_shows_the_jump_it_can_see(tmp_path):
     assert event["source"] == "lr jump" and event["warmup_steps"] == 0
     assert event["lr_after"] == pytest.approx(scheduled_lr(absolute, 151))
     assert not math.isclose(event["lr_after"], event["lr_before"])
+
+
+def test_watch_json_has_the_additive_key(log):
+    result = runner.invoke(app, ["watch", str(log), "--once", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    (event,) = json.loads(result.stdout)["schedule_events"]
+    assert event["step"] == 151 and event["text"] == TEXT

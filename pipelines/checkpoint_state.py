@@ -13,7 +13,8 @@ field           required value
 =============== ======== ==========================================================
 step            yes      int >= 0 (not a bool): the last optimizer step applied
 cursor          no       null or {"epoch": int >= 0, "position": int >= 0}
-schedule        no       {"peak_lr", "warmup_steps", "total_steps", "min_lr", "kind"}
+schedule        no       {"peak_lr", "warmup_steps", "total_steps", "min_lr", "kind"} and, for a
+                         schedule restarted at a resume, "start_step"
                          forming a valid :class:`~pipelines.schedule.Schedule`
 script          no       "sync" or "pipeline"
 seed            no       int in [0, 2**32)
@@ -64,10 +65,12 @@ def _schedule(v: Any) -> str | None:
     from .schedule import Schedule
 
     keys = {"peak_lr", "warmup_steps", "total_steps", "min_lr", "kind"}
-    if not isinstance(v, dict) or set(v) != keys:
-        return f"an object with {', '.join(sorted(keys))}, got {v!r:.60}"
-    for key in ("warmup_steps", "total_steps"):
-        if type(v[key]) is not int:
+    # start_step: only in a schedule restarted at a resume (--resume-schedule restart)
+    if not isinstance(v, dict) or not keys <= set(v) <= keys | {"start_step"}:
+        return (f"an object with {', '.join(sorted(keys))} (and optionally start_step), "
+                f"got {v!r:.60}")
+    for key in ("warmup_steps", "total_steps", "start_step"):
+        if key in v and type(v[key]) is not int:
             return f"{key} an integer, got {v[key]!r:.40}"
     for key in ("peak_lr", "min_lr"):
         if type(v[key]) not in (int, float) or not math.isfinite(v[key]):

@@ -119,6 +119,10 @@ def test_a_damaged_checkpoint_is_refused_in_one_line_naming_the_file(
                   "kind": "cosine"}),
     ("schedule", {"peak_lr": float("nan"), "warmup_steps": 0, "total_steps": 2, "min_lr": 0.0,
                   "kind": "cosine"}),
+    ("schedule", {"peak_lr": 6e-4, "warmup_steps": 2, "total_steps": 50, "min_lr": 0.0,
+                  "kind": "cosine", "start_step": "40"}),
+    ("schedule", {"peak_lr": 6e-4, "warmup_steps": 2, "total_steps": 50, "min_lr": 0.0,
+                  "kind": "cosine", "start_step": 40, "extra": 1}),
     ("script", "train"), ("script", 1), ("seed", -1), ("seed", 2**32), ("seed", True),
     ("world_size", "two"), ("world_size", 0), ("micro_batches", 0), ("micro_batches", 2.5),
     ("grad_accum", False),
@@ -128,6 +132,9 @@ def test_state_validator_rejects_every_bad_field(field, value):
             "schedule": {"peak_lr": 6e-4, "warmup_steps": 2, "total_steps": 50, "min_lr": 0.0,
                          "kind": "cosine"}, "world_size": 2, "micro_batches": 4, "future": [1]}
     assert validate_training_state(dict(good), "ck") == good  # unknown keys are kept
+    # a schedule restarted at a resume carries its start step, and resuming from it again is fine
+    restarted = {**good, "schedule": {**good["schedule"], "start_step": 40}}
+    assert validate_training_state(dict(restarted), "ck") == restarted
     with pytest.raises(CheckpointError, match=f"state.json: '{field}' must be") as e:
         validate_training_state({**good, field: value}, "ck")
     assert "\n" not in str(e.value)

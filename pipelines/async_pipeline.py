@@ -36,6 +36,7 @@ from dflash import StepMetrics, TargetModel, compute_loss_and_metrics, walk_batc
 
 from .config import PipelineConfig
 from .csp import Channel, Graph, Stage, StageError, StopRequest
+from .devices import compute_precision, dtype_of
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .errors import TrainingError
 from .evaluate import run_eval
@@ -47,8 +48,6 @@ from .training import (
     anchor_generator,
     apply_update,
     build_setup,
-    compute_precision,
-    dtype_of,
     exit_code_for,
     grad_scale_for,
     make_progress,

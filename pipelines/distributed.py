@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .devices import check_device_available
 from .errors import TrainingError
 
 
@@ -186,8 +187,6 @@ def init_data_parallel(device: str, target_devices: list[str] | None = None,
     rank, local = int(env["RANK"]), int(env["LOCAL_RANK"])
     device, *targets = rank_devices([device, *targets], local)
     if device.startswith("cuda"):
-        from .training import check_device_available
-
         check_device_available(device)  # one line, before NCCL fails on a missing GPU
         torch.cuda.set_device(torch.device(device))
         backend = "nccl"

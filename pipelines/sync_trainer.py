@@ -15,6 +15,7 @@ from dflash import compute_loss_and_metrics
 
 from .config import TrainConfig
 from .csp import StopRequest
+from .devices import compute_precision
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .log_schema import Metrics
 from .training import (
@@ -23,7 +24,6 @@ from .training import (
     anchor_generator,
     apply_update,
     build_setup,
-    compute_precision,
     exit_code_for,
     grad_scale_for,
     make_progress,

@@ -14,7 +14,6 @@ Reproducibility rules that make resumed runs match uninterrupted ones:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import sys
@@ -39,6 +38,7 @@ from dflash.data import (
 from .checkpoint_state import check_cursor_fits
 from .checkpoints import checkpoint_config, restore_training_checkpoint, save_training_checkpoint
 from .config import BUNDLED, TrainConfig
+from .devices import check_device_available, dtype_of
 from .distributed import DataParallel
 from .errors import TrainingError
 from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
@@ -77,31 +77,6 @@ def anchor_generator(seed: int, step: int, micro: int) -> torch.Generator:
     ranks round-robin), so W ranks x A micro-batches reproduce one rank x W*A exactly.
     """
     return torch.Generator().manual_seed((seed * 1_000_003 + step) * 1_009 + micro)
-
-
-def check_device_available(device: str) -> None:
-    """Raise TrainingError (one line) for a device this machine does not have."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise TrainingError(f"device {device}: CUDA is not available on this machine")
-        index = torch.device(device).index
-        if index is not None and index >= torch.cuda.device_count():
-            raise TrainingError(f"device {device}: only {torch.cuda.device_count()} CUDA devices")
-    elif kind == "mps" and not torch.backends.mps.is_available():
-        raise TrainingError(f"device {device}: MPS is not available on this machine")
-
-
-def dtype_of(name: str) -> torch.dtype:
-    return getattr(torch, name)
-
-
-def compute_precision(device: str, dtype: str) -> contextlib.AbstractContextManager:
-    """Mixed precision for the drafter's forward: its parameters (and AdamW state) stay float32,
-    matmuls run in the target's dtype under autocast. float32 needs nothing."""
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=dtype_of(dtype))
 
 
 @dataclass

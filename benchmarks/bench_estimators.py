@@ -124,7 +124,7 @@ def measure(args, work: Path, steps: list[int]) -> dict[int, dict[str, tuple[flo
     from dflash.checkpoint import load_drafter
     from dflash.data import load_dataset
     from pipelines.real_target import load_benchmarks
-    from pipelines.training import longest_response
+    from pipelines.run_setup import longest_response
 
     torch.set_num_threads(args.threads)
     target = TargetModel.from_pretrained(args.target)

@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dflash.data import TokenBudgetLoader, load_dataset
 from pipelines.async_pipeline import run_pipeline
 from pipelines.config import BUNDLED, PipelineConfig, TrainConfig
+from pipelines.run_setup import resolve_data
 from pipelines.sync_trainer import run_sync
-from pipelines.training import resolve_data
 
 #: Randomly initialised Qwen3 targets for measuring at a realistic size without downloading
 #: weights (the bundled data's token ids fit any of these vocabularies).

@@ -6,7 +6,7 @@
 * :mod:`pipelines.evaluate`: real acceptance length of a checkpoint (``dflash-train eval``),
   reported by :mod:`pipelines.eval_report` (interval over prompts, benchmarks, text or JSON);
 * shared pieces: :mod:`~pipelines.config` (typed TOML configs), :mod:`~pipelines.schedule`,
-  :mod:`~pipelines.training` (setup, update rule, checkpoints, run log, the schedule across a
+  :mod:`~pipelines.run_setup` (setup, update rule, checkpoints, run log, the schedule across a
   resume), :mod:`~pipelines.progress` (progress bar or lines, closing summary),
   :mod:`~pipelines.distributed` (torchrun data parallelism), :mod:`~pipelines.log_schema` and
   :mod:`~pipelines.logwriter` (JSONL schema v1);

@@ -41,7 +41,7 @@ from .distributed import DataParallel, init_data_parallel, shutdown_data_paralle
 from .errors import TrainingError
 from .evaluate import run_eval
 from .log_schema import Metrics
-from .training import (
+from .run_setup import (
     RunLog,
     RunResult,
     Setup,

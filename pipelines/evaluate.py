@@ -130,7 +130,7 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
     from dflash.data import EVAL_FILE
 
     from .config import BUNDLED
-    from .training import resolve_data, resolve_target
+    from .run_setup import resolve_data, resolve_target
 
     try:
         target = TargetModel.from_pretrained(resolve_target(req.target or BUNDLED),
@@ -146,7 +146,7 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
         if horizon is None:
             from dflash.data import load_dataset
 
-            from .training import longest_response
+            from .run_setup import longest_response
 
             horizon = longest_response(load_dataset(resolve_data(req.data or BUNDLED)))
     except (OSError, ValueError, KeyError) as e:

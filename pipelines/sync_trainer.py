@@ -18,7 +18,7 @@ from .csp import StopRequest
 from .devices import compute_precision
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .log_schema import Metrics
-from .training import (
+from .run_setup import (
     RunLog,
     RunResult,
     anchor_generator,

@@ -88,7 +88,7 @@ def test_eval_cli_json_and_benchmarks(tmp_path, tiny_assets, capsys):
     assert main(["eval", "--drafter", ck, "--target", target, "--data", data]) == 0
     out = capsys.readouterr().out.splitlines()
     from dflash.data import load_dataset
-    from pipelines.training import longest_response
+    from pipelines.run_setup import longest_response
 
     n = min(TrainConfig().eval_prompts, len(prompts))
     horizon = TrainConfig().eval_new_tokens or longest_response(load_dataset(data))

@@ -36,7 +36,8 @@ def measure(budget: int, steps: int, anchors: int) -> dict:
     from dflash import compute_loss_and_metrics
     from pipelines.config import CPU_DRAFTER, TrainConfig
     from pipelines.memory import estimate_for_run
-    from pipelines.run_setup import anchor_generator, apply_update, build_setup
+    from pipelines.run_setup import anchor_generator, build_setup
+    from pipelines.update import apply_update
 
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp()

@@ -26,7 +26,8 @@ import torch
 
 from dflash import compute_loss_and_metrics, walk_batch
 from pipelines.config import PipelineConfig
-from pipelines.run_setup import anchor_generator, apply_update, build_setup
+from pipelines.run_setup import anchor_generator, build_setup
+from pipelines.update import apply_update
 
 
 def main(argv: list[str] | None = None) -> int:

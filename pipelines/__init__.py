@@ -6,10 +6,13 @@
 * :mod:`pipelines.evaluate`: real acceptance length of a checkpoint (``dflash-train eval``),
   reported by :mod:`pipelines.eval_report` (interval over prompts, benchmarks, text or JSON);
 * shared pieces: :mod:`~pipelines.config` (typed TOML configs), :mod:`~pipelines.schedule`,
-  :mod:`~pipelines.run_setup` (setup, update rule, checkpoints, run log, the schedule across a
-  resume), :mod:`~pipelines.progress` (progress bar or lines, closing summary),
-  :mod:`~pipelines.distributed` (torchrun data parallelism), :mod:`~pipelines.log_schema` and
-  :mod:`~pipelines.logwriter` (JSONL schema v1);
+  :mod:`~pipelines.run_setup` (target, data, drafter, optimizer and loader, built or resumed
+  before the first step), :mod:`~pipelines.resume` (the schedule and batch layout across a
+  resume), :mod:`~pipelines.update` (the update rule), :mod:`~pipelines.runlog` (the run's log,
+  checkpoints and non-finite guard), :mod:`~pipelines.outcome` (how a launch ends: summary, exit
+  code), :mod:`~pipelines.devices` (device checks, mixed precision), :mod:`~pipelines.progress`
+  (progress bar or lines, closing summary), :mod:`~pipelines.distributed` (torchrun data
+  parallelism), :mod:`~pipelines.log_schema` and :mod:`~pipelines.logwriter` (JSONL schema v1);
 * assets and their recipes: ``make_target`` (the bundled tiny target), ``make_data`` (its
   regenerated training data), ``make_sample_logs`` (``sample_logs/train.jsonl`` from real runs).
 

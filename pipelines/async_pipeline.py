@@ -41,21 +41,10 @@ from .distributed import DataParallel, init_data_parallel, shutdown_data_paralle
 from .errors import TrainingError
 from .evaluate import run_eval
 from .log_schema import Metrics
-from .run_setup import (
-    RunLog,
-    RunResult,
-    Setup,
-    anchor_generator,
-    apply_update,
-    build_setup,
-    exit_code_for,
-    grad_scale_for,
-    make_progress,
-    reduce_step,
-    resolve_target,
-    summarize,
-    walk_due,
-)
+from .outcome import RunResult, exit_code_for, make_progress, summarize
+from .run_setup import Setup, anchor_generator, build_setup, resolve_target
+from .runlog import RunLog, walk_due
+from .update import apply_update, grad_scale_for, reduce_step
 
 SCRIPT = "pipeline"
 

@@ -11,7 +11,8 @@ A record never shares a line with another: when the file does not end with a new
 died mid-line, or a disk filled up under it) the next record starts on a fresh line, so the torn
 fragment stays one malformed line that readers skip, and the record after it (a resumed run's
 ``run_start`` header) is intact. Failures to open or write raise :class:`LogWriteError`, one line
-naming the file.
+naming the file. :func:`rank_log_path` names a rank's own log (``--log-all-ranks``) beside the
+main one.
 """
 
 from __future__ import annotations
@@ -130,3 +131,9 @@ class JsonlLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def rank_log_path(log: str | Path, rank: int) -> Path:
+    """``logs/train.jsonl`` -> ``logs/train.rank3.jsonl``: rank 3's log, beside the main one."""
+    p = Path(log)
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")

@@ -1,8 +1,13 @@
-"""What both training programs share: building the models, the update rule, checkpoints, logging.
+"""Building a training run before its first step: the target, the data, the drafter and its
+optimizer, the loader and the lr schedule (:func:`build_setup`), fresh or resumed.
 
 The lock-step trainer and the CSP pipeline differ only in how batches reach the drafter; the
 drafter, its optimizer, the schedule, the non-finite guard and the checkpoint format are the same,
-so a run can move from one program to the other (``--resume``) and continue its step count.
+so a run can move from one program to the other (``--resume``) and continue its step count. The
+other shared pieces: the update rule (:mod:`pipelines.update`), the log, checkpoints and
+non-finite guard (:mod:`pipelines.runlog`), the schedule and batch layout across a resume
+(:mod:`pipelines.resume`), the devices (:mod:`pipelines.devices`) and how a launch ends
+(:mod:`pipelines.outcome`).
 
 Reproducibility rules that make resumed runs match uninterrupted ones:
 
@@ -14,17 +19,14 @@ Reproducibility rules that make resumed runs match uninterrupted ones:
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dflash import DFlashConfig, DFlashDraftModel, StepMetrics, TargetModel
+from dflash import DFlashConfig, DFlashDraftModel, TargetModel
 from dflash.checkpoint import CheckpointError
 from dflash.data import (
     DEFAULT_DATA_DIR,
@@ -36,13 +38,12 @@ from dflash.data import (
 )
 
 from .checkpoint_state import check_cursor_fits
-from .checkpoints import checkpoint_config, restore_training_checkpoint, save_training_checkpoint
+from .checkpoints import checkpoint_config, restore_training_checkpoint
 from .config import BUNDLED, TrainConfig
 from .devices import check_device_available, dtype_of
 from .distributed import DataParallel
 from .errors import TrainingError
-from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
-from .logwriter import JsonlLog
+from .logwriter import rank_log_path
 from .memory import check_fits, estimate_for_run
 from .preflight import (
     check_checkpoint_dir,
@@ -50,14 +51,8 @@ from .preflight import (
     check_writable_file,
     tidy_checkpoints,
 )
-from .progress import RunSummary, StepProgress
+from .resume import micro_batches_per_step, resume_layout_note, schedule_for
 from .schedule import Schedule
-
-
-def rank_log_path(log: str | Path, rank: int) -> Path:
-    """``logs/train.jsonl`` -> ``logs/train.rank3.jsonl``: rank 3's log, beside the main one."""
-    p = Path(log)
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.jsonl'}")
 
 
 def resolve_target(target: str) -> str:
@@ -206,80 +201,6 @@ def longest_response(dataset) -> int:
     return int(max(n - int(s) for n, s in zip(dataset.lengths, dataset.response_starts)))
 
 
-def walk_due(cfg: TrainConfig, step: int) -> bool:
-    """Whether step ``step``'s metrics record carries the walked tau (every ``walk_every``-th
-    record)."""
-    return bool(cfg.walk_every) and step % (cfg.log_every * cfg.walk_every) == 0
-
-
-def config_schedule(cfg: TrainConfig, start_step: int = 0) -> Schedule:
-    """The schedule ``cfg`` asks for, starting after step ``start_step`` (0: a fresh run).
-
-    Raises:
-        TrainingError: the schedule does not fit (e.g. its warmup is longer than what is left).
-    """
-    try:
-        return Schedule.from_ratio(cfg.schedule_total_steps, peak_lr=cfg.peak_lr,
-                                   warmup_ratio=cfg.warmup_ratio, min_lr=cfg.min_lr,
-                                   kind=cfg.schedule, start_step=start_step,
-                                   warmup_steps=cfg.warmup_steps)
-    except ValueError as e:
-        raise TrainingError(f"lr schedule: {e}") from None
-
-
-def schedule_for(cfg: TrainConfig, start_step: int,
-                 saved: dict[str, Any] | None) -> tuple[Schedule, str | None]:
-    """The lr schedule of a launch, and what to tell the user about it when it resumes.
-
-    * a fresh run: the config's schedule;
-    * ``resume_schedule = "continue"``: the checkpoint's schedule (``saved``), at the step it
-      reached: a migrated run goes on exactly as the old one would have (past its end: the
-      floor). A checkpoint recording no schedule falls back to the config's, at the absolute step;
-    * ``"restart"``: the config's schedule from step ``start_step + 1`` on: warmup again over
-      ``warmup_steps`` (or ``warmup_ratio`` of the steps left), then the decay to ``min_lr`` at
-      ``total_steps`` (default ``max_steps``).
-
-    Raises:
-        TrainingError: a restart with no steps left for the schedule, an unreadable saved schedule.
-    """
-    if cfg.resume is None:
-        return config_schedule(cfg), None
-    old = None
-    if saved is not None:
-        try:
-            old = Schedule.from_dict(saved)
-        except (TypeError, ValueError) as e:
-            raise TrainingError(f"checkpoint {cfg.resume}: unreadable schedule {saved!r}: {e}") from None
-    k = start_step + 1
-    if cfg.resume_schedule == "restart":
-        if cfg.schedule_total_steps <= start_step:
-            raise TrainingError(f"--resume-schedule restart at step {start_step}: the schedule ends "
-                                f"at step {cfg.schedule_total_steps} (total_steps)")
-        new = config_schedule(cfg, start_step)
-        before = f"{old.lr_at(start_step):.1e} -> " if old is not None and start_step else ""
-        return new, (f"lr schedule restarted at step {k}: {before}{new.lr_at(k):.1e} "
-                     f"({new.describe()}); the AdamW moments are the checkpoint's")
-    if old is None:
-        new = config_schedule(cfg)
-        return new, (f"checkpoint {cfg.resume} records no lr schedule: this config's applies at "
-                     f"step {k}: {new.lr_at(k):.1e} ({new.describe()})")
-    note = f"lr schedule continued at step {k}: {old.lr_at(k):.1e} ({old.describe()})"
-    if old.kind != "constant" and old.total_steps <= start_step:
-        note += f"; it ended at step {old.total_steps}, so its floor holds"
-    # Compared as if started where the checkpoint's began: a schedule this config restarted
-    # earlier is this config's schedule, not another one.
-    try:
-        same = config_schedule(cfg, old.start_step) == old
-        mine = config_schedule(cfg, start_step)  # what a restart would start here
-    except TrainingError:
-        same, mine = False, None
-    if not same:
-        note += "; this config's schedule is not used"
-        if mine is not None:
-            note += f": --resume-schedule restart starts it here ({mine.describe()})"
-    return old, note
-
-
 def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> None:
     """Machine checks before anything is loaded (one-line TrainingError each), and the tidy-up
     of what killed checkpoint saves left (by the rank that writes checkpoints)."""
@@ -293,247 +214,8 @@ def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> None:
         check_writable_file(rank_log_path(cfg.log, dp.rank if dp else 0), "per-rank log", "--log")
 
 
-def micro_batches_per_step(cfg: TrainConfig) -> int:
-    """Micro-batches each rank runs per optimizer step (the lock-step trainer: one)."""
-    return int(getattr(cfg, "grad_accum", 1))
-
-
-def resume_layout_note(state: dict[str, Any], dp: DataParallel, cfg: TrainConfig) -> str | None:
-    """What changes when a checkpoint resumes under another rank count or accumulation.
-
-    Nothing has to be remapped: the saved data cursor counts the examples consumed by ALL ranks
-    together (dflash.data deals global batches round-robin), so the resumed run continues the
-    global stream exactly where it stopped, whatever the new world size. What changes is the
-    global batch (ranks x micro-batches): with the same product the run continues exactly as an
-    uninterrupted run of the new layout would; otherwise each step averages a different number of
-    batches (checkpoints written before world_size was recorded are taken as one rank).
-    """
-    old_w = int(state.get("world_size", 1))
-    old_a = int(state.get("micro_batches", state.get("grad_accum", 1)))
-    new_w, new_a = dp.world_size, micro_batches_per_step(cfg)
-    if (old_w, old_a) == (new_w, new_a):
-        return None
-    same = old_w * old_a == new_w * new_a
-    return (f"checkpoint of {old_w} rank(s) x {old_a} micro-batch(es) resumed as {new_w} x {new_a}: "
-            f"the data cursor (examples of all ranks) continues exactly; the global batch "
-            + ("is unchanged" if same else f"changes from {old_w * old_a} to {new_w * new_a} batches"))
-
-
 def _drafter_overrides(saved: DFlashConfig) -> dict[str, Any]:
     """The saved drafter's hyper-parameters (a resumed run keeps its architecture)."""
     keep = ("block_size", "num_draft_layers", "target_layer_ids", "mask_token_id",
             "loss_decay_gamma", "num_anchors")
     return {k: getattr(saved, k) for k in keep}
-
-
-# -- the update rule ------------------------------------------------------------------------------
-
-@dataclass
-class UpdateResult:
-    applied: bool
-    grad_norm: float
-
-
-def apply_update(drafter: torch.nn.Module, optimizer: torch.optim.Optimizer, lr: float,
-                 grad_clip: float, loss: float, grad_scale: float = 1.0) -> UpdateResult:
-    """Scale, clip and apply the accumulated gradients, unless the loss or the norm is not finite.
-
-    Args:
-        loss: the step's loss (only checked for finiteness).
-        grad_scale: multiplies the accumulated gradients first (1 / the step's loss weight when
-            the micro-batches backpropagated unnormalised sums).
-
-    Returns:
-        Whether the update was applied, and the gradient norm before clipping.
-    """
-    params = [p for p in drafter.parameters() if p.grad is not None]
-    if grad_scale != 1.0:
-        for p in params:
-            p.grad.mul_(grad_scale)
-    max_norm = grad_clip if grad_clip > 0 else math.inf
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-    applied = math.isfinite(loss) and math.isfinite(norm)
-    if applied:
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return UpdateResult(applied=applied, grad_norm=norm)
-
-
-# -- run bookkeeping shared by both programs -------------------------------------------------------
-
-class RunLog:
-    """The log, the checkpoints and the non-finite guard of one launch.
-
-    Args:
-        setup: the run being logged.
-        script: "sync" or "pipeline" (the ``run_start`` header).
-        steps_per_epoch: optimizer steps per data epoch, for the header.
-        dp: data-parallel ranks; only rank 0 writes the log and checkpoints, every rank counts
-            non-finite steps (their decision must agree).
-    """
-
-    def __init__(self, setup: Setup, script: str, steps_per_epoch: float | None,
-                 dp: DataParallel | None = None, clock=time.time) -> None:
-        self.setup = setup
-        self.cfg = setup.cfg
-        self.clock = clock
-        dp = dp or DataParallel(device=self.cfg.device)
-        self.dp = dp
-        try:
-            self.log = JsonlLog(self.cfg.log) if dp.is_main else None
-            self.rank_log = (JsonlLog(rank_log_path(self.cfg.log, dp.rank))
-                             if self.cfg.log_all_ranks else None)
-        except OSError as e:  # LogWriteError: one line naming the file
-            raise TrainingError(str(e)) from None
-        self.nonfinite_in_a_row = 0
-        self.last_ckpt_step: int | None = None
-        self.last_ckpt_path: Path | None = None
-        header = RunStart(
-            script=script, time=clock(), config=self.cfg.to_dict(),
-            schedule=setup.schedule.to_dict(), block_size=setup.block_size,
-            steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
-            resumed_from=setup.resumed_from,
-            resume_schedule=self.cfg.resume_schedule if setup.resumed_from else None,
-        )
-        try:
-            self.write(header)
-            self.write_rank(dataclasses.replace(header, rank=dp.rank))
-        except OSError as e:  # e.g. a full disk: nothing has run yet
-            self.close()
-            raise TrainingError(str(e)) from None
-
-    @property
-    def per_rank(self) -> bool:
-        """Whether this launch writes a per-rank log (``--log-all-ranks``)."""
-        return self.rank_log is not None
-
-    def write(self, record: Any) -> None:
-        """Append to the global log (rank 0 only; a no-op elsewhere)."""
-        if self.log is not None:
-            self.log.write(record)
-
-    def write_rank(self, record: Any) -> None:
-        """Append to this rank's own log (a no-op without ``--log-all-ranks``)."""
-        if self.rank_log is not None:
-            self.rank_log.write(record)
-
-    def rank_metrics(self, step: int, epoch: float, lr: float, local: StepMetrics,
-                     grad_norm: float, step_time: float, sync_wait: float,
-                     stage_busy: dict[str, float] | None = None,
-                     queue_fill: dict[str, float] | None = None) -> None:
-        """This rank's own view of a step: its local metric sums and its own throughput
-        (real tokens / (step time - time waiting for the other ranks))."""
-        if self.rank_log is None:
-            return
-        own = step_time - sync_wait
-        self.write_rank(Metrics(
-            step=step, time=self.clock(), epoch=epoch, lr=lr,
-            tok_per_sec=local.n_tokens / own if own > 0 else 0.0, grad_norm=grad_norm,
-            stage_busy=stage_busy or {}, queue_fill=queue_fill or {},
-            step_time=step_time, sync_wait=sync_wait, **local.to_log_dict(),
-        ))
-
-    def nonfinite(self, step: int, loss: float, grad_norm: float | None) -> bool:
-        """Record a skipped update; True when the run must stop (too many in a row)."""
-        self.nonfinite_in_a_row += 1
-        self.write(NonFiniteRecord(step=step, time=self.clock(), loss=loss, grad_norm=grad_norm,
-                                   consecutive=self.nonfinite_in_a_row))
-        return self.nonfinite_in_a_row >= self.cfg.max_nonfinite
-
-    def finite(self) -> None:
-        self.nonfinite_in_a_row = 0
-
-    def checkpoint(self, step: int, cursor: dict[str, Any], script: str) -> Path | None:
-        """Write ``step-NNNNNN/`` atomically (rank 0), then its log record."""
-        self.last_ckpt_step = step
-        if self.log is None:
-            return None
-        s = self.setup
-        path = save_training_checkpoint(
-            Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
-            state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
-                   "script": script, "seed": self.cfg.seed, "world_size": self.dp.world_size,
-                   "micro_batches": micro_batches_per_step(self.cfg)},
-        )
-        self.last_ckpt_path = path
-        self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))
-        return path
-
-    def stop(self, step: int, reason: str, error: str | None = None) -> None:
-        """The closing record; a log that cannot take it (the failure being reported may be
-        that very log, e.g. a full disk) is skipped: the error still reaches stderr."""
-        record = StopRecord(step=step, time=self.clock(), reason=reason, error=error)
-        for write in (self.write, self.write_rank):
-            try:
-                write(record)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        for log in (self.log, self.rank_log):
-            if log is not None:
-                log.close()
-
-
-def reduce_step(dp: DataParallel, metrics: StepMetrics) -> StepMetrics:
-    """The step's metric sums over all ranks (the gradients were averaged by DDP in backward)."""
-    if not dp.active:
-        return metrics
-    total = dp.all_reduce_sum(metrics.as_tensor(dp.device))
-    return StepMetrics.from_tensor(total, metrics.block_size)
-
-
-def grad_scale_for(dp: DataParallel, global_metrics: StepMetrics) -> float:
-    """Factor turning the accumulated gradients into the step's exact per-token mean.
-
-    Each micro-batch backpropagated its unnormalised loss sum and DDP averaged over the ranks, so
-    the gradient holds (sum over every micro-batch of every rank) / world_size.
-    """
-    w = global_metrics.weight_sum
-    return dp.grad_average / w if w else 1.0
-
-
-@dataclass
-class RunResult:
-    """How a launch ended: the last step reached, why, and the process exit code."""
-
-    step: int
-    reason: str
-    exit_code: int
-    error: str | None = None
-    summary: RunSummary | None = None
-    """The closing summary (rank 0; None on the other ranks)."""
-
-
-def make_progress(setup: Setup, dp: DataParallel, started_at: float) -> StepProgress:
-    """The launch's progress display (rank 0 only: the others stay quiet)."""
-    cfg = setup.cfg
-    return StepProgress(setup.start_step, cfg.max_steps, cfg.progress if dp.is_main else False,
-                        every_steps=cfg.progress_every, every_seconds=cfg.progress_seconds,
-                        started_at=started_at)
-
-
-def summarize(program: str, setup: Setup, runlog: RunLog, progress: StepProgress, step: int,
-              reason: str, error: str | None = None) -> RunSummary | None:
-    """The closing summary of a launch (None off rank 0). The last good checkpoint is the
-    launch's last one, else the checkpoint it resumed from."""
-    if not runlog.dp.is_main:
-        return None
-    ckpt = runlog.last_ckpt_path or (setup.resumed_from or {}).get("path")
-    return RunSummary.of(program, progress, start_step=setup.start_step, step=step,
-                         max_steps=setup.cfg.max_steps, reason=reason,
-                         checkpoint=str(ckpt) if ckpt is not None else None,
-                         log=str(setup.cfg.log), error=error)
-
-
-def exit_code_for(reason: str, signum: int | None) -> int:
-    """Process exit code: 0 when the run finished, 128+signal after a graceful signal stop
-    (the shell convention, so a scheduler can tell a preempted run from a finished one),
-    1 after an error or too many non-finite steps."""
-    if reason == "max_steps":
-        return 0
-    if reason == "signal":
-        return 128 + (signum or 15)
-    return 1

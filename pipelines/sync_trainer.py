@@ -18,18 +18,10 @@ from .csp import StopRequest
 from .devices import compute_precision
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .log_schema import Metrics
-from .run_setup import (
-    RunLog,
-    RunResult,
-    anchor_generator,
-    apply_update,
-    build_setup,
-    exit_code_for,
-    grad_scale_for,
-    make_progress,
-    reduce_step,
-    summarize,
-)
+from .outcome import RunResult, exit_code_for, make_progress, summarize
+from .run_setup import anchor_generator, build_setup
+from .runlog import RunLog
+from .update import apply_update, grad_scale_for, reduce_step
 
 SCRIPT = "sync"
 

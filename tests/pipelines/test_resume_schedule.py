@@ -137,7 +137,7 @@ def test_the_diagnostics_see_no_restart_when_the_schedule_continued(migrated, tm
 
 def test_continuing_a_restarted_schedule_of_the_same_config_says_nothing_about_it():
     from pipelines.config import TrainConfig
-    from pipelines.run_setup import config_schedule, schedule_for
+    from pipelines.resume import config_schedule, schedule_for
 
     cfg = TrainConfig(resume="ck/step-000006", max_steps=10)
     restarted = config_schedule(cfg, start_step=4)  # what a restart at step 4 stored

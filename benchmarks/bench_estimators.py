@@ -27,6 +27,10 @@ the metric records of the window before it.
    * linear    1 + (B-1) acc
    * tau_train 1 + sum_k accept_pos[k] (the size-biased upper view)
 
+The walk is shown with its standard error over the window's walked records, and the ``primary``
+column applies the report's rule: the walk leads with at least 3 walked records and a relative
+standard error of at most 10%, else the harmonic estimate does.
+
 Targets: walk within 5% of measured at every eval, harmonic within 15%.
 """
 
@@ -56,8 +60,9 @@ def window_means(records: Sequence[dict]) -> dict[str, object]:
     acc_pos = [sum(r["acc_pos"][i] * r["n_blocks"] for r in records) / blocks for i in range(k)]
     accept_pos = [sum(r["accept_pos"][i] * r["n_blocks"] for r in records) / blocks
                   for i in range(k)]
-    walked = [r for r in records if "walk_steps" in r]
-    return {"acc": sum(r["acc"] * r["n_pred"] for r in records) / preds, "acc_pos": acc_pos,
+    walked = [r for r in records if r.get("walk_steps")]
+    return {"walk_pairs": [(r["walk_tokens"], r["walk_steps"]) for r in walked],
+            "acc": sum(r["acc"] * r["n_pred"] for r in records) / preds, "acc_pos": acc_pos,
             "accept_pos": accept_pos, "walk_tokens": sum(r["walk_tokens"] for r in walked),
             "walk_steps": sum(r["walk_steps"] for r in walked), "block_size": k + 1,
             "walked": len(walked)}
@@ -65,6 +70,29 @@ def window_means(records: Sequence[dict]) -> dict[str, object]:
 
 def walk_tau(walk_tokens: int, walk_steps: int) -> float:
     return walk_tokens / walk_steps if walk_steps else math.nan
+
+
+def walk_se(pairs: Sequence[tuple[float, float]]) -> float:
+    """Standard error of the ratio of sums over the walked records (the records are the draws):
+    sqrt(sum (t - R s)^2 / (n (n-1))) / mean(s)."""
+    n = len(pairs)
+    if n < 2:
+        return math.nan
+    r = sum(t for t, _ in pairs) / sum(s for _, s in pairs)
+    spread = sum((t - r * s) ** 2 for t, s in pairs) / (n * (n - 1))
+    return math.sqrt(spread) / (sum(s for _, s in pairs) / n)
+
+
+#: The report's rule (dflash_diag defaults WALK_MIN_RECORDS, WALK_MAX_REL_SE), restated.
+WALK_MIN_RECORDS, WALK_MAX_REL_SE = 3, 0.10
+
+
+def primary(est: dict[str, float], se: float, walked: int) -> str:
+    """The estimator the report would lead with: the walk on adequate evidence, else harmonic."""
+    walk = est["walk"]
+    if walked >= WALK_MIN_RECORDS and math.isfinite(walk) and se / walk <= WALK_MAX_REL_SE:
+        return "walk"
+    return "harmonic"
 
 
 def harmonic_tau(accept_pos: Sequence[float]) -> float:
@@ -173,17 +201,25 @@ def log_table(path: Path, window: int) -> int:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     metrics = [r for r in latest_records(records) if "accept_pos" in r]
     evals = {r["step"]: r for r in records if r.get("event") == "eval"}  # later entries win
-    head = ["step", "tau measured"] + [f"{e} (err)" for e in
-                                       ("walk", "harmonic", "chain", "linear", "tau_train")]
+    head = ["step", "tau measured", "walk ± se (err)", "walked"] + [
+        f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")] + ["primary (err)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for s, ev in sorted(evals.items()):
         window_recs = [r for r in metrics if s - window < r["step"] <= s]
         if not window_recs:
             continue
-        est = estimates(window_means(window_recs))
+        means = window_means(window_recs)
+        est = estimates(means)
         truth = ev["tau"]
-        cells = [str(s), f"{truth:.2f}"] + [cell(v, truth) for v in est.values()]
+        se = walk_se(means["walk_pairs"])
+        walk = cell(est["walk"], truth)
+        if math.isfinite(se) and math.isfinite(est["walk"]):
+            walk = walk.replace(" (", f" ± {se:.2f} (", 1)
+        lead = primary(est, se, means["walked"])
+        cells = ([str(s), f"{truth:.2f}", walk, str(means["walked"])]
+                 + [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
+                 + [f"{lead} {cell(est[lead], truth)}"])
         print("| " + " | ".join(cells) + " |")
     print(f"\nestimates from the pipeline records of steps (s-{window}, s]; measured: the log's "
           f"eval records ({next(iter(evals.values()))['n_prompts']} held-out prompts)")

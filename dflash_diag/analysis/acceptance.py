@@ -6,7 +6,11 @@ Estimators, strongest first; the report's primary estimate is the strongest the 
 * ``measured`` tau of the latest ``eval`` record: real speculative decoding on held-out prompts.
 * ``walk``     sum ``walk_tokens`` / sum ``walk_steps`` over a window: the trainer walks its own
   teacher-forced predictions the way decoding does (start at the first response token, step by
-  1 + accepted prefix), so it is the decoding tau on training data. A ratio of sums.
+  1 + accepted prefix), so it is the decoding tau on training data. A ratio of sums, with its
+  standard error over the window's walked records. It leads only on adequate evidence: at least
+  ``defaults.WALK_MIN_RECORDS`` walked records and a relative standard error of at most
+  ``defaults.WALK_MAX_REL_SE`` (:func:`walk_held_back`); otherwise it is listed, with the reason,
+  and the next estimator leads.
 * ``harmonic`` 1 / sum_{k=0}^{B-1} (A_k - A_{k+1}) / (k+1), with A_0 = 1, A_k = ``accept_pos[k-1]``
   (the share of uniformly drawn anchors whose correct prefix is at least k), A_B = 0. Uniform
   anchors see a decoding step of length s with probability proportional to s (size bias); the
@@ -29,11 +33,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from dflash_diag.analysis import defaults
+from dflash_diag.analysis.numbers import plural
 from dflash_diag.read.records import LogEvent
 
 MEASURED, WALK, HARMONIC, CHAIN, LINEAR, PREFIX = (
@@ -104,19 +109,58 @@ class TauEstimate:
     Attributes:
         name: one of :data:`ALL_ESTIMATORS`.
         tau: the estimate.
-        basis: what it was computed from, for the report.
+        basis: what it was computed from, for the report (with the reason when ``held_back``).
         error: ``tau - measured tau`` when a measured tau exists (None for the measured one).
+        se: the estimate's standard error where known (the walk's), else None.
+        held_back: why the estimate may not lead although its rank would let it (a short
+            phrase: the walk on too little or too noisy evidence); None when it may.
     """
 
     name: str
     tau: float
     basis: str
     error: float | None = None
+    se: float | None = None
+    held_back: str | None = None
 
     @property
     def upper_view(self) -> bool:
         """The size-biased ``prefix`` view: listed, never the primary estimate."""
         return self.name == PREFIX
+
+    @property
+    def can_lead(self) -> bool:
+        """Ranked (not ``prefix``) and not held back: may be the primary estimate."""
+        return self.name in ESTIMATOR_ORDER and self.held_back is None
+
+
+def walk_held_back(tau: float, se: float | None, n_records: int,
+                   min_records: int = defaults.WALK_MIN_RECORDS,
+                   max_rel_se: float = defaults.WALK_MAX_REL_SE) -> str | None:
+    """Why a walked tau may not lead the estimates, or None when its evidence is adequate.
+
+    Each walked record walks only a few training sequences, and on looping data a sequence is
+    accepted nearly all or nothing, so per-record walked tau can spread over several tokens: the
+    ratio of a few records is then no better evidence than the harmonic estimate from every
+    record's ``accept_pos``. The walk leads with at least ``min_records`` records and a relative
+    standard error ``se / tau`` of at most ``max_rel_se``.
+    """
+    if n_records < min_records:
+        return f"walk too thin to lead: {plural(n_records, 'record')}, {min_records} needed"
+    if se is None or not math.isfinite(se) or tau <= 0:
+        return "walk too noisy to lead: no standard error"
+    rel = se / tau
+    if rel > max_rel_se:
+        return (f"walk too noisy to lead: ±{rel:.0%} over {plural(n_records, 'record')} "
+                f"(limit ±{max_rel_se:.0%}; more walk_seqs would help)")
+    return None
+
+
+def leading(estimates: Sequence[TauEstimate]) -> TauEstimate | None:
+    """The primary estimate: the strongest that may lead; when every ranked one is held back,
+    the strongest ranked one (a noisy walk is still better than no estimate)."""
+    ranked = [e for e in estimates if e.name in ESTIMATOR_ORDER]
+    return next((e for e in ranked if e.can_lead), ranked[0] if ranked else None)
 
 
 @dataclass(frozen=True)
@@ -124,7 +168,8 @@ class Calibration:
     """How far the strongest training-data estimate was from the measured tau at the last eval.
 
     Attributes:
-        estimator: the estimate compared (the strongest one that is not ``measured``).
+        estimator: the estimate compared: the one that would have been primary at the eval's
+            step without the eval (the same rule as the primary estimate's).
         step: the eval's step.
         estimate: that estimator's value over the window holding the eval's step.
         measured: the eval's tau.
@@ -311,6 +356,8 @@ def training_estimates(
     walk_basis: str = "walk_tokens / walk_steps",
     tau_train: float | None = None,
     where: str = "last window",
+    tau_walk_se: float | None = None,
+    walk_n: int | None = None,
 ) -> list[TauEstimate]:
     """The estimates from training metrics (not ``measured``), strongest first, ``prefix`` last.
 
@@ -322,10 +369,19 @@ def training_estimates(
         walk_basis: words for the walked tau's basis.
         tau_train: the window's mean ``tau_train`` (preferred over ``accept_pos`` for prefix).
         where: words naming the window, for the bases.
+        tau_walk_se: the walked tau's standard error.
+        walk_n: the walked records behind ``tau_walk`` (None: unknown, and the walk leads as
+            before: a caller that does not count records does not judge them).
     """
     out: list[TauEstimate] = []
     if tau_walk is not None and math.isfinite(tau_walk):
-        out.append(TauEstimate(WALK, tau_walk, walk_basis))
+        held = walk_held_back(tau_walk, tau_walk_se, walk_n) if walk_n is not None else None
+        basis = walk_basis
+        if held is not None:
+            basis += f"; {held}"  # the phrase names the record count
+        elif walk_n is not None:
+            basis += f", {plural(walk_n, 'record')}"
+        out.append(TauEstimate(WALK, tau_walk, basis, se=tau_walk_se, held_back=held))
     accept = mean_positions(rows, "accept_pos")
     harmonic = harmonic_tau(accept, block_size) if accept else None
     if harmonic is not None:
@@ -354,6 +410,8 @@ def estimate_acceptance(
     up_to_step: int | None = None,
     tau_walk: float | None = None,
     walk_basis: str = "walk_tokens / walk_steps, last window",
+    tau_walk_se: float | None = None,
+    walk_n: int | None = None,
     estimates_at: Callable[[int], list[TauEstimate]] | None = None,
 ) -> Acceptance:
     """Every estimate the data supports, the primary one chosen, the target and warnings.
@@ -369,6 +427,8 @@ def estimate_acceptance(
         up_to_step: ignore eval records after this step; the measured tau's age counts to it.
         tau_walk: the walked tau of the latest window that has one.
         walk_basis: where ``tau_walk`` comes from.
+        tau_walk_se: its standard error.
+        walk_n: the walked records behind it (the walk leads only on adequate evidence).
         estimates_at: ``step -> training estimates over the window holding step``, for the
             measured/estimate ratio at the last eval (None: not reported).
     """
@@ -385,19 +445,21 @@ def estimate_acceptance(
             age = max(0, up_to_step - measured.step)
         estimates.append(TauEstimate(MEASURED, float(measured.fields["tau"]), basis))
     estimates += training_estimates(acc=acc, rows=last_rows, block_size=block_size, tau_walk=tau_walk,
-                                    walk_basis=walk_basis, tau_train=tau_train)
+                                    walk_basis=walk_basis, tau_train=tau_train,
+                                    tau_walk_se=tau_walk_se, walk_n=walk_n)
 
     warnings: list[str] = []
     calibration = None
     if measured is not None:
         measured_tau = estimates[0].tau
         estimates = [estimates[0]] + [
-            TauEstimate(e.name, e.tau, e.basis, e.tau - measured_tau) for e in estimates[1:]
+            replace(e, error=e.tau - measured_tau) for e in estimates[1:]
         ]
         # Compare with the walked tau (the same predictions walked as decoding walks them), else
         # the harmonic one: both undo the size bias of uniform anchors. Not with prefix or linear,
-        # which read well above the measured tau in healthy runs (docs/design.md, "Metrics").
-        promised = next((e for e in estimates if e.name in (WALK, HARMONIC)), None)
+        # which read well above the measured tau in healthy runs (docs/design.md, "Metrics"). A
+        # walk held back as too noisy to lead is too noisy to raise an alarm too.
+        promised = next((e for e in estimates if e.name in (WALK, HARMONIC) and e.can_lead), None)
         if promised is not None and promised.tau > 1 and (measured_tau - 1) < MISMATCH_RATIO * (promised.tau - 1):
             warnings.append(
                 f"train/serve mismatch? training predictions walked as decoding imply tau "
@@ -405,10 +467,11 @@ def estimate_acceptance(
                 "check label shift and context visibility (anchor must not see itself)"
             )
         if estimates_at is not None:
-            at_eval = [e for e in estimates_at(measured.step) if e.name in ESTIMATOR_ORDER]
-            if at_eval and at_eval[0].tau > 0:
-                calibration = Calibration(at_eval[0].name, measured.step, at_eval[0].tau, measured_tau)
-    primary = next((e for e in estimates if e.name in ESTIMATOR_ORDER), None)
+            # The estimator that would have been primary at the eval's step, by the same rule.
+            at_eval = leading(estimates_at(measured.step))
+            if at_eval is not None and at_eval.tau > 0:
+                calibration = Calibration(at_eval.name, measured.step, at_eval.tau, measured_tau)
+    primary = leading(estimates)
     tau = primary.tau if primary else None
     estimator = primary.name if primary else None
     baseline, baseline_source = config.baseline

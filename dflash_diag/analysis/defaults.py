@@ -26,3 +26,10 @@ MIN_POINTS = 5
 BOUNDARY_K = 50
 #: Robust standard deviations above its neighbours that make a window's loss a spike.
 SPIKE_FACTOR = 6.0
+#: Fewest walked records in a window for the walked tau to be the primary estimate: each record
+#: walks only a few sequences, and fewer records say little about their spread.
+WALK_MIN_RECORDS = 3
+#: Largest relative standard error (SE / tau_walk) at which the walked tau leads the estimates;
+#: a noisier walk is listed with its error and the next estimator (harmonic) leads. 10%: the
+#: harmonic estimator's typical error on real logs, so a noisier walk is no better evidence.
+WALK_MAX_REL_SE = 0.10

@@ -270,6 +270,7 @@ def diagnose_frame(
         return training_estimates(
             acc=w.acc, rows=load(window_rows(frame, w)), block_size=block_size, tau_walk=w.tau_walk,
             tau_train=w.tau_train, where=f"window {window_label(w, last_step)}",
+            tau_walk_se=w.tau_walk_se, walk_n=w.walk_n,
         )
 
     acceptance = estimate_acceptance(
@@ -284,6 +285,8 @@ def diagnose_frame(
         tau_walk=walk_window.tau_walk if walk_window else None,
         walk_basis=(f"walk_tokens / walk_steps, window {window_label(walk_window, last_step)}"
                     if walk_window else ""),
+        tau_walk_se=walk_window.tau_walk_se if walk_window else None,
+        walk_n=walk_window.walk_n if walk_window else None,
         estimates_at=estimates_at,
     )
     verdict = judge(windows, current_acc=acceptance.acc, target_acc=config.acceptance.target_acc,

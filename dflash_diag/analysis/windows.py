@@ -8,6 +8,7 @@ the means and counted per window.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import polars as pl
@@ -38,6 +39,9 @@ class Window:
             no ``tok_per_sec``).
         tau_walk: the walked tau, ``sum walk_tokens / sum walk_steps`` over the window's records
             that carry both (a ratio of sums, not a mean of ratios); None without any.
+        tau_walk_se: the walked tau's standard error, from the spread of the walked records
+            around the ratio (:func:`ratio_se`); None with fewer than two walked records.
+        walk_n: the walked records in the window (those that count toward ``tau_walk``).
     """
 
     index: int
@@ -56,6 +60,43 @@ class Window:
     lr: float | None = None
     tok_per_sec: float | None = None
     tau_walk: float | None = None
+    tau_walk_se: float | None = None
+    walk_n: int = 0
+
+
+def ratio_se(tokens: list[float], steps: list[float]) -> float | None:
+    """Standard error of the ratio of sums ``R = sum t / sum s`` over records ``(t_i, s_i)``.
+
+    The linearised (delta-method) estimator of a ratio of sums:
+    ``SE(R) = sqrt(sum (t_i - R s_i)^2 / (n (n - 1))) / mean(s)``. Each record walks a few whole
+    sequences, so the records, not the steps inside them, are the independent draws: steps of one
+    sequence are correlated (looping data accepts all or nothing). None with fewer than two
+    records or no steps. The plain-Python reference of the polars query in :func:`_aggregate`.
+    """
+    n = len(tokens)
+    if n < 2 or n != len(steps):
+        return None
+    total_s = sum(steps)
+    if total_s <= 0:
+        return None
+    r = sum(tokens) / total_s
+    residual = sum((t - r * s) ** 2 for t, s in zip(tokens, steps))
+    return math.sqrt(residual / (n * (n - 1))) / (total_s / n)
+
+
+def _ratio_se_expr() -> pl.Expr:
+    """:func:`ratio_se` from per-window sums: ``sum (t - R s)^2 = sum t^2 - 2 R sum ts + R^2 sum s^2``
+    (clipped at zero: the expansion can cancel to a tiny negative when every record has the same
+    ratio)."""
+    n = pl.col("_walk_n").cast(pl.Float64)
+    t, s = pl.col("_walk_tokens_sum"), pl.col("_walk_steps_sum")
+    r = t / s
+    residual = pl.col("_walk_tt") - 2.0 * r * pl.col("_walk_ts") + r * r * pl.col("_walk_ss")
+    residual = pl.when(residual > 0).then(residual).otherwise(0.0)
+    return (
+        pl.when((pl.col("_walk_n") >= 2) & (s > 0))
+        .then((residual / (n * (n - 1.0))).sqrt() / (s / n))
+    )
 
 
 def window_index(start: int, size: int) -> pl.Expr:
@@ -163,6 +204,11 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             *_weighted_mean_parts("tau_train", "n_blocks", with_sd=False),
             *(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean") for name in ("lr", "tok_per_sec")),
             *(pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum") for name in ("walk_tokens", "walk_steps")),
+            # The second moments the walked tau's standard error needs (ratio_se).
+            pl.col("_walk_tokens_ok").count().alias("_walk_n"),
+            (pl.col("_walk_tokens_ok") ** 2).sum().alias("_walk_tt"),
+            (pl.col("_walk_steps_ok") ** 2).sum().alias("_walk_ss"),
+            (pl.col("_walk_tokens_ok") * pl.col("_walk_steps_ok")).sum().alias("_walk_ts"),
         )
         .sort("_window")
         .select(
@@ -183,6 +229,8 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             pl.col("_tok_per_sec_mean"),
             pl.when(pl.col("_walk_steps_sum") > 0)
             .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum")).alias("_tau_walk"),
+            _ratio_se_expr().alias("_tau_walk_se"),
+            pl.col("_walk_n").cast(pl.Int64),
         )
         # The in-memory engine's hash group-by sums like the eager API always did; the streaming
         # engine accumulates in another order, and the means would move in their last bits.
@@ -220,9 +268,9 @@ def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int
         Window(index=index, start=first, end=first + last, n=n, first_step=first_step,
                last_step=last_step, loss=loss, acc=acc, weighted=weighted, acc_se=acc_se,
                loss_se=loss_se, nonfinite=nonfinite, tau_train=tau, lr=lr, tok_per_sec=tok_per_sec,
-               tau_walk=tau_walk)
+               tau_walk=tau_walk, tau_walk_se=tau_walk_se, walk_n=walk_n)
         for (index, first, n, first_step, last_step, loss, acc, weighted, acc_se, loss_se,
-             nonfinite, tau, lr, tok_per_sec, tau_walk) in zip(*(column.to_list() for column in table.get_columns()))
+             nonfinite, tau, lr, tok_per_sec, tau_walk, tau_walk_se, walk_n) in zip(*(column.to_list() for column in table.get_columns()))
     ]
 
 

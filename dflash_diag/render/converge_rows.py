@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dflash_diag.analysis import defaults
 from dflash_diag.analysis.acceptance import ESTIMATOR_LABELS
 from dflash_diag.analysis.alerts import format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, window_label
@@ -210,9 +211,11 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
     for e in a.estimates:
         err = f" · error {_signed(e.error, 2)}" if e.error is not None else ""
         mark = "*" if e.name == a.estimator else " "
-        lines.append(("", f"{mark} {e.name:<8} {e.tau:5.2f}  {visible(e.basis)}{err}"))
+        se = f" ± {e.se:.2f}" if e.se is not None else ""
+        lines.append(("", f"{mark} {e.name:<8} {e.tau:5.2f}{se}  {visible(e.basis)}{err}"))
     if a.estimates:
-        lines.append(("", ("  (* primary; ranked measured > walk > harmonic > chain > linear; "
+        lines.append(("", ("  (* primary; ranked measured > walk > harmonic > chain > linear, the walk "
+                      f"leading on {defaults.WALK_MIN_RECORDS}+ records within ±{defaults.WALK_MAX_REL_SE:.0%}; "
                       f"prefix is {ESTIMATOR_LABELS['prefix']})")))
     if a.calibration is not None:
         c = a.calibration

@@ -69,6 +69,7 @@ def acceptance_json(a: Acceptance) -> dict[str, Any]:
         "measured_age_steps": a.measured_age,
         "estimates": [
             {"name": e.name, "tau": json_number(e.tau), "basis": e.basis, "error": json_number(e.error),
+             "se": json_number(e.se),
              "upper_view": e.upper_view}
             for e in a.estimates
         ],

@@ -27,7 +27,7 @@ ACCEPTANCE_KEYS = {"acc", "tau", "estimator", "block_size", "target_acc", "targe
                    "measured_age_steps", "estimates", "calibration", "warnings"}
 VERDICT_KEYS = {"status", "slope_per_1k_steps", "p_value", "eta_steps", "eta_hours", "eta_reason",
                 "reason"}
-ESTIMATE_KEYS = {"name", "tau", "basis", "error", "upper_view"}
+ESTIMATE_KEYS = {"name", "tau", "basis", "error", "se", "upper_view"}
 
 
 def invoke(*args, input=None):

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from dflash_diag.analysis.alerts import format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, window_label
+from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.render.converge_rows import eta_text, schedule_text, target_text, tau_text
 from dflash_diag.render.number_format import format_number
@@ -82,15 +83,16 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     facts = []
     if view.last_step is not None:
         facts.append(f"step {view.last_step}")
-    facts.append(f"{view.total_records:,} records")
+    facts.append(plural(view.total_records, "record"))
     if view.since_last_record is not None:
         facts.append(f"last record {format_duration(view.since_last_record)} ago")
     if view.skipped_lines:
-        facts.append(f"{view.skipped_lines} malformed lines skipped")
+        facts.append(f"{plural(view.skipped_lines, 'malformed line')} skipped")
     if view.nonfinite:
-        facts.append(f"{view.nonfinite} NaN/Inf values")
+        facts.append(plural(view.nonfinite, "NaN/Inf value"))
     if view.restarts:
-        facts.append("restarts at " + ", ".join(map(str, view.restarts[-3:])))
+        word = "restart at " if len(view.restarts) == 1 else "restarts at "
+        facts.append(word + ", ".join(map(str, view.restarts[-3:])))
     parts: list[RenderableType] = [head, Text("  ·  ".join(facts), style="dim")]
     for alert in view.alerts:
         parts.append(Text(f"! {alert.message}", style="bold red"))

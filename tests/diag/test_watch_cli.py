@@ -98,3 +98,23 @@ def test_compressed_log_is_refused(tmp_path):
     result = runner.invoke(app, ["watch", str(path), "--once"])
     assert result.exit_code == 2
     assert "compressed" in result.output
+
+
+def test_header_facts_use_singular_and_plural(tmp_path):
+    """One NaN, one malformed line, one restart: singular nouns; more of each: plural ones."""
+    records = [json.loads(line) for line in rising(15000, 15300).splitlines()]
+    records[50]["loss"] = float("nan")
+    lines = [json.dumps(HEADER)] + [json.dumps(r) for r in records[:200]]
+    lines += ["{not json"] + [json.dumps(r) for r in records[150:]]  # steps 15150.. logged twice
+    one = runner.invoke(app, ["watch", str(_log(tmp_path, "\n".join(lines) + "\n")), "--once"])
+    assert one.exit_code == 0, one.output
+    head = " ".join(one.output.split())  # the facts line may wrap at the runner's width
+    assert "1 NaN/Inf value ·" in head and "1 malformed line skipped ·" in head, head
+    assert "restart at 15150" in head, head
+    records[60]["acc"] = float("nan")
+    lines = [json.dumps(HEADER)] + [json.dumps(r) for r in records[:200]] + ["{", "{"]
+    lines += [json.dumps(r) for r in records[150:200]] + [json.dumps(r) for r in records[100:]]
+    two = runner.invoke(app, ["watch", str(_log(tmp_path, "\n".join(lines) + "\n")), "--once"])
+    head = " ".join(two.output.split())
+    assert "2 NaN/Inf values" in head and "2 malformed lines skipped" in head, head
+    assert "restarts at " in head, head

@@ -118,3 +118,15 @@ def test_header_facts_use_singular_and_plural(tmp_path):
     head = " ".join(two.output.split())
     assert "2 NaN/Inf values" in head and "2 malformed lines skipped" in head, head
     assert "restarts at " in head, head
+
+
+def test_nothing_selected_says_what_is_missing(tmp_path):
+    """Records exist but --from-step (or --phase) selects none: not "no metric records yet"."""
+    path = _log(tmp_path)
+    result = runner.invoke(app, ["watch", str(path), "--once", "--from-step", "99999"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "no records at or after step 99999 yet (the log's last step is 15299)" in text, text
+    assert "no metric records yet" not in text
+    result = runner.invoke(app, ["watch", str(_log(tmp_path, json.dumps(HEADER) + "\n")), "--once"])
+    assert "no metric records yet" in result.output

@@ -85,7 +85,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         facts.append(f"step {view.last_step}")
     facts.append(plural(view.total_records, "record"))
     if view.since_last_record is not None:
-        facts.append(f"last record {format_duration(view.since_last_record)} ago")
+        what = "last record" if view.total_records else "last write"  # no record: the file's time
+        facts.append(f"{what} {format_duration(view.since_last_record)} ago")
     if view.skipped_lines:
         facts.append(f"{plural(view.skipped_lines, 'malformed line')} skipped")
     if view.nonfinite:

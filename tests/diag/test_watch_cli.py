@@ -130,3 +130,13 @@ def test_nothing_selected_says_what_is_missing(tmp_path):
     assert "no metric records yet" not in text
     result = runner.invoke(app, ["watch", str(_log(tmp_path, json.dumps(HEADER) + "\n")), "--once"])
     assert "no metric records yet" in result.output
+
+
+def test_no_record_yet_shows_the_last_write_not_a_last_record(tmp_path):
+    """Only malformed lines: '0 records · last write ... ago', never '0 records · last record'."""
+    path = _log(tmp_path, "step 10: {'loss': 2.9}\nstep 20: {'loss': 2.8}\n")
+    result = runner.invoke(app, ["watch", str(path), "--once"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "0 records · last write" in text and "last record" not in text, text
+    assert "2 malformed lines skipped" in text, text

@@ -135,3 +135,13 @@ def test_every_flag_names_a_config_field():
     fields = {f.name for f in dataclasses.fields(PipelineConfig)}
     for flag in FLAGS:
         assert flag.field in fields or flag.field.split(".")[1] in CPU_DRAFTER, flag
+
+
+@pytest.mark.parametrize("program", [None, "sync", "pipeline", "eval"])
+def test_no_flag_looks_like_it_takes_a_value(program, capsys, monkeypatch):
+    """--help, --progress/--no-progress, --log-all-ranks: no '<bool>' value column."""
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("TERMINAL_WIDTH", "400")
+    assert main([program, "--help"] if program else ["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--help" in text and "<bool>" not in text

@@ -313,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except typer.TyperException as e:  # typer's own usage errors (bad option, bad value)
         message = e.format_message() if hasattr(e, "format_message") else str(e)
-        hint = f" (see {PROG} --help)" if "--help" not in message else ""
+        ctx = getattr(e, "ctx", None)  # the subcommand whose options were wrong, when known
+        where = ctx.command_path if ctx is not None and ctx.command_path else PROG
+        hint = f" (see {where} --help)" if "--help" not in message else ""
         print(f"{PROG}: error: {' '.join(message.split())}{hint}", file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0

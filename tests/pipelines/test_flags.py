@@ -145,3 +145,15 @@ def test_no_flag_looks_like_it_takes_a_value(program, capsys, monkeypatch):
     assert main([program, "--help"] if program else ["--help"]) == 0
     text = capsys.readouterr().out
     assert "--help" in text and "<bool>" not in text
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["sync", "--bogus"], "(see dflash-train sync --help)"),
+    (["pipeline", "--max-steps", "x"], "(see dflash-train pipeline --help)"),
+    (["eval"], "(see dflash-train eval --help)"),
+    (["bogus"], "(see dflash-train --help)"),
+])
+def test_usage_error_points_at_the_help_of_its_command(capsys, argv, hint):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dflash-train: error: ") and err[0].endswith(hint), err

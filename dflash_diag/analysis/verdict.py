@@ -148,8 +148,9 @@ def judge(
     xs, ys, _ = _points(windows, metric) if metric else ([], [], [])
     sec, sec_source = seconds_per_step(frame) if frame is not None else (None, None)
     if len(xs) < config.min_points or len(set(xs)) < 2:
+        wide = any(w.end > w.start for w in windows)  # a window of one step cannot shrink
         reason = (f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
-                  " (try a smaller --window)")
+                  + (" (try a smaller --window)" if wide else ""))
         verdict = Verdict(status=NOT_ENOUGH, metric=metric, slope_per_1k_steps=None, p_value=None,
                           n_points=len(xs), eta_steps=None, eta_hours=None, seconds_per_step=sec,
                           seconds_source=sec_source, reason=reason)

@@ -101,7 +101,7 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     last = report.windows[-1].window if report.windows else None
     span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
     size = (first.end - first.start + 1) if first else 0
-    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of {size} steps"))
+    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of {plural(size, 'step')}"))
 
     sched = schedule_text(report.schedule)
     lines.append(("schedule", sched))

@@ -191,3 +191,14 @@ def test_nonfinite_values_get_a_column_and_a_count(tmp_path):
     assert header.endswith("NaN/Inf")
     assert "nonfinite   2 NaN/Inf values: acc 1, loss 1" in text
     assert json.loads(invoke(log, "-f", "json").stdout)["nonfinite"] == 2
+
+
+def test_one_step_windows_say_step_and_do_not_suggest_a_smaller_window(tmp_path):
+    """`-w 1` on a 4-step run: '4 windows of 1 step', and no '(try a smaller --window)'."""
+    records = [{"step": s, "loss": 40.0 - s, "acc": 0.01 * s, "lr": 6e-4} for s in range(1, 5)]
+    path = write(tmp_path / "short.jsonl", records)
+    text = " ".join(invoke(path, "-w", "1", "-f", "text").stdout.split())
+    assert "4 windows of 1 step" in text and "of 1 steps" not in text, text
+    assert "4 windows with acc; need 5" in text and "smaller --window" not in text, text
+    wide = " ".join(invoke(path, "-w", "2", "-f", "text").stdout.split())
+    assert "2 windows of 2 steps" in wide and "(try a smaller --window)" in wide, wide

@@ -53,6 +53,9 @@ def _plot(view: WatchView, width: int) -> Text:
         pts = [(x, v) for x, v in zip(xs, series.values) if v is not None and math.isfinite(v)]
         if pts:
             plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="braille")
+            # Steps are integers: label them so (plotext's own ticks read "15002.0").
+            ticks = sorted({pts[0][0], pts[len(pts) // 2][0], pts[-1][0]})
+            plt.xticks(ticks, [str(int(t)) for t in ticks])
         plt.title(series.name)
     return Text.from_ansi(plt.build())
 

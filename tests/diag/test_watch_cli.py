@@ -37,6 +37,7 @@ def test_once_with_plot(tmp_path):
     result = runner.invoke(app, ["watch", str(_log(tmp_path)), "--once", "--plot"])
     assert result.exit_code == 0, result.output
     assert "┤" in result.output
+    assert "15000.0" not in result.output and "15250" in result.output  # steps as integers
 
 
 def test_plain_snapshot_per_refresh_shows_the_update(tmp_path):

@@ -206,7 +206,7 @@ def eta_toward(verdict: Verdict, *, current: float | None, goal: float, slope: f
     elif verdict.status != CONVERGING:
         reason = f"no ETA: the verdict is {verdict.status}"
     elif slope is None:
-        reason = f"no ETA: too few points in the {basis} to fit a slope (need {MIN_ETA_POINTS})"
+        reason = f"no ETA: too few {basis} to fit a slope (need {MIN_ETA_POINTS})"
     elif slope <= 0:
         reason = f"no ETA: the {basis} do not rise ({slope * 1000:+.3g} per 1k steps)"
     else:

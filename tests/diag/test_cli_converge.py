@@ -202,3 +202,14 @@ def test_one_step_windows_say_step_and_do_not_suggest_a_smaller_window(tmp_path)
     assert "4 windows with acc; need 5" in text and "smaller --window" not in text, text
     wide = " ".join(invoke(path, "-w", "2", "-f", "text").stdout.split())
     assert "2 windows of 2 steps" in wide and "(try a smaller --window)" in wide, wide
+
+
+def test_markdown_continuations_are_sub_items(sample):
+    """The estimator lines are sub-items of the acceptance item, the primary's '*' escaped, not
+    top-level bullets of their own nor a nested list opened by the '*'."""
+    md = invoke(sample, "--format", "markdown").stdout.splitlines()
+    first = next(i for i, line in enumerate(md) if line.startswith("- **acceptance**: "))
+    subs = md[first + 1:first + 4]
+    assert all(line.startswith("  - ") for line in subs), subs
+    assert any(line.startswith("  - \\* measured") for line in subs), subs
+    assert not any(line.startswith("-   ") for line in md)

@@ -147,7 +147,9 @@ def schedule_text(s) -> str:
         sched += f" · {s.phase} ({s.phase_source})"
     if s.warmup_fraction is not None and s.phase == "warmup":
         sched += f" · {format_percent(s.warmup_fraction)} of warmup"
-    if s.run_fraction is not None:
+    if s.run_fraction is not None and s.run_fraction > 1:  # a resume that continued an ended schedule
+        sched += f" · past the schedule's end (step {round(s.step / s.run_fraction)})"
+    elif s.run_fraction is not None:
         sched += f" · {format_percent(s.run_fraction)} of the run"
     if s.epoch is not None:
         sched += f" · epoch {s.epoch:.2f}"

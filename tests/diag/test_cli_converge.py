@@ -213,3 +213,15 @@ def test_markdown_continuations_are_sub_items(sample):
     assert all(line.startswith("  - ") for line in subs), subs
     assert any(line.startswith("  - \\* measured") for line in subs), subs
     assert not any(line.startswith("-   ") for line in md)
+
+
+def test_a_run_past_its_schedules_end_says_so(tmp_path):
+    """A resume that continued a 4-step schedule to step 8: 'past the schedule's end (step 4)',
+    not '200% of the run'."""
+    head = {"event": "run_start", "schema": 1, "script": "pipeline", "block_size": 16,
+            "schedule": {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 1, "total_steps": 4,
+                         "min_lr": 6e-5}}
+    records = [head] + [{"step": s, "loss": 9.0, "acc": 0.0, "lr": 6e-5, "tok_per_sec": 1e3}
+                        for s in range(5, 9)]
+    text = " ".join(invoke(write(tmp_path / "past.jsonl", records), "-w", "1", "-f", "text").stdout.split())
+    assert "past the schedule's end (step 4)" in text and "200%" not in text, text

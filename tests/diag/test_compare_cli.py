@@ -250,3 +250,18 @@ def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
     assert converge["windows"][0]["loss"] == pytest.approx(windows[0]["loss_a"])
     out = runner.invoke(app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}).output
     assert "101-120" in out and "101-150" not in out, out
+
+
+def test_a_wrapped_boundary_explanation_keeps_its_indent(tmp_path):
+    """At 80 columns the explanation wraps under its own two-space indent, not at column 0."""
+    path = write_story(tmp_path / "story.jsonl")
+    out = runner.invoke(app, ["compare", str(path), "-f", "text"], env={"COLUMNS": "80"}).output
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  loss x"))
+    explanation = []
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        explanation.append(line)
+    assert len(explanation) >= 2, out  # it did wrap, and every wrapped line is indented
+    assert "not a change in the model" in " ".join(explanation), out

@@ -58,6 +58,27 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("dflash-diag")  # the distribution both programs come in
+        except PackageNotFoundError:  # run from a source tree without installing
+            number = "unknown"
+        print(f"{PROG} {number}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, metavar="",
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Train a DFlash drafter: lock-step (sync) or CSP pipeline; measure a checkpoint (eval)."""
+
+
 class UsageFailure(Exception):
     """Bad user input: one line, exit code 2."""
 
@@ -312,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: aborted", file=sys.stderr)
         return 130
     except typer.TyperException as e:  # typer's own usage errors (bad option, bad value)
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `dflash-train`: the help is printed
+            return 0
         message = e.format_message() if hasattr(e, "format_message") else str(e)
         ctx = getattr(e, "ctx", None)  # the subcommand whose options were wrong, when known
         where = ctx.command_path if ctx is not None and ctx.command_path else PROG

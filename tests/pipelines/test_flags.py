@@ -157,3 +157,14 @@ def test_usage_error_points_at_the_help_of_its_command(capsys, argv, hint):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dflash-train: error: ") and err[0].endswith(hint), err
+
+
+def test_bare_program_is_its_help_and_version_is_one_line(capsys):
+    """`dflash-train` alone: the help, exit 0, nothing on stderr (it printed an empty error line
+    and exited 2); `dflash-train --version`: one line."""
+    assert main([]) == 0
+    out, err = capsys.readouterr()
+    assert "Usage: dflash-train" in out and err == ""
+    assert main(["--version"]) == 0
+    out, err = capsys.readouterr()
+    assert re.fullmatch(r"dflash-train \S+\n", out) and err == ""

@@ -45,6 +45,9 @@ def _plot(view: WatchView, width: int) -> Text:
     last_start = view.windows[-1].start if view.windows else 0
     size = (view.windows[-1].end - view.windows[-1].start + 1) if view.windows else 1
     xs = [last_start - (n - 1 - i) * size for i in range(n)]
+    # plotext keeps the last subplot active: back to the whole figure first, or the next frame
+    # (a live refresh) would clear only that subplot and nest its panels inside it.
+    plt.main()
     plt.clear_figure()
     plt.subplots(1, len(panels))
     plt.plotsize(max(60, width), 14)

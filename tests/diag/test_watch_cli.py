@@ -141,3 +141,13 @@ def test_no_record_yet_shows_the_last_write_not_a_last_record(tmp_path):
     text = " ".join(result.output.split())
     assert "0 records · last write" in text and "last record" not in text, text
     assert "2 malformed lines skipped" in text, text
+
+
+def test_every_plot_frame_has_the_same_three_panels(tmp_path):
+    """Frames drawn one after another (live refreshes) keep three panels: plotext's last active
+    subplot nested the next frame's panels inside it."""
+    path = _log(tmp_path)
+    frames = [runner.invoke(app, ["watch", str(path), "--once", "--plot"], env={"COLUMNS": "150"}).output
+              for _ in range(2)]
+    tops = [next(line for line in f.splitlines() if "┌" in line) for f in frames]
+    assert tops[0].count("┌") == 3 and tops[1] == tops[0], tops

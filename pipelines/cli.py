@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from .config import (
     RESUME_SCHEDULE_MODES,
@@ -31,10 +32,51 @@ from .config import (
 
 PROG = "dflash-train"
 
+class _FlagHelp:
+    """``--help`` shown as the flag it is: typer 0.29 gives its own help option the ``<bool>``
+    type column of an option that takes a value (``--help <bool>``)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Group(_FlagHelp, TyperGroup):
+    pass
+
+
+class _Command(_FlagHelp, TyperCommand):
+    pass
+
+
 app = typer.Typer(
     name=PROG, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Train a DFlash drafter: lock-step (sync) or CSP pipeline; measure a checkpoint (eval).",
+    cls=_Group,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("dflash-diag")  # the distribution both programs come in
+        except PackageNotFoundError:  # run from a source tree without installing
+            number = "unknown"
+        print(f"{PROG} {number}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, metavar="",
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Train a DFlash drafter: lock-step (sync) or CSP pipeline; measure a checkpoint (eval)."""
 
 
 class UsageFailure(Exception):
@@ -131,8 +173,8 @@ def _parameter(cls: type, flag: Flag) -> inspect.Parameter:
     show: bool | str = True if default is not None else NONE_MEANS[flag.field]
     if isinstance(default, list):  # target_devices given in the file: shown as on the command line
         default = ",".join(default)
-    option = typer.Option(default, *flag.decls, help=flag.help, show_default=show,
-                          metavar=flag.metavar)
+    metavar = "" if flag.type is bool and flag.metavar is None else flag.metavar  # a flag: no <bool>
+    option = typer.Option(default, *flag.decls, help=flag.help, show_default=show, metavar=metavar)
     return inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=flag.type | None)
 
@@ -214,15 +256,15 @@ def _run(program: str, cfg: Any) -> None:
     raise typer.Exit(result.exit_code)
 
 
-app.command("sync")(_training_command(
+app.command("sync", cls=_Command)(_training_command(
     "sync", TrainConfig,
     "Lock-step trainer: batch, target forward, drafter forward/backward, step; one at a time."))
-app.command("pipeline")(_training_command(
+app.command("pipeline", cls=_Command)(_training_command(
     "pipeline", PipelineConfig,
     "CSP pipeline: loader -> target workers -> drafter, overlapped through bounded channels."))
 
 
-@app.command("eval")
+@app.command("eval", cls=_Command)
 def eval_(
     drafter: Annotated[str, typer.Option("--drafter", help="Checkpoint directory to measure.")],
     target: Annotated[str | None, typer.Option("--target", help="Target model (default: the "
@@ -291,8 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: aborted", file=sys.stderr)
         return 130
     except typer.TyperException as e:  # typer's own usage errors (bad option, bad value)
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `dflash-train`: the help is printed
+            return 0
         message = e.format_message() if hasattr(e, "format_message") else str(e)
-        hint = f" (see {PROG} --help)" if "--help" not in message else ""
+        ctx = getattr(e, "ctx", None)  # the subcommand whose options were wrong, when known
+        where = ctx.command_path if ctx is not None and ctx.command_path else PROG
+        hint = f" (see {where} --help)" if "--help" not in message else ""
         print(f"{PROG}: error: {' '.join(message.split())}{hint}", file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0

@@ -156,8 +156,10 @@ def render_text(report: EvalReport) -> list[str]:
     interval = (f"{CI_LEVEL:.0%} CI {ci} over prompts" if ci != "n/a"
                 else "no interval from one prompt")
     out = [f"step {report.step}: tau = {o.tau:.3f} ({interval})",
-           (f"{o.n_prompts} prompts x up to {report.horizon} new tokens each (horizon "
-            f"{report.horizon}; {o.new_tokens} generated, {o.verify_steps} verify steps), {mode}")]
+           (f"{o.n_prompts} prompt{'' if o.n_prompts == 1 else 's'} x up to {report.horizon} new "
+            f"token{'' if report.horizon == 1 else 's'} each (horizon {report.horizon}; "
+            f"{o.new_tokens} generated, {o.verify_steps} verify step{'' if o.verify_steps == 1 else 's'}), "
+            f"{mode}")]
     if len(report.benchmarks) > 1:
         width = max(len("benchmark"), *(len(b.name) for b in report.benchmarks))
         out.append("")

@@ -40,9 +40,11 @@ def loss_spikes(
     """Indices of windows whose mean loss is far above their neighbours'.
 
     A window is compared with up to ``neighbours`` windows on each side (the newest window has only
-    earlier ones, so a spike shows as soon as it happens): it is a spike when it exceeds their
-    median by more than ``factor`` robust standard deviations (1.4826 x MAD), with ``rel_floor``
-    x median as the smallest deviation that counts, so a smooth noiseless curve flags nothing.
+    earlier ones, so a spike shows as soon as it happens): it is a spike when it is a local peak
+    (above the windows just before and after it) and exceeds their median by more than ``factor``
+    robust standard deviations (1.4826 x MAD), with ``rel_floor`` x median as the smallest
+    deviation that counts, so a smooth noiseless curve flags nothing. The oldest window, with no
+    earlier neighbour, is not judged: on a falling curve it is above every later one.
 
     Args:
         losses: window mean losses, oldest first; None/NaN windows are skipped (NaN has its own
@@ -59,13 +61,13 @@ def loss_spikes(
     for i, v in enumerate(finite):
         if v is None:
             continue
-        around = [
-            u
-            for u in finite[max(0, i - neighbours) : i] + finite[i + 1 : i + 1 + neighbours]
-            if u is not None
-        ]
-        if len(around) < 2:
-            continue
+        before = [u for u in finite[max(0, i - neighbours) : i] if u is not None]
+        after = [u for u in finite[i + 1 : i + 1 + neighbours] if u is not None]
+        around = before + after
+        if len(around) < 2 or not before:
+            continue  # the oldest window of a falling curve is above the later ones: no spike
+        if v <= before[-1] or (after and v <= after[0]):
+            continue  # not a local peak: a steep fall (early training) is not a spike
         median = statistics.median(around)
         mad = statistics.median(abs(u - median) for u in around)
         scale = max(1.4826 * mad, rel_floor * abs(median))

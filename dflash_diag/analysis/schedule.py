@@ -77,7 +77,8 @@ class SchedulePosition:
         run_fraction: ``step / total_steps``, when the header gives total steps.
         epoch: the epoch position (float), from the record's ``epoch`` or from ``steps_per_epoch``.
         epoch_source: "log" or "steps_per_epoch".
-        total_epochs: ``total_steps / steps_per_epoch`` when both are known.
+        total_epochs: the epoch the schedule ends at: the logged epoch plus the steps left over
+            ``steps_per_epoch`` (else ``total_steps / steps_per_epoch``), when both are known.
         notes: remarks for the report (e.g. a ``--peak-lr`` overridden by the header).
     """
 
@@ -172,14 +173,20 @@ def schedule_position(
         warmup_fraction = min(1.0, max(0, step - header.start_step) / header.warmup_steps)
     if header is not None and header.total_steps:
         run_fraction = step / header.total_steps
-        if steps_per_epoch:
-            total_epochs = header.total_steps / steps_per_epoch
     epoch = epoch_source = None
     epochs = frame["epoch"].drop_nulls().drop_nans() if "epoch" in frame.columns else None
     if epochs is not None and len(epochs):
         epoch, epoch_source = float(epochs[-1]), "log"
     elif steps_per_epoch:
         epoch, epoch_source = step / steps_per_epoch, "steps_per_epoch"
+    if header is not None and header.total_steps and steps_per_epoch:
+        if epoch_source == "log":
+            # The header's steps_per_epoch is this run's; a resumed run's earlier steps may have
+            # gone at another rate (sync: 1 micro-batch per step, the pipeline: grad_accum), so
+            # the end is the logged epoch plus the steps left at this run's rate.
+            total_epochs = epoch + max(0, header.total_steps - step) / steps_per_epoch
+        else:
+            total_epochs = header.total_steps / steps_per_epoch
     return SchedulePosition(
         step=step, current=current, peak=peak, peak_source=peak_source, fraction_of_peak=fraction,
         phase=phase, phase_source=phase_source, warmup_fraction=warmup_fraction,

@@ -148,8 +148,9 @@ def judge(
     xs, ys, _ = _points(windows, metric) if metric else ([], [], [])
     sec, sec_source = seconds_per_step(frame) if frame is not None else (None, None)
     if len(xs) < config.min_points or len(set(xs)) < 2:
+        wide = any(w.end > w.start for w in windows)  # a window of one step cannot shrink
         reason = (f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
-                  " (try a smaller --window)")
+                  + (" (try a smaller --window)" if wide else ""))
         verdict = Verdict(status=NOT_ENOUGH, metric=metric, slope_per_1k_steps=None, p_value=None,
                           n_points=len(xs), eta_steps=None, eta_hours=None, seconds_per_step=sec,
                           seconds_source=sec_source, reason=reason)
@@ -205,7 +206,7 @@ def eta_toward(verdict: Verdict, *, current: float | None, goal: float, slope: f
     elif verdict.status != CONVERGING:
         reason = f"no ETA: the verdict is {verdict.status}"
     elif slope is None:
-        reason = f"no ETA: too few points in the {basis} to fit a slope (need {MIN_ETA_POINTS})"
+        reason = f"no ETA: too few {basis} to fit a slope (need {MIN_ETA_POINTS})"
     elif slope <= 0:
         reason = f"no ETA: the {basis} do not rise ({slope * 1000:+.3g} per 1k steps)"
     else:

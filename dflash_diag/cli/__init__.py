@@ -10,7 +10,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from dflash_diag.cli.common import EXIT_USAGE
 from dflash_diag.cli.compare import compare
@@ -18,7 +18,22 @@ from dflash_diag.cli.converge import converge
 from dflash_diag.cli.watch import watch
 
 
-class OneLineErrors(TyperGroup):
+class _FlagHelp:
+    """``--help`` shown as the flag it is: typer 0.29 gives its own help option the ``<bool>``
+    type column of an option that takes a value (``--help <bool>``)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class FlagHelpCommand(_FlagHelp, TyperCommand):
+    """A command whose ``--help`` shows no value type."""
+
+
+class OneLineErrors(_FlagHelp, TyperGroup):
     """The command group, with every usage error (an unknown option, a bad ``--format`` value...)
     printed as one ``dflash-diag: error: ...`` line on stderr with exit code 2, as the product's
     own errors are, instead of click's multi-line usage box."""
@@ -75,14 +90,15 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     show_version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+        "--version", callback=_version, is_eager=True, metavar="",
+        help="Print the version and exit.")] = False,
 ) -> None:
     """Convergence diagnostics for DFlash drafter training logs (JSONL)."""
 
 
-app.command("converge")(converge)
-app.command("compare")(compare)
-app.command("watch")(watch)
+app.command("converge", cls=FlagHelpCommand)(converge)
+app.command("compare", cls=FlagHelpCommand)(compare)
+app.command("watch", cls=FlagHelpCommand)(watch)
 
 
 def main() -> None:

@@ -39,6 +39,8 @@ class RunAlignment:
     names: tuple[str, str]
     windows: list[AlignedWindow]
     tokens_source: tuple[str | None, str | None] = (None, None)
+    last_x: float | None = None
+    """The largest x of either run: the last window's label ends there, at the data."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -96,7 +98,10 @@ def _bin_means(frame: pl.DataFrame, x: pl.Series, origin: float, width: float) -
     finite_acc = pl.col("acc").is_finite().fill_null(False)
     return data.group_by("bin").agg(
         pl.len().alias("n"),
-        pl.col("loss").filter(finite_loss).mean().alias("loss"),
+        (  # n_pred-weighted where every row has it, as converge's windows and the regimes
+            (pl.col("loss") * pl.col("w")).filter(finite_loss).sum()
+            / pl.col("w").filter(finite_loss).sum()
+        ).alias("loss"),
         (
             (pl.col("acc") * pl.col("w")).filter(finite_acc).sum()
             / pl.col("w").filter(finite_acc).sum()
@@ -170,4 +175,6 @@ def align_runs(
                 acc_diff=ab - aa if aa is not None and ab is not None else None,
             )
         )
-    return RunAlignment(x=x, width=width, names=names, windows=out, tokens_source=sources)
+    last_x = float(max(xa.max(), xb.max()))  # type: ignore[arg-type]
+    return RunAlignment(x=x, width=width, names=names, windows=out, tokens_source=sources,
+                        last_x=last_x)

@@ -66,6 +66,8 @@ class Boundary:
     n_before: int = 0
     n_after: int = 0
     per_token_loss_ratio: float | None = None
+    run: str | None = None
+    """With two runs, which run the boundary is in (its file name); None with one log."""
 
 
 def normalisation_factors(

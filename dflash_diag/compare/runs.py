@@ -37,15 +37,21 @@ def compare_log(
     log = load_log([path], strict=strict, fields=fields)
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
+    comparison.notes.extend(_log_notes(log, restarts))
+    return comparison
+
+
+def _log_notes(log, restarts) -> list[str]:
+    """The restarts, skipped lines, NaN/Inf values and reader notes of one log."""
+    notes = []
     if restarts:
         at = "restart at step " if len(restarts) == 1 else f"{len(restarts)} restarts at steps "
-        comparison.notes.append(at + ", ".join(f"{r.step} (after {r.previous_step})" for r in restarts))
+        notes.append(at + ", ".join(f"{r.step} (after {r.previous_step})" for r in restarts))
     if log.issues.malformed:
-        comparison.notes.append(f"{plural(log.issues.malformed, 'malformed line')} skipped")
+        notes.append(f"{plural(log.issues.malformed, 'malformed line')} skipped")
     if log.issues.nonfinite_total:
-        comparison.notes.append(f"{plural(log.issues.nonfinite_total, 'NaN/Inf value')} left out of means")
-    comparison.notes.extend(log.issues.reader_notes())
-    return comparison
+        notes.append(f"{plural(log.issues.nonfinite_total, 'NaN/Inf value')} left out of means")
+    return notes + log.issues.reader_notes()
 
 
 def _compare(log, frame, config: CompareConfig, diagnosis: DiagnosisConfig | None) -> RegimeComparison:
@@ -88,10 +94,10 @@ def compare_two_runs(
     frames, comparisons = [], []
     for path, name in zip((path_a, path_b), names):
         log = load_log([path], strict=strict, fields=fields)
-        frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
+        frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
         comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
+        comparison.notes.extend(_log_notes(log, restarts))
         comparisons.append(_prefixed(comparison, name))
-        comparisons[-1].notes.extend(log.issues.reader_notes())
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")
@@ -139,5 +145,8 @@ def _run_names(path_a: str, path_b: str) -> tuple[str, str]:
 def _prefixed(comparison: RegimeComparison, run: str) -> RegimeComparison:
     from dataclasses import replace
 
+    # Both runs' boundaries and notes are listed together: each says which run it belongs to.
     regimes = [replace(r, name=f"{run}: {r.name}") for r in comparison.regimes]
-    return replace(comparison, regimes=regimes)
+    boundaries = [replace(b, run=run) for b in comparison.boundaries]
+    notes = [f"{run}: {note}" for note in comparison.notes]
+    return replace(comparison, regimes=regimes, boundaries=boundaries, notes=notes)

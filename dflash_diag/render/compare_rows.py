@@ -53,7 +53,7 @@ def boundary_lines(comparison: RegimeComparison) -> list[str]:
     lines = []
     for b in comparison.boundaries:
         line = (
-            f"boundary at step {b.step} (last/first {comparison.k} steps, "
+            f"{visible(b.run) + ': ' if b.run else ''}boundary at step {b.step} (last/first {comparison.k} steps, "
             f"{b.n_before}/{b.n_after} entries): loss {format_number(b.loss_before)} -> "
             f"{format_number(b.loss_after)} (x{format_number(b.loss_ratio, '.2f')}), acc {format_number(b.acc_before)} -> "
             f"{format_number(b.acc_after)} ({format_number(b.acc_delta, '+.4f')})"
@@ -85,10 +85,11 @@ def alignment_rows(alignment: RunAlignment) -> tuple[list[str], list[list[str]]]
     head = [axis_unit(alignment), "n A", "n B", "loss A", "loss B", "Δloss", "acc A", "acc B", "Δacc"]
     rows = []
     for w in alignment.windows:
-        if alignment.x == "step":
-            span = f"{w.start:.0f}-{w.end - 1:.0f}"
+        end = w.end if alignment.last_x is None else min(w.end, max(alignment.last_x, w.start))
+        if alignment.x == "step":  # the last window ends at the data, as converge's labels do
+            span = f"{w.start:.0f}-{min(w.end - 1, end):.0f}"
         else:
-            span = f"{short_count(w.start)}-{short_count(w.end)}"
+            span = f"{short_count(w.start)}-{short_count(end)}"
         rows.append(
             [
                 span,

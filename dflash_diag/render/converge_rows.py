@@ -102,7 +102,7 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     last = report.windows[-1].window if report.windows else None
     span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
     size = (first.end - first.start + 1) if first else 0
-    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of {size} steps"))
+    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of {plural(size, 'step')}"))
 
     sched = schedule_text(report.schedule)
     lines.append(("schedule", sched))
@@ -148,7 +148,9 @@ def schedule_text(s) -> str:
         sched += f" · {s.phase} ({s.phase_source})"
     if s.warmup_fraction is not None and s.phase == "warmup":
         sched += f" · {format_percent(s.warmup_fraction)} of warmup"
-    if s.run_fraction is not None:
+    if s.run_fraction is not None and s.run_fraction > 1:  # a resume that continued an ended schedule
+        sched += f" · past the schedule's end (step {round(s.step / s.run_fraction)})"
+    elif s.run_fraction is not None:
         sched += f" · {format_percent(s.run_fraction)} of the run"
     if s.epoch is not None:
         sched += f" · epoch {s.epoch:.2f}"

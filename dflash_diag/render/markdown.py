@@ -42,8 +42,11 @@ def render_markdown(report: ConvergeReport, max_rows: int | None = None) -> str:
         out.append("| " + " | ".join(markdown_cell(c) for c in line) + " |")
     out += ["", "Trend: ↑ better (acc up, loss down), ↓ worse, → within threshold.", ""]
     for label, text in summary_lines(report):
-        prefix = f"**{markdown_cell(label)}**: " if label else "  "
-        out.append(f"- {prefix}{markdown_cell(text.strip())}")
+        cell = markdown_cell(text.strip())
+        if label:
+            out.append(f"- **{markdown_cell(label)}**: {cell}")
+        else:  # a continuation (an estimate, a reason): a sub-item of the labelled line above
+            out.append("  - " + ("\\" + cell if cell.startswith(("*", "-", "+")) else cell))
     return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -107,8 +108,10 @@ def render_compare_rich(
             parts.append(_rich_table("diagnosis per regime (as converge computes it)", head, rows,
                                      kind="diagnosis", width=width))
         for line in boundary_lines(comparison):
-            style = "bold" if not line.startswith("  ") else ""
-            parts.append(Text(line, style=style))
+            if line.startswith("  "):  # the explanation: wrapped lines keep its indent
+                parts.append(Padding(Text(line.strip()), (0, 0, 0, 2)))
+            else:
+                parts.append(Text(line, style="bold"))
         for note in comparison.notes:
             parts.append(Text(note, style="dim"))
     if alignment is not None:

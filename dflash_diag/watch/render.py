@@ -15,6 +15,7 @@ from rich.text import Text
 
 from dflash_diag.analysis.alerts import format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, window_label
+from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.render.converge_rows import eta_text, schedule_text, target_text, tau_text
 from dflash_diag.render.number_format import format_number
@@ -44,6 +45,9 @@ def _plot(view: WatchView, width: int) -> Text:
     last_start = view.windows[-1].start if view.windows else 0
     size = (view.windows[-1].end - view.windows[-1].start + 1) if view.windows else 1
     xs = [last_start - (n - 1 - i) * size for i in range(n)]
+    # plotext keeps the last subplot active: back to the whole figure first, or the next frame
+    # (a live refresh) would clear only that subplot and nest its panels inside it.
+    plt.main()
     plt.clear_figure()
     plt.subplots(1, len(panels))
     plt.plotsize(max(60, width), 14)
@@ -52,6 +56,9 @@ def _plot(view: WatchView, width: int) -> Text:
         pts = [(x, v) for x, v in zip(xs, series.values) if v is not None and math.isfinite(v)]
         if pts:
             plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="braille")
+            # Steps are integers: label them so (plotext's own ticks read "15002.0").
+            ticks = sorted({pts[0][0], pts[len(pts) // 2][0], pts[-1][0]})
+            plt.xticks(ticks, [str(int(t)) for t in ticks])
         plt.title(series.name)
     return Text.from_ansi(plt.build())
 
@@ -82,15 +89,17 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     facts = []
     if view.last_step is not None:
         facts.append(f"step {view.last_step}")
-    facts.append(f"{view.total_records:,} records")
+    facts.append(plural(view.total_records, "record"))
     if view.since_last_record is not None:
-        facts.append(f"last record {format_duration(view.since_last_record)} ago")
+        what = "last record" if view.total_records else "last write"  # no record: the file's time
+        facts.append(f"{what} {format_duration(view.since_last_record)} ago")
     if view.skipped_lines:
-        facts.append(f"{view.skipped_lines} malformed lines skipped")
+        facts.append(f"{plural(view.skipped_lines, 'malformed line')} skipped")
     if view.nonfinite:
-        facts.append(f"{view.nonfinite} NaN/Inf values")
+        facts.append(plural(view.nonfinite, "NaN/Inf value"))
     if view.restarts:
-        facts.append("restarts at " + ", ".join(map(str, view.restarts[-3:])))
+        word = "restart at " if len(view.restarts) == 1 else "restarts at "
+        facts.append(word + ", ".join(map(str, view.restarts[-3:])))
     parts: list[RenderableType] = [head, Text("  ·  ".join(facts), style="dim")]
     for alert in view.alerts:
         parts.append(Text(f"! {alert.message}", style="bold red"))

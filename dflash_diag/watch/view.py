@@ -158,6 +158,11 @@ def build_view(live: LiveLog) -> WatchView:
         )
     if diagnosis is None:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"
+        if live.log is not None and live.last_step is not None:
+            # Metric records exist, only none that --phase / --from-step select: say so.
+            what = "pipeline entries" if config.phase == "pipeline" else "records"
+            where = f" at or after step {config.from_step}" if config.from_step is not None else ""
+            waiting = f"no {what}{where} yet (the log's last step is {live.last_step})"
         return WatchView(
             **base,
             selection="",

@@ -191,3 +191,37 @@ def test_nonfinite_values_get_a_column_and_a_count(tmp_path):
     assert header.endswith("NaN/Inf")
     assert "nonfinite   2 NaN/Inf values: acc 1, loss 1" in text
     assert json.loads(invoke(log, "-f", "json").stdout)["nonfinite"] == 2
+
+
+def test_one_step_windows_say_step_and_do_not_suggest_a_smaller_window(tmp_path):
+    """`-w 1` on a 4-step run: '4 windows of 1 step', and no '(try a smaller --window)'."""
+    records = [{"step": s, "loss": 40.0 - s, "acc": 0.01 * s, "lr": 6e-4} for s in range(1, 5)]
+    path = write(tmp_path / "short.jsonl", records)
+    text = " ".join(invoke(path, "-w", "1", "-f", "text").stdout.split())
+    assert "4 windows of 1 step" in text and "of 1 steps" not in text, text
+    assert "4 windows with acc; need 5" in text and "smaller --window" not in text, text
+    wide = " ".join(invoke(path, "-w", "2", "-f", "text").stdout.split())
+    assert "2 windows of 2 steps" in wide and "(try a smaller --window)" in wide, wide
+
+
+def test_markdown_continuations_are_sub_items(sample):
+    """The estimator lines are sub-items of the acceptance item, the primary's '*' escaped, not
+    top-level bullets of their own nor a nested list opened by the '*'."""
+    md = invoke(sample, "--format", "markdown").stdout.splitlines()
+    first = next(i for i, line in enumerate(md) if line.startswith("- **acceptance**: "))
+    subs = md[first + 1:first + 4]
+    assert all(line.startswith("  - ") for line in subs), subs
+    assert any(line.startswith("  - \\* measured") for line in subs), subs
+    assert not any(line.startswith("-   ") for line in md)
+
+
+def test_a_run_past_its_schedules_end_says_so(tmp_path):
+    """A resume that continued a 4-step schedule to step 8: 'past the schedule's end (step 4)',
+    not '200% of the run'."""
+    head = {"event": "run_start", "schema": 1, "script": "pipeline", "block_size": 16,
+            "schedule": {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 1, "total_steps": 4,
+                         "min_lr": 6e-5}}
+    records = [head] + [{"step": s, "loss": 9.0, "acc": 0.0, "lr": 6e-5, "tok_per_sec": 1e3}
+                        for s in range(5, 9)]
+    text = " ".join(invoke(write(tmp_path / "past.jsonl", records), "-w", "1", "-f", "text").stdout.split())
+    assert "past the schedule's end (step 4)" in text and "200%" not in text, text

@@ -212,3 +212,56 @@ def test_tokens_axis_without_token_counts_is_an_error(tmp_path):
     result = runner.invoke(app, ["compare", str(a), str(a), "--x", "tokens"])
     assert result.exit_code == 2
     assert "cannot align on tokens" in result.output
+
+
+def test_two_runs_name_the_run_of_each_boundary_and_note(tmp_path):
+    """Both runs switch at step 15000: each boundary, restart and note says which run it is in."""
+    a = write_story(tmp_path / "a.jsonl", seed=1)
+    b = write_story(tmp_path / "b.jsonl", seed=2)
+    with b.open("a") as f:  # run B crashed and restarted from step 15150
+        for s in range(15150, 15170):
+            f.write(json.dumps({"step": s, "time": float(s), "loss": 3.1, "acc": 0.15,
+                                "tok_per_sec": 16000.0, "n_tokens": 262144, "n_pred": 30000}) + "\n")
+    data = run_json(str(a), str(b))
+    assert [x["run"] for x in data["boundaries"]] == ["a.jsonl", "b.jsonl"]
+    assert "b.jsonl: restart at step 15150 (after 15199)" in data["notes"]
+    assert all(n.startswith(("a.jsonl: ", "b.jsonl: ")) for n in data["notes"]), data["notes"]
+    one = run_json(str(a))
+    assert [x["run"] for x in one["boundaries"]] == [None]
+    text = runner.invoke(app, ["compare", str(a), str(b), "-f", "text"],
+                         env={"COLUMNS": "200"}).output
+    assert "a.jsonl: boundary at step 15000" in text and "b.jsonl: boundary at step 15000" in text
+
+
+def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
+    """The aligned windows' loss is the n_pred-weighted mean (as converge's), and the last
+    window's label ends at the last step logged, not at its nominal end."""
+    text = header("pipeline", 1, token_budget=1024)
+    for s in range(1, 121):  # light records lose 4.0, heavy ones 2.0: weighted mean 2.2
+        heavy = s % 2 == 0
+        text += json.dumps({"step": s, "loss": 2.0 if heavy else 4.0, "acc": 0.2,
+                            "n_pred": 900 if heavy else 100, "tok_per_sec": 1e4}) + "\n"
+    a = tmp_path / "a.jsonl"
+    a.write_text(text)
+    b = write_run(tmp_path / "b.jsonl", 1000, 100)
+    windows = run_json(str(a), str(b))["alignment"]["windows"]
+    assert windows[0]["loss_a"] == pytest.approx(2.2)
+    converge = json.loads(runner.invoke(app, ["converge", str(a), "-f", "json"]).output)
+    assert converge["windows"][0]["loss"] == pytest.approx(windows[0]["loss_a"])
+    out = runner.invoke(app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}).output
+    assert "101-120" in out and "101-150" not in out, out
+
+
+def test_a_wrapped_boundary_explanation_keeps_its_indent(tmp_path):
+    """At 80 columns the explanation wraps under its own two-space indent, not at column 0."""
+    path = write_story(tmp_path / "story.jsonl")
+    out = runner.invoke(app, ["compare", str(path), "-f", "text"], env={"COLUMNS": "80"}).output
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  loss x"))
+    explanation = []
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        explanation.append(line)
+    assert len(explanation) >= 2, out  # it did wrap, and every wrapped line is indented
+    assert "not a change in the model" in " ".join(explanation), out

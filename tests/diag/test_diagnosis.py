@@ -349,6 +349,9 @@ def test_boolean_flags_usage_errors_and_version():
         text = cli(command, "--help", columns=200).stdout
         assert "--noise-aware" in text and "--no-noise-aware" in text
         assert not re.search(r"--noise-aware\s+--no-noise-aware\s+<bool>", text)
+        assert "<bool>" not in text  # no flag, --help included, looks like it takes a value
+    root = cli("--help", columns=200).stdout
+    assert "--version" in root and "<bool>" not in root
     bad = runner.invoke(app, ["converge", str(SAMPLE), "-f", "yaml"])
     assert bad.exit_code == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("dflash-diag: error: ")

@@ -27,6 +27,18 @@ def test_header_gives_peak_phase_and_fractions():
     assert (pos.epoch, pos.epoch_source, pos.total_epochs) == (2.0, "steps_per_epoch", 40.0)
 
 
+def test_total_epochs_of_a_resumed_run_continue_from_the_logged_epoch():
+    """A pipeline resumed at step 150 from sync (282 steps per epoch) runs 70.5 steps per epoch:
+    at its last step (410 of 410) the run ends at the logged epoch, not at 410 / 70.5 = 5.82."""
+    header = ScheduleHeader(kind="cosine", peak_lr=6e-4, warmup_steps=17, total_steps=410,
+                            min_lr=6e-5, start_step=150)
+    end = schedule_position(_frame([409, 410], [6e-5, 6e-5], [4.2, 4.2163]), header, steps_per_epoch=70.5)
+    assert (end.epoch, end.epoch_source) == (4.2163, "log")
+    assert end.total_epochs == pytest.approx(4.2163)
+    mid = schedule_position(_frame([300], [3e-4], [2.0]), header, steps_per_epoch=70.5)
+    assert mid.total_epochs == pytest.approx(2.0 + 110 / 70.5)
+
+
 def test_header_phase_after_warmup():
     assert header_phase(5000, HEADER) == "decay"
     assert header_phase(5000, ScheduleHeader(kind="constant", warmup_steps=100)) == "constant"

@@ -114,4 +114,4 @@ def test_tau_eta_is_fitted_on_its_own_series():
     assert eta.eta_steps == pytest.approx(800) and "eval points" in eta.eta_reason
     assert fitted_slope(points[:2]) is None  # two evals are no trend
     none = eta_toward(verdict, current=1.7, goal=2.5, slope=None, basis="eval points (2)", units="tau")
-    assert none.eta_steps is None and "too few points" in none.eta_reason
+    assert none.eta_steps is None and "too few eval points (2) to fit a slope (need 3)" in none.eta_reason

@@ -274,6 +274,9 @@ def test_loss_spikes_pure():
     assert loss_spikes([3.0, 2.9, 2.8, 2.7, 2.6]) == []  # a falling curve is not a spike
     assert loss_spikes([3.0, None, math.nan, 3.0]) == []
     assert loss_spikes([1.0, 9.0]) == []  # too few neighbours to judge
+    # Early training with 1-step windows: a steep fall, no spike (the first two were flagged).
+    assert loss_spikes([10.478, 7.283, 5.156, 4.882, 4.896, 4.727]) == []
+    assert loss_spikes([10.5, 7.3, 5.2, 9.0, 4.9, 4.8, 4.7]) == [3]  # a real one on the way down
 
 
 def test_durations_and_stall_threshold():

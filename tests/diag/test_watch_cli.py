@@ -37,6 +37,7 @@ def test_once_with_plot(tmp_path):
     result = runner.invoke(app, ["watch", str(_log(tmp_path)), "--once", "--plot"])
     assert result.exit_code == 0, result.output
     assert "┤" in result.output
+    assert "15000.0" not in result.output and "15250" in result.output  # steps as integers
 
 
 def test_plain_snapshot_per_refresh_shows_the_update(tmp_path):
@@ -98,3 +99,55 @@ def test_compressed_log_is_refused(tmp_path):
     result = runner.invoke(app, ["watch", str(path), "--once"])
     assert result.exit_code == 2
     assert "compressed" in result.output
+
+
+def test_header_facts_use_singular_and_plural(tmp_path):
+    """One NaN, one malformed line, one restart: singular nouns; more of each: plural ones."""
+    records = [json.loads(line) for line in rising(15000, 15300).splitlines()]
+    records[50]["loss"] = float("nan")
+    lines = [json.dumps(HEADER)] + [json.dumps(r) for r in records[:200]]
+    lines += ["{not json"] + [json.dumps(r) for r in records[150:]]  # steps 15150.. logged twice
+    one = runner.invoke(app, ["watch", str(_log(tmp_path, "\n".join(lines) + "\n")), "--once"])
+    assert one.exit_code == 0, one.output
+    head = " ".join(one.output.split())  # the facts line may wrap at the runner's width
+    assert "1 NaN/Inf value ·" in head and "1 malformed line skipped ·" in head, head
+    assert "restart at 15150" in head, head
+    records[60]["acc"] = float("nan")
+    lines = [json.dumps(HEADER)] + [json.dumps(r) for r in records[:200]] + ["{", "{"]
+    lines += [json.dumps(r) for r in records[150:200]] + [json.dumps(r) for r in records[100:]]
+    two = runner.invoke(app, ["watch", str(_log(tmp_path, "\n".join(lines) + "\n")), "--once"])
+    head = " ".join(two.output.split())
+    assert "2 NaN/Inf values" in head and "2 malformed lines skipped" in head, head
+    assert "restarts at " in head, head
+
+
+def test_nothing_selected_says_what_is_missing(tmp_path):
+    """Records exist but --from-step (or --phase) selects none: not "no metric records yet"."""
+    path = _log(tmp_path)
+    result = runner.invoke(app, ["watch", str(path), "--once", "--from-step", "99999"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "no records at or after step 99999 yet (the log's last step is 15299)" in text, text
+    assert "no metric records yet" not in text
+    result = runner.invoke(app, ["watch", str(_log(tmp_path, json.dumps(HEADER) + "\n")), "--once"])
+    assert "no metric records yet" in result.output
+
+
+def test_no_record_yet_shows_the_last_write_not_a_last_record(tmp_path):
+    """Only malformed lines: '0 records · last write ... ago', never '0 records · last record'."""
+    path = _log(tmp_path, "step 10: {'loss': 2.9}\nstep 20: {'loss': 2.8}\n")
+    result = runner.invoke(app, ["watch", str(path), "--once"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "0 records · last write" in text and "last record" not in text, text
+    assert "2 malformed lines skipped" in text, text
+
+
+def test_every_plot_frame_has_the_same_three_panels(tmp_path):
+    """Frames drawn one after another (live refreshes) keep three panels: plotext's last active
+    subplot nested the next frame's panels inside it."""
+    path = _log(tmp_path)
+    frames = [runner.invoke(app, ["watch", str(path), "--once", "--plot"], env={"COLUMNS": "150"}).output
+              for _ in range(2)]
+    tops = [next(line for line in f.splitlines() if "┌" in line) for f in frames]
+    assert tops[0].count("┌") == 3 and tops[1] == tops[0], tops

@@ -57,6 +57,7 @@ def test_one_benchmark_no_table():
     report = EvalReport(step=1, horizon=8, temperature=0.0, prompts=[prompt("held-out", [4, 2])])
     text = render_text(report)
     assert "no interval from one prompt" in text[0]
+    assert text[1] == "1 prompt x up to 8 new tokens each (horizon 8; 32 generated, 6 verify steps), greedy"
     assert not any(line.startswith("benchmark") for line in text)
     assert report.to_json()["tau_ci"] == [None, None]
 

@@ -135,3 +135,36 @@ def test_every_flag_names_a_config_field():
     fields = {f.name for f in dataclasses.fields(PipelineConfig)}
     for flag in FLAGS:
         assert flag.field in fields or flag.field.split(".")[1] in CPU_DRAFTER, flag
+
+
+@pytest.mark.parametrize("program", [None, "sync", "pipeline", "eval"])
+def test_no_flag_looks_like_it_takes_a_value(program, capsys, monkeypatch):
+    """--help, --progress/--no-progress, --log-all-ranks: no '<bool>' value column."""
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("TERMINAL_WIDTH", "400")
+    assert main([program, "--help"] if program else ["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--help" in text and "<bool>" not in text
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["sync", "--bogus"], "(see dflash-train sync --help)"),
+    (["pipeline", "--max-steps", "x"], "(see dflash-train pipeline --help)"),
+    (["eval"], "(see dflash-train eval --help)"),
+    (["bogus"], "(see dflash-train --help)"),
+])
+def test_usage_error_points_at_the_help_of_its_command(capsys, argv, hint):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dflash-train: error: ") and err[0].endswith(hint), err
+
+
+def test_bare_program_is_its_help_and_version_is_one_line(capsys):
+    """`dflash-train` alone: the help, exit 0, nothing on stderr (it printed an empty error line
+    and exited 2); `dflash-train --version`: one line."""
+    assert main([]) == 0
+    out, err = capsys.readouterr()
+    assert "Usage: dflash-train" in out and err == ""
+    assert main(["--version"]) == 0
+    out, err = capsys.readouterr()
+    assert re.fullmatch(r"dflash-train \S+\n", out) and err == ""

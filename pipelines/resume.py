@@ -102,6 +102,8 @@ def resume_layout_note(state: dict[str, Any], dp: DataParallel, cfg: TrainConfig
     if (old_w, old_a) == (new_w, new_a):
         return None
     same = old_w * old_a == new_w * new_a
-    return (f"checkpoint of {old_w} rank(s) x {old_a} micro-batch(es) resumed as {new_w} x {new_a}: "
+    ranks = f"{old_w} rank" + ("s" if old_w != 1 else "")
+    micro = f"{old_a} micro-batch" + ("es" if old_a != 1 else "")
+    return (f"checkpoint of {ranks} x {micro} resumed as {new_w} x {new_a}: "
             f"the data cursor (examples of all ranks) continues exactly; the global batch "
             + ("is unchanged" if same else f"changes from {old_w * old_a} to {new_w * new_a} batches"))

@@ -47,7 +47,7 @@ def test_two_rank_checkpoint_resumes_on_one_rank_exactly(make_cfg, tiny_assets, 
                                     ckpt_dir=str(tmp_path / "resumed")))
     assert resumed.exit_code == 0
     note = capfd.readouterr().err
-    assert "2 rank(s) x 2 micro-batch(es) resumed as 1 x 4" in note and "is unchanged" in note
+    assert "2 ranks x 2 micro-batches resumed as 1 x 4" in note and "is unchanged" in note
     straight = run_pipeline(make_cfg(max_steps=3, total_steps=3, grad_accum=4,
                                      log=str(tmp_path / "one.jsonl"),
                                      ckpt_dir=str(tmp_path / "one")))

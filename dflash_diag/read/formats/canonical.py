@@ -282,25 +282,22 @@ def to_parsed_log(
         res.eval_fields.values())
     if res.eval_tau:
         wanted.add(res.eval_tau)
-    rows = frame.group_by("row").agg(pl.col("step").first(), pl.col("time").min()).sort("row")
-    issues.without_step += int(rows["step"].null_count())
-    rows = rows.filter(pl.col("step").is_not_null()).with_columns(
+    if not frame["row"].is_sorted():
+        frame = frame.sort("row", maintain_order=True)
+    no_step = frame.filter(pl.col("step").is_null())
+    if no_step.height:
+        issues.without_step += no_step["row"].n_unique()
+        frame = frame.filter(pl.col("step").is_not_null())
+    # A record's step going below the previous one's starts a segment (a restart); within a
+    # row the step is one, so the long frame in row order tells the same as the rows would.
+    frame = frame.with_columns(
         (pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().alias("_segment"))
-    records = (rows.group_by("_segment", "step", maintain_order=True)
-               .agg(pl.col("time").min()).sort("_segment", "step"))
-    records = records.with_columns(pl.int_range(1, records.height + 1, dtype=pl.Int64).alias("seq"))
-    values = (frame.filter(pl.col("key").is_in(sorted(wanted)))
-              .join(rows.select("row", "_segment"), on="row", how="inner")
-              .sort("row")
-              .group_by("_segment", "step", "key", maintain_order=True)
-              .agg(pl.col("value").last())
-              .with_columns((_PREFIX + pl.col("key")).alias("key")))
-    if values.height:
-        wide = values.pivot(on="key", index=["_segment", "step"], values="value",
-                            aggregate_function=None)
-        records = records.join(wide, on=["_segment", "step"], how="left")
+    key = pl.col("key")
+    aggs = [pl.col("time").min()] + [
+        pl.col("value").filter(key == name).last().alias(_PREFIX + name) for name in sorted(wanted)]
+    records = (frame.group_by("_segment", "step").agg(aggs).sort("_segment", "step")
+               .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq")))
     metrics, events = _build(records, res, effective, source, scalars.meta)
-    issues.lines = max(issues.lines, scalars.frame["row"].n_unique() if scalars.frame.height else 0)
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
                     sources=[], fields=dict(fields or {}))
     log.next_line_no = records.height + 1

@@ -179,12 +179,12 @@ def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict
     cooldown = 0  # records to decode one by one before trying the fast path again
     while pos + 12 <= end:
         if cooldown == 0:
-            fast = _fast_run(buf, pos, columns, tags)
-            if fast:
-                issues.lines += fast[1]
-                pos = fast[0]
+            run_end, count = _fast_run(buf, pos, columns)
+            if run_end >= 0:
+                issues.lines += count
+                pos = run_end
                 continue
-            cooldown = 8
+            cooldown = count
         cooldown -= 1
         length, crc = _HEADER.unpack_from(buf, pos)
         if masked_crc32c(buf[pos:pos + 8]) != crc:
@@ -362,79 +362,109 @@ _MAX_CYCLE = 64
 _MIN_REPEATS = 8
 
 
-def _fast_run(buf: bytes, pos: int, columns: _Columns, tags: dict[bytes, str]) -> tuple[int, int] | None:
-    """Decode a run of repeated record cycles starting at ``pos``; ``(end, records)`` or None."""
+def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
+    """Decode a run of repeated record cycles starting at ``pos``.
+
+    Returns:
+        ``(end, records)`` when a run was decoded, else ``(-1, k)``: decode ``k`` records one by
+        one before trying again (the records before a cycle starts, or a few when none does).
+    """
     end = len(buf)
     shapes: list[_Shape] = []
     offsets: list[int] = []
+    seen: dict[_Shape, int] = {}
     at = pos
-    # The cycle: shapes until the first tag comes back with the same shape.
+    # The cycle: shapes until one comes back. If it is not the first, the records before it
+    # (an eval record between two train steps) are not part of the cycle.
     while len(shapes) <= _MAX_CYCLE:
         shape = _shape_at(buf, at, end)
         if shape is None:
-            return None
-        if shapes and shape == shapes[0]:
+            return -1, max(1, len(shapes))
+        if shape in seen:
+            if seen[shape]:
+                return -1, seen[shape]
             break
+        seen[shape] = len(shapes)
         shapes.append(shape)
         offsets.append(at - pos)
         at += shape.size
     else:
-        return None
+        return -1, _MAX_CYCLE
     period = at - pos
     repeats = (end - pos) // period
     if repeats < _MIN_REPEATS:
-        return None
+        return -1, len(shapes)
+    # First an upper bound from a few telling bytes per record (its length and the last byte
+    # of its tag), over a span that doubles (so a cycle broken after a few repeats does not
+    # cost a scan of the whole buffer); then every constant byte over that bound, once.
+    telling = {o for offset, shape in zip(offsets, shapes)
+               for o in (offset, offset + 1, offset + shape.value - 2)}
+    span = min(repeats, 4 * _MIN_REPEATS)
+    while True:
+        good = _repeats(buf, pos, period, span, sorted(telling), (), ())
+        if good < span or span == repeats:
+            break
+        span = min(2 * span, repeats)
+    if good < _MIN_REPEATS:
+        return -1, len(shapes)
     varying: set[int] = set()
     for offset, shape in zip(offsets, shapes):
         varying.update(range(offset + shape.wall, offset + shape.wall + 8))
         varying.update(range(offset + shape.step, offset + shape.step + shape.step_len))
         varying.update(range(offset + shape.value, offset + shape.value + 4))
         varying.update(range(offset + shape.size - 4, offset + shape.size))  # data CRC
-    # Check a short run first: a cycle broken after a few repeats (an eval every few steps)
-    # must not cost a scan of the whole buffer.
-    good = _repeats(buf, pos, period, min(repeats, 4 * _MIN_REPEATS), varying, offsets, shapes)
-    if good == 4 * _MIN_REPEATS and repeats > good:
-        good = _repeats(buf, pos, period, repeats, varying, offsets, shapes)
+    constant = [i for i in range(period) if i not in varying and i not in telling]
+    good = _repeats(buf, pos, period, good, constant, offsets, shapes)
     if good < _MIN_REPEATS:
-        return None
+        return -1, len(shapes)
     limit = pos + good * period
-    # Decode each record slot of the cycle for all cycles at once (C-level strided slices);
-    # rows are appended slot by slot, not in row order: the canonical step sorts by row.
+    # Decode each record slot of the cycle for all cycles at once (C-level strided slices),
+    # then interleave the slots into row order with strided list assignments.
     first_row = columns.next_row
     n_slots = len(shapes)
+    total = good * n_slots
+    steps: list[int] = [0] * total
+    keys: list[str] = [""] * total
+    values: list[float] = [0.0] * total
+    times: list[float] = [0.0] * total
     for slot, (offset, shape) in enumerate(zip(offsets, shapes)):
         base = pos + offset
-        columns.rows.extend(range(first_row + slot, first_row + good * n_slots, n_slots))
-        columns.steps.extend(_varints([buf[base + shape.step + k:limit:period]
-                                       for k in range(shape.step_len)]))
-        columns.keys.extend([shape.tag] * good)
-        columns.values.extend(memoryview(_strided(buf, base + shape.value, 4, period, good, limit))
-                              .cast("f").tolist())
-        columns.times.extend(memoryview(_strided(buf, base + shape.wall, 8, period, good, limit))
-                             .cast("d").tolist())
+        steps[slot::n_slots] = _varints([buf[base + shape.step + k:limit:period]
+                                         for k in range(shape.step_len)])
+        keys[slot::n_slots] = [shape.tag] * good
+        values[slot::n_slots] = memoryview(
+            _strided(buf, base + shape.value, 4, period, good, limit)).cast("f").tolist()
+        times[slot::n_slots] = memoryview(
+            _strided(buf, base + shape.wall, 8, period, good, limit)).cast("d").tolist()
+    columns.rows.extend(range(first_row, first_row + total))
+    columns.steps.extend(steps)
+    columns.keys.extend(keys)
+    columns.values.extend(values)
+    columns.times.extend(times)
     columns.next_row += good * n_slots
     return limit, good * n_slots
 
 
-def _repeats(buf: bytes, pos: int, period: int, repeats: int, varying: set[int],
+def _repeats(buf: bytes, pos: int, period: int, repeats: int, positions: Sequence[int],
              offsets: Sequence[int], shapes: Sequence[_Shape]) -> int:
-    """How many of the first ``repeats`` cycles at ``pos`` have the first cycle's shapes: every
-    constant byte equal, every step varint with the same continuation bits."""
+    """How many of the first ``repeats`` cycles at ``pos`` equal the first cycle at the
+    ``positions`` given and keep the continuation bits of the ``shapes``' step varints."""
     limit = pos + repeats * period
     good = repeats
-    for i in range(period):
-        if i in varying:
-            continue
+    for i in positions:
         column = buf[pos + i:limit:period]
-        good = min(good, len(column) - len(column.lstrip(buf[pos + i:pos + i + 1])))
-        if good < _MIN_REPEATS:
-            return good
+        same = len(column) - len(column.lstrip(column[:1]))
+        if same < good:
+            good = same
+            if good < _MIN_REPEATS:
+                return good
     for offset, shape in zip(offsets, shapes):
         for k in range(shape.step_len):
             i = pos + offset + shape.step + k
             bits = buf[i:limit:period].translate(_HIGH_BIT)
-            expect = b"\x01" if k < shape.step_len - 1 else b"\x00"
-            good = min(good, len(bits) - len(bits.lstrip(expect)))
+            same = len(bits) - len(bits.lstrip(b"\x01" if k < shape.step_len - 1 else b"\x00"))
+            if same < good:
+                good = same
     return good
 
 

@@ -17,6 +17,7 @@ data); the downstream restart logic then purges the orphaned records as it does 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,7 +129,7 @@ def _as_float(value: Any) -> float | None:
 
 def _as_step(value: Any) -> int | None:
     number = _as_float(value)
-    if number is None or number != number or number in (float("inf"), float("-inf")):
+    if number is None or not math.isfinite(number):
         return None
     return int(number)
 
@@ -193,9 +194,7 @@ def resolve_fields(
         if canonical == "acc_pos":
             if not res.acc_pos:
                 res.missing.append(f"{canonical}={log_name}")
-        elif canonical not in ("step", "accept_pos") and res.scalars.get(canonical) != normalise_key(log_name):
-            res.missing.append(f"{canonical}={log_name}")
-        elif canonical == "step" and normalise_key(log_name) not in names:
+        elif canonical not in ("step", "accept_pos") and res.scalars.get(canonical) != normalise_key(log_name) or canonical == "step" and normalise_key(log_name) not in names:
             res.missing.append(f"{canonical}={log_name}")
     if preset is not None:
         for canonical in preset.required:

@@ -463,8 +463,7 @@ def _repeats(buf: bytes, pos: int, period: int, repeats: int, positions: Sequenc
             i = pos + offset + shape.step + k
             bits = buf[i:limit:period].translate(_HIGH_BIT)
             same = len(bits) - len(bits.lstrip(b"\x01" if k < shape.step_len - 1 else b"\x00"))
-            if same < good:
-                good = same
+            good = min(good, same)
     return good
 
 

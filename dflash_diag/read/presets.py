@@ -78,7 +78,8 @@ PRESETS: dict[str, Preset] = {
                     "lr": ("train/lr",)},
             eval_fields={"loss": ("eval/loss",), "acc": ("eval/accuracy", "eval/acc")},
             block_size=16,  # --block-size default of train_dflash.py
-            signature=("train/accuracy", "eval/accuracy"),
+            # the console's "Train - Step N ..., Loss: x, Acc: y" lines give train/acc
+            signature=("train/accuracy", "eval/accuracy", "train/acc", "eval/acc"),
             required=("loss", "acc", "lr"),
         ),
         Preset(

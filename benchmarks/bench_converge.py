@@ -73,7 +73,7 @@ PYTHON_READER = textwrap.dedent("""
 POLARS_SCAN = textwrap.dedent("""
     import sys
     import polars as pl
-    from dflash_diag.schema import read_schema
+    from dflash_diag.read.schema import read_schema
     schema, _ = read_schema(lists=False)  # the columns converge's main pass reads
     frame = pl.scan_ndjson(sys.argv[1], schema=schema).collect()
     print(frame.height, file=sys.stderr)
@@ -81,7 +81,7 @@ POLARS_SCAN = textwrap.dedent("""
 
 DIAG_READER = textwrap.dedent("""
     import sys
-    from dflash_diag.reader import load_log
+    from dflash_diag.read.jsonl import load_log
     log = load_log(sys.argv[1], lists=False)  # converge's main pass alone, no analysis
     print(log.metrics.height, file=sys.stderr)
 """)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dflash_diag.reader import load_log
-from dflash_diag.restarts import resolve_restarts
+from dflash_diag.analysis.restarts import resolve_restarts
+from dflash_diag.read.jsonl import load_log
 from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view
 
 HEADER = {

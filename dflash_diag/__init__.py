@@ -22,27 +22,27 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "DiagError": "errors",
-    "LogEvent": "records", "ParseIssues": "records", "ParsedLog": "records",
-    "load_log": "reader", "parse_records": "reader", "read_input": "reader",
-    "parse_field_map": "schema",
-    "Restart": "restarts", "resolve_restarts": "restarts",
-    "Phase": "phase", "Selection": "phase", "select_phase": "phase",
-    "Window": "windows", "compute_windows": "windows",
-    "Trend": "trend", "TrendConfig": "trend", "compute_trends": "trend",
-    "ScheduleHeader": "schedule", "SchedulePosition": "schedule", "schedule_position": "schedule",
-    "Acceptance": "acceptance", "AcceptanceConfig": "acceptance", "TauEstimate": "acceptance",
-    "estimate_acceptance": "acceptance", "linear_tau": "acceptance", "chain_tau": "acceptance",
-    "prefix_tau": "acceptance",
-    "Verdict": "verdict", "VerdictConfig": "verdict", "judge": "verdict",
-    "judge_toward": "verdict", "accuracy_goal": "verdict",
-    "theil_sen_slope": "robust_trend", "mann_kendall": "robust_trend",
-    "ConvergeConfig": "report", "ConvergeReport": "report", "build_converge_report": "report",
-    "render_rich": "render", "render_text": "render", "render_markdown": "render",
-    "render_csv": "render", "render_json": "render",
-    "CompareConfig": "boundary", "RegimeComparison": "compare", "compare_regimes": "compare",
-    "align_runs": "align", "LogTail": "tail",
-    "LiveLog": "watch_state", "WatchConfig": "watch_state", "build_view": "watch_view",
-    "render_view": "watch_render",
+    "LogEvent": "read.records", "ParseIssues": "read.records", "ParsedLog": "read.records",
+    "load_log": "read.jsonl", "parse_records": "read.jsonl", "read_input": "read.files",
+    "parse_field_map": "read.schema",
+    "Restart": "analysis.restarts", "resolve_restarts": "analysis.restarts",
+    "Phase": "analysis.phase", "Selection": "analysis.phase", "select_phase": "analysis.phase",
+    "Window": "analysis.windows", "compute_windows": "analysis.windows",
+    "Trend": "analysis.trend", "TrendConfig": "analysis.trend", "compute_trends": "analysis.trend",
+    "ScheduleHeader": "analysis.schedule", "SchedulePosition": "analysis.schedule", "schedule_position": "analysis.schedule",
+    "Acceptance": "analysis.acceptance", "AcceptanceConfig": "analysis.acceptance", "TauEstimate": "analysis.acceptance",
+    "estimate_acceptance": "analysis.acceptance", "linear_tau": "analysis.acceptance", "chain_tau": "analysis.acceptance",
+    "prefix_tau": "analysis.acceptance",
+    "Verdict": "analysis.verdict", "VerdictConfig": "analysis.verdict", "judge": "analysis.verdict",
+    "judge_toward": "analysis.verdict", "accuracy_goal": "analysis.verdict",
+    "theil_sen_slope": "analysis.robust_trend", "mann_kendall": "analysis.robust_trend",
+    "ConvergeConfig": "converge.report", "ConvergeReport": "converge.report", "build_converge_report": "converge.report",
+    "render_rich": "render.rich", "render_text": "render.text", "render_markdown": "render.markdown",
+    "render_csv": "render.csv", "render_json": "render.json",
+    "CompareConfig": "compare.boundary", "RegimeComparison": "compare.report", "compare_regimes": "compare.report",
+    "align_runs": "compare.align", "LogTail": "read.tail",
+    "LiveLog": "watch.state", "WatchConfig": "watch.state", "build_view": "watch.view",
+    "render_view": "watch.render",
 }
 
 __all__ = list(_EXPORTS)
@@ -62,7 +62,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
-    from dflash_diag.acceptance import (  # noqa: F401
+    from dflash_diag.analysis.acceptance import (  # noqa: F401
         Acceptance,
         AcceptanceConfig,
         TauEstimate,
@@ -71,35 +71,34 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         linear_tau,
         prefix_tau,
     )
-    from dflash_diag.align import align_runs  # noqa: F401
-    from dflash_diag.boundary import CompareConfig  # noqa: F401
-    from dflash_diag.compare import RegimeComparison, compare_regimes  # noqa: F401
-    from dflash_diag.errors import DiagError  # noqa: F401
-    from dflash_diag.phase import Phase, Selection, select_phase  # noqa: F401
-    from dflash_diag.reader import load_log, parse_records, read_input  # noqa: F401
-    from dflash_diag.records import LogEvent, ParsedLog, ParseIssues  # noqa: F401
-    from dflash_diag.render import (  # noqa: F401
-        render_csv,
-        render_json,
-        render_markdown,
-        render_rich,
-        render_text,
-    )
-    from dflash_diag.report import ConvergeConfig, ConvergeReport, build_converge_report  # noqa: F401
-    from dflash_diag.restarts import Restart, resolve_restarts  # noqa: F401
-    from dflash_diag.robust_trend import mann_kendall, theil_sen_slope  # noqa: F401
-    from dflash_diag.schedule import ScheduleHeader, SchedulePosition, schedule_position  # noqa: F401
-    from dflash_diag.schema import parse_field_map  # noqa: F401
-    from dflash_diag.tail import LogTail  # noqa: F401
-    from dflash_diag.trend import Trend, TrendConfig, compute_trends  # noqa: F401
-    from dflash_diag.verdict import (  # noqa: F401
+    from dflash_diag.analysis.phase import Phase, Selection, select_phase  # noqa: F401
+    from dflash_diag.analysis.restarts import Restart, resolve_restarts  # noqa: F401
+    from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope  # noqa: F401
+    from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position  # noqa: F401
+    from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends  # noqa: F401
+    from dflash_diag.analysis.verdict import (  # noqa: F401
         Verdict,
         VerdictConfig,
         accuracy_goal,
         judge,
         judge_toward,
     )
-    from dflash_diag.watch_render import render_view  # noqa: F401
-    from dflash_diag.watch_state import LiveLog, WatchConfig  # noqa: F401
-    from dflash_diag.watch_view import build_view  # noqa: F401
-    from dflash_diag.windows import Window, compute_windows  # noqa: F401
+    from dflash_diag.analysis.windows import Window, compute_windows  # noqa: F401
+    from dflash_diag.compare.align import align_runs  # noqa: F401
+    from dflash_diag.compare.boundary import CompareConfig  # noqa: F401
+    from dflash_diag.compare.report import RegimeComparison, compare_regimes  # noqa: F401
+    from dflash_diag.converge.report import ConvergeConfig, ConvergeReport, build_converge_report  # noqa: F401
+    from dflash_diag.errors import DiagError  # noqa: F401
+    from dflash_diag.read.files import read_input  # noqa: F401
+    from dflash_diag.read.jsonl import load_log, parse_records  # noqa: F401
+    from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues  # noqa: F401
+    from dflash_diag.read.schema import parse_field_map  # noqa: F401
+    from dflash_diag.read.tail import LogTail  # noqa: F401
+    from dflash_diag.render.csv import render_csv  # noqa: F401
+    from dflash_diag.render.json import render_json  # noqa: F401
+    from dflash_diag.render.markdown import render_markdown  # noqa: F401
+    from dflash_diag.render.rich import render_rich  # noqa: F401
+    from dflash_diag.render.text import render_text  # noqa: F401
+    from dflash_diag.watch.render import render_view  # noqa: F401
+    from dflash_diag.watch.state import LiveLog, WatchConfig  # noqa: F401
+    from dflash_diag.watch.view import build_view  # noqa: F401

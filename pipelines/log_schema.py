@@ -1,4 +1,9 @@
-"""The JSONL log schema v1 (DESIGN.md section 4) as small record dataclasses plus a validator.
+"""The JSONL log schema v1 as small record dataclasses plus a validator.
+
+The field names of every record kind are defined once, in :mod:`dflash_diag.logschema` (torch-free,
+shared with the reader); this module adds the writer's side: the dataclasses, the JSON key order
+and the value types the validator checks. docs/pipelines.md lists the records, docs/design.md
+("The log schema") says why they look so.
 
 Each record becomes one JSON object on one line (see :mod:`pipelines.logwriter`). Metric records
 carry no ``event`` key: that is the legacy format of the lock-step trainer, which readers already
@@ -16,9 +21,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
-SCRIPTS = ("sync", "pipeline")
-STOP_REASONS = ("max_steps", "signal", "nonfinite", "error", "data_exhausted")
+from dflash_diag import logschema
+from dflash_diag.logschema import SCHEMA_VERSION, SCRIPTS, STOP_REASONS, record_kind
+
+__all__ = [
+    "SCHEMA_VERSION", "SCRIPTS", "STOP_REASONS", "CheckpointRecord", "EvalRecord", "Metrics",
+    "NonFiniteRecord", "RunStart", "StopRecord", "record_kind", "validate_record",
+]
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -160,38 +169,27 @@ class _Spec:
     optional: dict[str, tuple[type, ...]] = field(default_factory=dict)
 
 
-_LEGACY = {"step": (int,), "time": _NUM, "epoch": _NUM, "loss": _NUM, "acc": _NUM, "lr": _NUM}
-_PIPELINE = {
+#: The value types of every field, by name (a name means the same in every record kind).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "step": (int,), "time": _NUM, "epoch": _NUM, "loss": _NUM, "acc": _NUM, "lr": _NUM,
     "tok_per_sec": _NUM, "n_tokens": (int,), "n_blocks": (int,), "n_pred": (int,),
     "acc_pos": (list,), "accept_pos": (list,), "tau_train": _NUM, "grad_norm": _NUM,
-    "stage_busy": (dict,), "queue_fill": (dict,),
+    "stage_busy": (dict,), "queue_fill": (dict,), "step_time": _NUM, "sync_wait": _NUM,
+    "event": (str,), "schema": (int,), "script": (str,), "config": (dict,), "schedule": (dict,),
+    "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)), "world_size": (int,),
+    "resumed_from": (dict, type(None)), "rank": (int,), "tau": _NUM, "tau_hist": (list,),
+    "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM, "path": (str,),
+    "consecutive": (int,), "reason": (str,), "error": (str,),
 }
-#: Fields of the per-rank logs (``--log-all-ranks``) only, on top of the pipeline fields.
-_RANK_METRICS = {"step_time": _NUM, "sync_wait": _NUM}
+#: Field names from the shared schema, types from here (a name without a type fails at import).
 _SPECS = {
-    "metrics": _Spec(_LEGACY, {**_PIPELINE, **_RANK_METRICS}),
-    "run_start": _Spec({
-        "event": (str,), "schema": (int,), "script": (str,), "time": _NUM, "config": (dict,),
-        "schedule": (dict,), "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)),
-        "world_size": (int,), "resumed_from": (dict, type(None)),
-    }, {"rank": (int,)}),
-    "eval": _Spec({
-        "event": (str,), "step": (int,), "time": _NUM, "tau": _NUM, "tau_hist": (list,),
-        "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM,
-    }),
-    "checkpoint": _Spec({"event": (str,), "step": (int,), "time": _NUM, "path": (str,)}),
-    "nonfinite": _Spec(
-        {"event": (str,), "step": (int,), "time": _NUM, "loss": _NUM, "consecutive": (int,)},
-        {"grad_norm": _NUM},
-    ),
-    "stop": _Spec({"event": (str,), "step": (int,), "time": _NUM, "reason": (str,)},
-                  {"error": (str,)}),
+    kind: _Spec({name: _TYPES[name] for name in logschema.REQUIRED[kind]},
+                {name: _TYPES[name] for name in logschema.OPTIONAL[kind]})
+    for kind in logschema.RECORD_KINDS
 }
-
-
-def record_kind(rec: dict[str, Any]) -> str:
-    """``"metrics"`` for a record without ``event``, else the event name."""
-    return rec.get("event", "metrics")
+_PIPELINE = frozenset(logschema.PIPELINE_METRICS)
+#: Fields of the per-rank logs (``--log-all-ranks``) only, on top of the pipeline fields.
+_RANK_METRICS = frozenset(logschema.RANK_METRICS)
 
 
 def validate_record(rec: dict[str, Any]) -> str:
@@ -220,9 +218,9 @@ def validate_record(rec: dict[str, Any]) -> str:
     if kind == "run_start":
         if rec["schema"] != SCHEMA_VERSION or rec["script"] not in SCRIPTS:
             raise ValueError(f"run_start: bad schema/script {rec['schema']}/{rec['script']}")
-        if set(rec["schedule"]) != {"kind", "peak_lr", "warmup_steps", "total_steps", "min_lr"}:
+        if set(rec["schedule"]) != set(logschema.SCHEDULE_FIELDS):
             raise ValueError(f"run_start: schedule fields {sorted(rec['schedule'])}")
-        if rec["resumed_from"] is not None and set(rec["resumed_from"]) != {"path", "step"}:
+        if rec["resumed_from"] is not None and set(rec["resumed_from"]) != set(logschema.RESUMED_FROM_FIELDS):
             raise ValueError("run_start: resumed_from must be {path, step}")
         if "rank" in rec and not 0 <= rec["rank"] < rec["world_size"]:
             raise ValueError(f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-#: Paper recipe (DESIGN.md section 2): AdamW at 6e-4, cosine, warmup ratio 0.04.
+#: Paper recipe (docs/design.md, DFlash in one page): AdamW at 6e-4, cosine, warmup ratio 0.04.
 PEAK_LR = 6e-4
 WARMUP_RATIO = 0.04
 

@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import glob
 import os
-import re
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
 from dflash_diag.errors import DiagError
-
-if TYPE_CHECKING:
-    from dflash_diag.ranks import RankLog
 
 #: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE = 0, 1, 2
@@ -39,7 +34,7 @@ class OutputFormat(str, enum.Enum):
 
 
 class PhaseChoice(str, enum.Enum):
-    """``--phase`` values (mirrors :class:`dflash_diag.phase.Phase` without importing polars)."""
+    """``--phase`` values (mirrors :class:`dflash_diag.analysis.phase.Phase` without importing polars)."""
 
     AUTO = "auto"
     PIPELINE = "pipeline"
@@ -113,70 +108,3 @@ def use_rich(fmt: OutputFormat, console: Console) -> bool:
     if fmt is OutputFormat.AUTO:
         return console.is_terminal and not os.environ.get("NO_COLOR")
     return False
-
-
-_GLOB_MAGIC = re.compile(r"[*?[]")
-
-
-def _natural_key(path: str) -> list[object]:
-    """``train.rank2`` before ``train.rank10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
-
-
-def expand_log_args(paths: list[str]) -> list[str]:
-    """Paths as given, with quoted globs expanded by the tool itself (in natural order).
-
-    A name that exists as a file is kept even if it holds glob characters; ``-`` is stdin.
-
-    Raises:
-        DiagError: a glob that matches no file.
-    """
-    out: list[str] = []
-    for p in paths:
-        if p == "-" or os.path.exists(p) or not _GLOB_MAGIC.search(p):
-            out.append(p)
-            continue
-        matches = sorted(glob.glob(p), key=_natural_key)
-        if not matches:
-            raise DiagError(f"no file matches {p}")
-        out += matches
-    return out
-
-
-def split_rank_logs(paths: list[str]) -> tuple[list[str], list[RankLog], str | None]:
-    """(logs to analyse, per-rank logs, a note): rank logs feed the throughput skew only.
-
-    A rank log is recognised by its name (``*.rank{N}.jsonl``) or a ``rank`` in its ``run_start``
-    header (see :mod:`dflash_diag.ranks`). When every input is a rank log, the lowest rank's is
-    also the log analysed (that rank's own view of the run), and the note says so.
-
-    Raises:
-        DiagError: an unreadable file.
-    """
-    from dflash_diag.ranks import header_rank, parse_rank_records, rank_from_name
-    from dflash_diag.reader import open_input
-
-    main: list[str] = []
-    ranks: list[RankLog] = []
-    for p in paths:
-        if p == "-" or not os.path.isfile(p):  # stdin, or a missing file the reader reports
-            main.append(p)
-            continue
-        with open_input(p) as handle:
-            if rank_from_name(p) is None and header_rank(handle.readline()) is None:
-                main.append(p)
-                continue
-        with open_input(p) as handle:
-            try:
-                log = parse_rank_records(p, handle.read().splitlines())
-            except (OSError, EOFError) as exc:
-                raise DiagError(f"cannot read {p}: {exc}") from None
-        if log is not None:
-            ranks.append(log)
-    note = None
-    if not main and ranks:
-        lowest = min(ranks, key=lambda r: r.rank)
-        main = [lowest.path]
-        note = (f"only per-rank logs given: the analysis is rank {lowest.rank}'s own view "
-                f"({lowest.path}); the global log holds every rank's sums")
-    return main, ranks, note

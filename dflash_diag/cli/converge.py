@@ -19,13 +19,12 @@ from dflash_diag.cli.common import (
     PhaseOption,
     StrictOption,
     ToStepOption,
-    expand_log_args,
     fail,
     make_console,
-    split_rank_logs,
     use_rich,
     user_errors,
 )
+from dflash_diag.read.files import expand_log_args, split_rank_logs
 
 
 def converge(
@@ -64,20 +63,18 @@ def converge(
     """Windows with trend arrows, lr schedule position, acceptance estimate and a verdict."""
     with user_errors():
         # Imported here so that `dflash-diag --help` does not pay for polars.
-        from dflash_diag.acceptance import AcceptanceConfig
-        from dflash_diag.ranks import rank_skew
-        from dflash_diag.reader import load_log
-        from dflash_diag.render import (
-            render_csv,
-            render_json,
-            render_markdown,
-            render_rich,
-            render_text,
-        )
-        from dflash_diag.report import ConvergeConfig, build_converge_report
-        from dflash_diag.schema import parse_field_map
-        from dflash_diag.trend import TrendConfig
-        from dflash_diag.verdict import VerdictConfig
+        from dflash_diag.analysis.acceptance import AcceptanceConfig
+        from dflash_diag.analysis.trend import TrendConfig
+        from dflash_diag.analysis.verdict import VerdictConfig
+        from dflash_diag.converge.report import ConvergeConfig, build_converge_report
+        from dflash_diag.read.jsonl import load_log
+        from dflash_diag.read.ranks import rank_skew
+        from dflash_diag.read.schema import parse_field_map
+        from dflash_diag.render.csv import render_csv
+        from dflash_diag.render.json import render_json
+        from dflash_diag.render.markdown import render_markdown
+        from dflash_diag.render.rich import render_rich
+        from dflash_diag.render.text import render_text
 
         try:
             config = ConvergeConfig(

@@ -175,7 +175,7 @@ def watch(
     Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
     """
     with user_errors():
-        from dflash_diag.schema import parse_field_map
+        from dflash_diag.read.schema import parse_field_map
         from dflash_diag.watch import LiveLog, WatchConfig
 
         try:

@@ -1,6 +1,6 @@
 """Generate a realistic, seeded DFlash training log (JSONL schema v1) for the quick start and tests.
 
-The story is the original analysis' (DESIGN.md section 0): a drafter trained by the lock-step
+The story is the original analysis' (docs/design.md, The original analysis): a drafter trained by the lock-step
 script (legacy records, no header, no ``tok_per_sec``; data-parallel 2, so its loss is normalised
 to about half of the pipeline's) up to step 15000, then resumed by the asynchronous pipeline
 (``run_start`` with ``script: "pipeline"``, per-position metrics, 16K tokens/s). The pipeline crashes

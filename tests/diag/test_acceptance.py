@@ -13,7 +13,7 @@ from dflash_diag import (
     linear_tau,
     prefix_tau,
 )
-from dflash_diag.acceptance import mean_positions
+from dflash_diag.analysis.acceptance import mean_positions
 
 
 def test_estimator_formulas():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_diag.compare import (
+from dflash_diag.compare.report import (
     CompareConfig,
     RunConfig,
     align_runs,

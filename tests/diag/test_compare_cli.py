@@ -170,6 +170,23 @@ def test_log_text_is_shown_literally(tmp_path):
     assert "\x1b" not in result.output
 
 
+def test_markdown_cells_use_the_one_escaper(tmp_path):
+    """compare's markdown tables escape cells as converge's do (render.markdown.markdown_cell)."""
+    from dflash_diag.render.markdown import markdown_cell
+
+    script = "a|b\\c`d"
+    text = header(script, 2) + json.dumps({"step": 1, "loss": 1.0, "acc": 0.1})
+    text += "\n" + header("pipeline", 1) + json.dumps({"step": 2, "loss": 2.0, "acc": 0.1}) + "\n"
+    path = tmp_path / "pipes.jsonl"
+    path.write_text(text)
+    result = runner.invoke(app, ["compare", str(path), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("| a"))
+    assert row.startswith("| " + markdown_cell(script) + " | ")
+    assert markdown_cell(script) == "a\\|b\\\\c\\`d"
+    assert len(row.split(" | ")) == 9  # the pipe in the name did not add a column
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

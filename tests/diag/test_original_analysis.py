@@ -1,4 +1,4 @@
-"""The original analysis (DESIGN.md section 0) reproduced end to end, as the issue requires."""
+"""The original analysis (docs/design.md) reproduced end to end, as the issue requires."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-rank throughput skew (dflash_diag.ranks) and the CLI's rank-log handling (globs, JSON key)."""
+"""Per-rank throughput skew (dflash_diag.read.ranks) and the CLI's rank-log handling (globs, JSON key)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dflash_diag.cli import app
-from dflash_diag.cli.common import expand_log_args, split_rank_logs
 from dflash_diag.errors import DiagError
-from dflash_diag.ranks import header_rank, parse_rank_records, rank_from_name, rank_skew
+from dflash_diag.read.files import expand_log_args, split_rank_logs
+from dflash_diag.read.ranks import header_rank, parse_rank_records, rank_from_name, rank_skew
 
 from .make_sample_log import generate
 from .test_cli_converge import JSON_KEYS

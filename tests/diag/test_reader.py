@@ -186,7 +186,7 @@ def test_missing_file_and_directory(tmp_path):
 
 
 def test_streaming_in_small_chunks_matches_one_parse():
-    from dflash_diag.reader import parse_stream
+    from dflash_diag.read.jsonl import parse_stream
 
     from .make_sample_log import generate
 
@@ -210,7 +210,7 @@ def test_event_and_record_line_numbers():
 
 
 def test_lists_read_lazily_for_the_rows_that_need_them(tmp_path):
-    from dflash_diag.reader import fetch_lists
+    from dflash_diag.read.jsonl import fetch_lists
 
     from .make_sample_log import generate
 
@@ -228,7 +228,7 @@ def test_lists_read_lazily_for_the_rows_that_need_them(tmp_path):
 
 
 def test_plain_file_chunks_seek_back_and_long_lines(tmp_path):
-    from dflash_diag.reader import parse_stream
+    from dflash_diag.read.jsonl import parse_stream
 
     from .make_sample_log import generate
 
@@ -249,7 +249,7 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
     blank lines, NaN, a malformed line and a torn tail in different chunks give the same result
     as one parse; --strict names the right line; fetch_lists seeks to the recorded chunk starts."""
     from dflash_diag.errors import DiagError
-    from dflash_diag.reader import fetch_lists, parse_stream
+    from dflash_diag.read.jsonl import fetch_lists, parse_stream
 
     from .make_sample_log import generate
 
@@ -291,7 +291,7 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
 @given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
        st.booleans(), st.sampled_from([1, 3, 16, 2**16]))
 def test_line_index_finds_every_line_like_a_split(lines, trailing_newline, block):
-    from dflash_diag.reader import _count_newlines, _LineIndex
+    from dflash_diag.read.jsonl import _count_newlines, _LineIndex
 
     body = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
     split = body.split(b"\n")

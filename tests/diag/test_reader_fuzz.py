@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_diag import ConvergeConfig, DiagError, build_converge_report, parse_records
-from dflash_diag.reader import ParsedLog
+from dflash_diag.read.jsonl import ParsedLog
 
 from .make_sample_log import generate
 

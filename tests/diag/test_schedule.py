@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from dflash_diag import ScheduleHeader, schedule_position
-from dflash_diag.schedule import header_phase, infer_phase
+from dflash_diag.analysis.schedule import header_phase, infer_phase
 
 
 def _frame(steps, lrs, epochs=None):

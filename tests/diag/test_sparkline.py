@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dflash_diag.sparkline import BLOCKS, MISSING, NONFINITE, sparkline
+from dflash_diag.render.sparkline import BLOCKS, MISSING, NONFINITE, sparkline
 
 
 def test_linear_ramp_uses_every_level_in_order():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_diag.tail import LogTail
+from dflash_diag.read.tail import LogTail
 
 
 def _append(path, data: bytes) -> None:

@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from dflash_diag import VerdictConfig, judge, mann_kendall, theil_sen_slope
-from dflash_diag.verdict import MAX_POINTS, seconds_per_step
-from dflash_diag.windows import Window
+from dflash_diag.analysis.verdict import MAX_POINTS, seconds_per_step
+from dflash_diag.analysis.windows import Window
 
 
 def test_theil_sen_is_the_median_pairwise_slope():
@@ -34,8 +34,9 @@ def test_mann_kendall_known_values():
 
 
 def _windows(values, size=50, start=0):
-    return [Window(i, start + i * size, start + (i + 1) * size - 1, size, start + i * size,
-                   start + (i + 1) * size - 1, None, v, False, None, None, 0, None)
+    return [Window(index=i, start=start + i * size, end=start + (i + 1) * size - 1, n=size,
+                   first_step=start + i * size, last_step=start + (i + 1) * size - 1, loss=None,
+                   acc=v, weighted=False, acc_se=None, loss_se=None, nonfinite=0, tau_train=None)
             for i, v in enumerate(values)]
 
 
@@ -61,8 +62,9 @@ def test_eta_at_the_slope():
 
 
 def test_loss_is_judged_when_there_is_no_accuracy():
-    windows = [Window(i, i * 10, i * 10 + 9, 10, i * 10, i * 10 + 9, 3.0 - 0.1 * i, None, False,
-                      None, None, 0, None) for i in range(8)]
+    windows = [Window(index=i, start=i * 10, end=i * 10 + 9, n=10, first_step=i * 10,
+                      last_step=i * 10 + 9, loss=3.0 - 0.1 * i, acc=None, weighted=False,
+                      acc_se=None, loss_se=None, nonfinite=0, tau_train=None) for i in range(8)]
     verdict = judge(windows, current_acc=None, target_acc=0.27)
     assert (verdict.metric, verdict.status, verdict.eta_steps) == ("loss", "converging", None)
 
@@ -92,7 +94,7 @@ def test_eta_hours_and_config_validation():
 
 def test_eta_targets_the_accuracy_at_which_the_chosen_estimator_reaches_target_tau():
     from dflash_diag import AcceptanceConfig, LogEvent, estimate_acceptance
-    from dflash_diag.verdict import accuracy_goal
+    from dflash_diag.analysis.verdict import accuracy_goal
 
     empty = pl.DataFrame(schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
                                  "n_blocks": pl.Float64})

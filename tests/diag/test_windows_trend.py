@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from dflash_diag import TrendConfig, compute_trends, compute_windows
-from dflash_diag.trend import classify
-from dflash_diag.windows import Window
+from dflash_diag.analysis.trend import classify
+from dflash_diag.analysis.windows import Window
 
 
 def _frame(rows):
@@ -147,9 +147,11 @@ def _reference_windows(rows, size, start):
         nonfinite = sum(1 for e in entries for k in ("loss", "acc", "tau_train", "lr")
                         if e[k] is not None and not math.isfinite(e[k]))
         steps = [e["step"] for e in entries]
-        out.append(Window(index, start + index * size, start + (index + 1) * size - 1, len(entries),
-                          min(steps), max(steps), loss, acc, acc_w or (acc is None and loss_w),
-                          acc_se, loss_se, nonfinite, tau, statistics.fmean(lrs) if lrs else None, None))
+        out.append(Window(index=index, start=start + index * size, end=start + (index + 1) * size - 1,
+                          n=len(entries), first_step=min(steps), last_step=max(steps), loss=loss,
+                          acc=acc, weighted=acc_w or (acc is None and loss_w), acc_se=acc_se,
+                          loss_se=loss_se, nonfinite=nonfinite, tau_train=tau,
+                          lr=statistics.fmean(lrs) if lrs else None, tok_per_sec=None))
     return out
 
 
@@ -181,7 +183,8 @@ def test_windows_match_a_plain_python_reference_on_messy_records():
 
 
 def _window(acc, loss=None, acc_se=None, loss_se=None):
-    return Window(0, 0, 9, 10, 0, 9, loss, acc, False, acc_se, loss_se, 0, None)
+    return Window(index=0, start=0, end=9, n=10, first_step=0, last_step=9, loss=loss, acc=acc,
+                  weighted=False, acc_se=acc_se, loss_se=loss_se, nonfinite=0, tau_train=None)
 
 
 def test_acc_threshold_and_loss_relative_threshold():

@@ -1,0 +1,93 @@
+"""Alerts of the live view: a loss spike, a stall, and the durations they are told in.
+
+The other alerts (NaN/Inf, a diverging verdict, a truncated log) come straight from the state and
+the verdict; see `dflash_diag.watch.view.build_view`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One problem worth a red line in the live view.
+
+    Attributes:
+        kind: "nonfinite", "stall", "diverging", "loss_spike" or "reset".
+        message: the sentence shown to the user.
+        step: the step it concerns, where there is one.
+    """
+
+    kind: str
+    message: str
+    step: int | None = None
+
+
+def loss_spikes(
+    losses: Sequence[float | None],
+    *,
+    neighbours: int = 3,
+    factor: float = 6.0,
+    rel_floor: float = 0.02,
+) -> list[int]:
+    """Indices of windows whose mean loss is far above their neighbours'.
+
+    A window is compared with up to ``neighbours`` windows on each side (the newest window has only
+    earlier ones, so a spike shows as soon as it happens): it is a spike when it exceeds their
+    median by more than ``factor`` robust standard deviations (1.4826 x MAD), with ``rel_floor``
+    x median as the smallest deviation that counts, so a smooth noiseless curve flags nothing.
+
+    Args:
+        losses: window mean losses, oldest first; None/NaN windows are skipped (NaN has its own
+            alert).
+        neighbours: windows on each side to compare with; at least 2 finite ones are needed.
+        factor: how many robust standard deviations make a spike.
+        rel_floor: minimum deviation as a fraction of the neighbours' median.
+
+    Returns:
+        Indices into ``losses``, increasing.
+    """
+    finite = [v if v is not None and math.isfinite(v) else None for v in losses]
+    out = []
+    for i, v in enumerate(finite):
+        if v is None:
+            continue
+        around = [
+            u
+            for u in finite[max(0, i - neighbours) : i] + finite[i + 1 : i + 1 + neighbours]
+            if u is not None
+        ]
+        if len(around) < 2:
+            continue
+        median = statistics.median(around)
+        mad = statistics.median(abs(u - median) for u in around)
+        scale = max(1.4826 * mad, rel_floor * abs(median))
+        if scale > 0 and v - median > factor * scale:
+            out.append(i)
+    return out
+
+
+def stall_alert(seconds_since_last: float | None, stall_after: float) -> Alert | None:
+    """The stall alert when no record arrived for ``stall_after`` seconds (``--stall``)."""
+    if seconds_since_last is None or seconds_since_last < stall_after:
+        return None
+    return Alert(
+        "stall",
+        f"no new record for {format_duration(seconds_since_last)} (--stall {stall_after:g} s)",
+    )
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as a short human duration: ``42 s``, ``5 min 03 s``, ``2 h 07 min``, ``3 d 4 h``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"

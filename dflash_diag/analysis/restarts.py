@@ -1,0 +1,90 @@
+"""Restarts: a step at or below an earlier step starts a new segment (docs/design.md, Diagnosis rules).
+
+A run that crashes at step 1200 and resumes from its step-1000 checkpoint logs steps 1001-1200
+twice. The entries of the crashed attempt after the resume point are orphaned (the weights they
+describe were thrown away), so by default they are purged, as TensorBoard purges orphaned data:
+an entry survives only if no LATER entry of its source has a step at or below its own. For a step
+logged twice, this means the later entry wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One restart: the log went back to ``step`` right after ``previous_step``.
+
+    Attributes:
+        source: index of the file it happened in.
+        step: the first step of the new segment.
+        previous_step: the last step of the segment it ends.
+        segment: the new segment's number (0 is the first segment of a file).
+    """
+
+    source: int
+    step: int
+    previous_step: int
+    segment: int
+
+
+def resolve_restarts(frame: pl.DataFrame, keep_all: bool = False) -> tuple[pl.DataFrame, list[Restart]]:
+    """Number the segments of each source, purge orphaned entries, and merge in step order.
+
+    Args:
+        frame: metric records with ``source``, ``seq`` and ``step`` columns
+            (:attr:`dflash_diag.read.jsonl.ParsedLog.metrics`), in file order per source.
+        keep_all: keep every entry, orphaned ones included (still sorted by step).
+
+    Returns:
+        ``(frame, restarts)``: the records with a ``segment`` column (per source, 0-based), sorted
+        by step (ties keep source then file order), and the restarts found.
+    """
+    if frame.height < 2:
+        return frame.with_columns(pl.lit(0, pl.Int32).alias("segment")), []
+    # One source (the usual case) needs no per-source windows: `.over("source")` groups a
+    # million rows for nothing.
+    single_source = frame["source"].n_unique() == 1
+
+    def per_source(expr: pl.Expr) -> pl.Expr:
+        return expr if single_source else expr.over("source")
+
+    # Sorting copies every column (lists included): skip it when the frame is already in file
+    # order, as load_log's frames are.
+    rising = pl.col("seq").diff() > 0
+    if not single_source:
+        rising = (pl.col("source").diff() > 0) | ((pl.col("source").diff() == 0) & rising)
+    in_file_order = bool(frame.select(rising.fill_null(True).all()).item())
+    ordered = frame if in_file_order else frame.sort(["source", "seq"])
+    # Within a segment steps strictly increase, so the record before a restart holds the
+    # largest step of the segment it ends.
+    previous_max = per_source(pl.col("step").shift(1))
+    is_restart = (pl.col("step") <= previous_max).fill_null(False)
+    restart_rows = ordered.select(
+        pl.col("source").filter(is_restart),
+        pl.col("step").filter(is_restart),
+        previous_max.filter(is_restart).alias("_previous_max"),
+    )
+    if restart_rows.height == 0:  # one segment per source: nothing to number, purge or merge
+        merged = ordered.with_columns(pl.lit(0, pl.Int32).alias("segment"))
+        if not single_source:
+            merged = merged.sort(["step", "source", "seq"], maintain_order=True)
+        return merged, []
+    ordered = ordered.with_columns(per_source(is_restart.cum_sum()).cast(pl.Int32).alias("segment"))
+    segments = ordered.filter(is_restart)["segment"]
+    restarts = [
+        Restart(source=int(s), step=int(st), previous_step=int(p), segment=int(seg))
+        for (s, st, p), seg in zip(restart_rows.iter_rows(), segments)
+    ]
+    merged = ordered
+    if not keep_all:
+        # Smallest step among the entries written AFTER each one, in its source.
+        later_min = per_source(pl.col("step").reverse().cum_min().reverse().shift(-1))
+        merged = merged.filter(later_min.is_null() | (pl.col("step") < later_min))
+    # One source without kept restarts is already in step order (steps rise within a segment).
+    if not (single_source and not keep_all):
+        merged = merged.sort(["step", "source", "seq"], maintain_order=True)
+    return merged, restarts

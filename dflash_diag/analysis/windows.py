@@ -1,0 +1,216 @@
+"""N-step windows: per-window counts and means of loss and accuracy (docs/design.md, Diagnosis rules).
+
+A window's mean is weighted by ``n_pred`` (the accuracy denominator) when every entry of the window
+carries it: batches hold different numbers of predicted tokens, and the per-token mean is the exact
+accuracy of the window. Otherwise it is the plain mean of the entries. NaN and Inf are left out of
+the means and counted per window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """One window of ``size`` steps, ``start <= step <= end``.
+
+    Attributes:
+        index: position of the window from the aligned start (gaps skip indices).
+        start: first step of the window (aligned), inclusive.
+        end: last step of the window, inclusive (``start + size - 1``).
+        n: metric entries in the window.
+        first_step: the smallest step actually present.
+        last_step: the largest step actually present.
+        loss: mean loss (None if no finite loss).
+        acc: mean accuracy (None if no finite accuracy).
+        weighted: the means are ``n_pred``-weighted.
+        acc_se: standard error of the entries' accuracy (None with fewer than two).
+        loss_se: standard error of the entries' loss (None with fewer than two).
+        nonfinite: NaN/Inf values of ``loss``, ``acc``, ``tau_train`` and ``lr`` in the window.
+        tau_train: mean prefix acceptance length (``n_blocks``-weighted where present) or None.
+        lr: plain mean of the finite learning rates (None if none).
+        tok_per_sec: plain mean of the finite throughputs (None if none; legacy records have
+            no ``tok_per_sec``).
+    """
+
+    index: int
+    start: int
+    end: int
+    n: int
+    first_step: int
+    last_step: int
+    loss: float | None
+    acc: float | None
+    weighted: bool
+    acc_se: float | None
+    loss_se: float | None
+    nonfinite: int
+    tau_train: float | None
+    lr: float | None = None
+    tok_per_sec: float | None = None
+
+
+def window_index(start: int, size: int) -> pl.Expr:
+    """The window number of each row's step, for windows aligned to ``start``."""
+    return ((pl.col("step") - start) // size).alias("_window")
+
+
+def _masked(value: str, mask: pl.Expr) -> pl.Expr:
+    """``value`` where ``mask`` holds, else null: the group-by then runs plain (fast) aggregations
+    instead of a filter per group."""
+    return pl.when(mask).then(pl.col(value)).otherwise(None)
+
+
+def _finite(name: str) -> pl.Expr:
+    return pl.col(name).is_finite().fill_null(False)
+
+
+def _positive_weight(value: str, weight: str) -> pl.Expr:
+    return _finite(value) & _finite(weight) & (pl.col(weight) > 0).fill_null(False)
+
+
+def _weighted_mean_parts(value: str, weight: str, with_sd: bool = True) -> list[pl.Expr]:
+    """Per-window aggregations of ``value``: finite count, plain mean (and sd), and the weighted
+    sum over the entries with a finite positive ``weight``."""
+    ok = pl.col(f"_{value}_ok")
+    weighted = pl.col(f"_{value}_w")
+    return [
+        ok.count().alias(f"_{value}_n"),
+        ok.mean().alias(f"_{value}_plain"),
+        *([ok.std().alias(f"_{value}_sd")] if with_sd else []),
+        weighted.count().alias(f"_{value}_wn"),
+        (weighted * pl.col(f"_{value}_wt")).sum().alias(f"_{value}_wsum"),
+        pl.col(f"_{value}_wt").sum().alias(f"_{value}_wden"),
+    ]
+
+
+def _masked_columns(value: str, weight: str) -> list[pl.Expr]:
+    has_weight = _positive_weight(value, weight)
+    return [
+        _masked(value, _finite(value)).alias(f"_{value}_ok"),
+        _masked(value, has_weight).alias(f"_{value}_w"),
+        _masked(weight, has_weight).alias(f"_{value}_wt"),
+    ]
+
+
+def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
+    """(mean, weighted, standard error) of ``value`` per window, from :func:`_weighted_mean_parts`.
+
+    The mean is ``n_pred``-weighted when every finite entry has a weight (and the weights do not
+    sum to zero), else plain; None without a finite entry. The standard error needs two entries.
+    """
+    n = pl.col(f"_{value}_n")
+    sd = pl.col(f"_{value}_sd")
+    wden = pl.col(f"_{value}_wden")
+    use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
+    mean = (
+        pl.when(n == 0).then(None)
+        .when(use_weights).then(pl.col(f"_{value}_wsum") / wden)
+        .otherwise(pl.col(f"_{value}_plain"))
+    )
+    if not with_se:
+        return mean, use_weights, None
+    se = pl.when((n >= 2) & sd.is_finite().fill_null(False)).then(sd / n.cast(pl.Float64).sqrt())
+    return mean, use_weights, se
+
+
+def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
+    """One row per non-empty window (sorted), with the columns :class:`Window` is built from."""
+    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc"):
+        if name not in frame.columns:
+            frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
+    nonfinite = sum(
+        (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
+        for name in ("loss", "acc", "tau_train", "lr")
+    )
+    acc, acc_weighted, acc_se = _picked_mean("acc")
+    loss, loss_weighted, loss_se = _picked_mean("loss")
+    tau, _, _ = _picked_mean("tau_train", with_se=False)
+    return (
+        frame.lazy()
+        .filter(pl.col("step") >= start)
+        .select(
+            window_index(start, size),
+            pl.col("step"),
+            nonfinite.alias("_nonfinite"),
+            *_masked_columns("acc", "n_pred"),
+            *_masked_columns("loss", "n_pred"),
+            *_masked_columns("tau_train", "n_blocks"),
+            *(_masked(name, _finite(name)).alias(f"_{name}_ok") for name in ("lr", "tok_per_sec")),
+        )
+        .group_by("_window")
+        .agg(
+            pl.len().alias("_n"),
+            pl.col("step").min().alias("_first"),
+            pl.col("step").max().alias("_last"),
+            pl.col("_nonfinite").sum(),
+            *_weighted_mean_parts("acc", "n_pred"),
+            *_weighted_mean_parts("loss", "n_pred"),
+            *_weighted_mean_parts("tau_train", "n_blocks", with_sd=False),
+            *(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean") for name in ("lr", "tok_per_sec")),
+        )
+        .sort("_window")
+        .select(
+            pl.col("_window").cast(pl.Int64),
+            (pl.col("_window") * size + start).cast(pl.Int64).alias("_start"),
+            pl.col("_n").cast(pl.Int64),
+            pl.col("_first").cast(pl.Int64),
+            pl.col("_last").cast(pl.Int64),
+            loss.alias("_loss"),
+            acc.alias("_acc"),
+            # The flag follows accuracy; a log without accuracy reports the loss's weighting.
+            (acc_weighted | (acc.is_null() & loss_weighted)).alias("_weighted"),
+            acc_se.alias("_acc_se"),
+            loss_se.alias("_loss_se"),
+            pl.col("_nonfinite").cast(pl.Int64),
+            tau.alias("_tau"),
+            pl.col("_lr_mean"),
+            pl.col("_tok_per_sec_mean"),
+        )
+        # The in-memory engine's hash group-by sums like the eager API always did; the streaming
+        # engine accumulates in another order, and the means would move in their last bits.
+        .collect(engine="in-memory")
+    )
+
+
+def compute_windows(frame: pl.DataFrame, size: int = 50, start: int | None = None) -> list[Window]:
+    """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
+
+    The aggregation is one polars query; Python only turns its columns into :class:`Window`
+    objects.
+
+    Args:
+        frame: metric records (``step``, ``loss``, ``acc``, ``n_pred``; ``n_blocks``, ``tau_train``,
+            ``lr`` and ``tok_per_sec`` are used when present).
+        size: steps per window (>= 1).
+        start: the first window's first step; records before it are ignored.
+
+    Returns:
+        The non-empty windows in step order.
+
+    Raises:
+        ValueError: ``size`` < 1.
+    """
+    if size < 1:
+        raise ValueError(f"window size must be >= 1, got {size}")
+    if frame.height == 0:
+        return []
+    if start is None:
+        start = int(frame["step"].min())
+    table = _aggregate(frame, size, start)
+    last = size - 1
+    return [
+        Window(index=index, start=first, end=first + last, n=n, first_step=first_step,
+               last_step=last_step, loss=loss, acc=acc, weighted=weighted, acc_se=acc_se,
+               loss_se=loss_se, nonfinite=nonfinite, tau_train=tau, lr=lr, tok_per_sec=tok_per_sec)
+        for (index, first, n, first_step, last_step, loss, acc, weighted, acc_se, loss_se,
+             nonfinite, tau, lr, tok_per_sec) in zip(*(column.to_list() for column in table.get_columns()))
+    ]
+
+
+def window_rows(frame: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """The records of ``frame`` that fall in ``window``."""
+    return frame.filter(pl.col("step").is_between(window.start, window.end))

@@ -1,0 +1,730 @@
+"""Reading JSONL training logs into polars frames, robustly and fast.
+
+Layers (each usable alone, so a watch loop can feed new bytes as they arrive):
+
+1. :func:`parse_records` turns bytes into a :class:`ParsedLog`: a frame of metric records with a
+   declared schema, the event records (``run_start``, ``eval``, ``checkpoint``, ...) and a
+   :class:`ParseIssues` account of torn, malformed and non-numeric lines and of NaN/Inf values.
+2. :func:`load_log` streams files, ``.gz`` files and ``-`` (standard input) through
+   :func:`parse_records` in chunks of a few MiB and merges them.
+3. :func:`dflash_diag.analysis.restarts.resolve_restarts` and :func:`dflash_diag.analysis.phase.select_phase`
+   work on the resulting frame.
+
+How the parse stays fast on clean logs and robust on dirty ones: a whole chunk goes to polars'
+NDJSON reader with an explicit schema of the metric fields (only those are materialised; every
+declared column costs time on every line, so event-only fields are not in it). polars rejects a
+chunk as a whole when any line is bad, so on failure the chunk is bisected on line boundaries until
+the bad lines sit in small pieces, which are parsed line by line with :func:`json.loads` and coerced
+leniently (numeric strings become numbers and are counted). One bad line in a million therefore
+costs a few extra polars passes over small pieces, not a Python pass.
+
+Event lines are rare: polars' ``event`` column says which lines hold one, and :func:`json.loads`
+decodes those lines whole, so headers keep every field (``config``, ``schedule``...).
+
+Python's ``json`` writes NaN and infinities as bare ``NaN``/``Infinity`` tokens, which polars
+rejects; the lines holding them are re-encoded with sentinel numbers before parsing, and the
+sentinels turned back into NaN/inf after (only those lines pay a Python pass).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import polars as pl
+
+from dflash_diag.errors import DiagError
+from dflash_diag.read.files import CHUNK_BYTES, line_chunks, open_input, read_input
+from dflash_diag.read.nonfinite_tokens import (
+    replace_nonfinite_tokens,
+    restore_nonfinite,
+    undo_sentinels,
+)
+from dflash_diag.read.records import (  # re-exported: the reader's public types live in records.py
+    BOOKKEEPING_COLUMNS,
+    FIRST_N,
+    LogEvent,
+    ParsedLog,
+    ParseIssues,
+    join_sequential,
+)
+from dflash_diag.read.schema import METRIC_LISTS, read_schema
+
+__all__ = [
+    "BOOKKEEPING_COLUMNS", "CHUNK_BYTES", "LogEvent", "ParseIssues", "ParsedLog", "fetch_lists",
+    "join_sequential", "load_log", "open_input", "parse_records", "parse_stream", "read_input",
+]
+
+#: Lines per piece below which a failing piece is parsed line by line in Python.
+_LEAF_LINES = 64
+#: Chunks read and handed to polars before the oldest one's Python work is done (raw text held:
+#: this many chunks plus one).
+_CHUNKS_AHEAD = 1
+#: Rows per slice when counting NaN/Inf inside list columns (see _count_issues).
+_LIST_COUNT_ROWS = 2**16
+
+# --------------------------------------------------------------------------------------------
+# parsing one buffer
+
+
+def parse_records(
+    data: bytes,
+    *,
+    first_line_no: int = 1,
+    strict: bool = False,
+    final: bool = True,
+    source: int = 0,
+    fields: Mapping[str, str] | None = None,
+    extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
+) -> ParsedLog:
+    """Parse JSONL bytes into metric records, events and a parse account.
+
+    Args:
+        data: the log's bytes (one JSON object per line).
+        first_line_no: line number of ``data``'s first line, for messages about later chunks.
+        strict: raise :class:`DiagError` on the first malformed line instead of counting it.
+        final: ``data`` ends the stream. If False, an unterminated last line is left unconsumed
+            (see :attr:`ParsedLog.consumed_bytes`) even when it happens to be valid JSON.
+        source: the ``source`` index to stamp on the records.
+        fields: canonical name -> log name (``{"acc": "train/acc"}``).
+        extra: more fields to read, canonical name -> polars dtype (become extra frame columns).
+        lists: read ``acc_pos``/``accept_pos`` (else those columns are null).
+
+    Returns:
+        The :class:`ParsedLog`. A torn last line (no trailing newline, not a JSON object) is
+        dropped quietly and noted in ``issues.torn_tail``.
+
+    Raises:
+        DiagError: ``strict`` and a malformed line.
+
+    Example:
+        >>> log = parse_records(b'{"step": 1, "acc": 0.5}\\n{"step": 2, "ac')
+        >>> log.metrics["acc"].to_list(), log.issues.torn_tail
+        ([0.5], [0])
+    """
+    piece = _parse_piece(data, first_line_no=first_line_no, strict=strict, final=final,
+                         source=source, fields=fields, extra=extra, lists=lists)
+    return _assemble([piece], source=source, fields=fields, extra=extra, lists=lists)
+
+
+@dataclass
+class _Piece:
+    """One parsed buffer before assembly (raw log field names, a ``_line`` column)."""
+
+    frame: pl.DataFrame
+    events: list[LogEvent]
+    issues: ParseIssues
+    consumed: int
+    first_line_no: int
+    next_line_no: int
+
+
+def _parse_piece(
+    data: bytes, *, first_line_no: int, strict: bool, final: bool, source: int,
+    fields: Mapping[str, str] | None, extra: Mapping[str, pl.DataType] | None, lists: bool,
+    body_end: int | None = None, parsed: Future[pl.DataFrame | None] | None = None,
+) -> _Piece:
+    """Parse one buffer: polars (with bisection), sentinels undone, events.
+
+    ``body_end`` and ``parsed`` (polars' whole-buffer parse of ``data[:body_end]``, possibly still
+    running in a worker thread) come from :func:`parse_stream`, which parses the next chunk while
+    this one's Python work runs.
+    """
+    schema, _ = read_schema(fields, extra, lists)
+    event_column = (fields or {}).get("event", "event")
+    issues = ParseIssues()
+    if body_end is None:
+        body_end = _complete_end(data, final=final)
+    if data[body_end:].strip():
+        issues.lines += 1
+        issues.torn_tail.append(source)
+    body = data if body_end == len(data) else data[:body_end]
+    is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
+    parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues, is_event=is_event)
+    frame = parser.parse(first_line_no, parsed.result() if parsed is not None else _read(body, schema))
+    issues.lines += parser.lines
+    if parser.substituted:
+        frame = undo_sentinels(frame)
+    if not parser.has_events:
+        events = []
+    elif parser.line_index is not None:
+        events = _events_from_lines(parser.line_index, parser.event_lines, first_line_no, source,
+                                    fields or {})
+    else:
+        events = _scan_events(parser.body, first_line_no, source, fields or {})
+    return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
+
+
+def _assemble(
+    pieces: Sequence[_Piece], *, source: int, fields: Mapping[str, str] | None,
+    extra: Mapping[str, pl.DataType] | None, lists: bool,
+) -> ParsedLog:
+    """Join consecutive pieces of one source into a :class:`ParsedLog` (one pass of polars ops)."""
+    _, rename = read_schema(fields, extra, lists)
+    frames = [p.frame for p in pieces]
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    if rename:
+        frame = frame.rename(dict(rename))
+    issues = ParseIssues()
+    events: list[LogEvent] = []
+    for piece in pieces:
+        issues.merge(piece.issues)
+        events.extend(piece.events)
+    wanted, _ = read_schema(None, extra)
+    log = _split_records(frame, events, issues, source, wanted)
+    log.consumed_bytes = sum(p.consumed for p in pieces)
+    log.first_line_no = pieces[0].first_line_no
+    log.next_line_no = pieces[-1].next_line_no
+    log.fields = dict(fields or {})
+    if not lists:
+        log.lists_pending = [source]
+    return log
+
+
+def _complete_end(data: bytes, *, final: bool) -> int:
+    """End offset of the last complete line: an unterminated tail counts only if it is whole JSON."""
+    if not data or data.endswith(b"\n"):
+        return len(data)
+    last_newline = data.rfind(b"\n")
+    start = last_newline + 1
+    if final:
+        try:
+            if isinstance(json.loads(data[start:]), dict):
+                return len(data)  # a complete record whose writer omitted the final newline
+        except ValueError:
+            pass
+    return start
+
+
+class _ChunkParser:
+    """Bisects a buffer until polars accepts every chunk; tiny failing chunks go line by line."""
+
+    def __init__(
+        self, body: bytes, schema: dict[str, pl.DataType], *, strict: bool, source: int,
+        issues: ParseIssues, is_event: pl.Expr,
+    ) -> None:
+        self.body = body
+        self.is_event = is_event
+        #: where the lines of a clean buffer holding events are (to decode those)
+        self.line_index: _LineIndex | None = None
+        self.newlines = 0
+        self.view = memoryview(body)
+        self.schema = schema
+        self.strict = strict
+        self.source = source
+        self.issues = issues
+        self.frames: list[pl.DataFrame] = []
+        self.lines = 0
+        self.substituted = False
+        #: whether any row of the buffer is an event record (only those buffers are searched)
+        self.has_events = False
+        #: line numbers of the event rows
+        self.event_lines: list[int] = []
+
+    def parse(self, first_line_no: int, frame: pl.DataFrame | None) -> pl.DataFrame:
+        """The records of the buffer, with their line numbers in a ``_line`` column.
+
+        ``frame`` is polars' parse of the whole buffer, or None when polars rejected it.
+        """
+        if frame is not None:
+            # Clean buffer, the common case: one polars pass, one Python pass over the text
+            # (the line count). It is a split when there are events to decode (it finds their
+            # lines too), else a cheaper count.
+            self.lines += frame.height
+            event_rows = frame.select(pl.arg_where(self.is_event)).to_series() if frame.height else None
+            self.has_events = event_rows is not None and event_rows.len() > 0
+            index = _LineIndex(self.body) if self.has_events else None
+            self.newlines = index.newlines if index is not None else _count_newlines(self.body)
+            n_lines = self.newlines + (0 if self.body.endswith(b"\n") or not self.body else 1)
+            if frame.height == n_lines:  # no blank lines: rows are consecutive lines
+                lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64,
+                                     eager=True).alias("_line")
+            else:
+                lines = _line_numbers(self.body, first_line_no, frame.height)
+            if self.has_events:
+                self.event_lines = lines.gather(event_rows).to_list()
+                self.line_index = index
+            return frame.hstack([lines])  # eager: no query for a column that is already built
+        self.newlines = self.body.count(b"\n")  # the rewrite below keeps every line on its line
+        self.body, self.substituted = replace_nonfinite_tokens(self.body)
+        self.view = memoryview(self.body)
+        self._chunk(0, len(self.body), first_line_no)
+        if not self.frames:
+            return pl.DataFrame(schema={**self.schema, "_line": pl.Int64})
+        frame = self.frames[0] if len(self.frames) == 1 else pl.concat(self.frames, how="vertical",
+                                                                       rechunk=False)
+        self.has_events = bool(frame.height) and bool(frame.select(self.is_event.any()).item())
+        if self.has_events:
+            self.event_lines = frame.filter(self.is_event)["_line"].to_list()
+        return frame
+
+    def _chunk(self, start: int, end: int, line_no: int) -> None:
+        chunk = self.body if (start == 0 and end == len(self.body)) else self.view[start:end].tobytes()
+        frame = _read(chunk, self.schema)
+        if frame is not None:
+            self.frames.append(frame.with_columns(_line_numbers(chunk, line_no, frame.height)))
+            self.lines += frame.height
+            return
+        n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        if n_lines <= _LEAF_LINES:
+            self._lines_one_by_one(chunk, line_no)
+            return
+        middle = self.body.find(b"\n", start + (end - start) // 2, end)
+        if middle < 0 or middle + 1 >= end:
+            middle = self.body.rfind(b"\n", start, start + (end - start) // 2)
+        if middle < 0:
+            self._lines_one_by_one(chunk, line_no)
+            return
+        split = middle + 1
+        self._chunk(start, split, line_no)
+        self._chunk(split, end, line_no + self.body.count(b"\n", start, split))
+
+    def _lines_one_by_one(self, chunk: bytes, line_no: int) -> None:
+        columns: dict[str, list[Any]] = {name: [] for name in self.schema}
+        line_numbers: list[int] = []
+        for offset, raw in enumerate(chunk.split(b"\n")):
+            if not raw.strip():
+                continue
+            self.lines += 1
+            where = (self.source, line_no + offset)
+            try:
+                record = json.loads(raw)
+            except ValueError:  # includes UnicodeDecodeError
+                record = None
+            if not isinstance(record, dict):
+                if self.strict:
+                    raise DiagError(f"malformed line {where[1]} (not a JSON object); --strict is set")
+                self.issues.malformed += 1
+                if len(self.issues.malformed_lines) < FIRST_N:
+                    self.issues.malformed_lines.append(where)
+                continue
+            bad_before = self.issues.nonnumeric
+            line_numbers.append(where[1])
+            for name, dtype in self.schema.items():
+                columns[name].append(self._coerce(record.get(name), dtype))
+            if self.issues.nonnumeric > bad_before and len(self.issues.nonnumeric_lines) < FIRST_N:
+                self.issues.nonnumeric_lines.append(where)
+        if line_numbers:
+            frame = pl.DataFrame(columns, schema=self.schema)
+            self.frames.append(frame.with_columns(pl.Series("_line", line_numbers, dtype=pl.Int64)))
+
+    def _coerce(self, value: Any, dtype: pl.DataType) -> Any:
+        if value is None:
+            return None
+        if dtype == pl.String:
+            return value if isinstance(value, str) else json.dumps(value)
+        if isinstance(dtype, pl.List):
+            if not isinstance(value, list):
+                self.issues.nonnumeric += 1
+                return None
+            return [self._number(item) for item in value]
+        if dtype.is_numeric():
+            return self._number(value)
+        return None  # an extra field of a dtype this lenient path does not handle
+
+    def _number(self, value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            self.issues.nonnumeric += 1
+            return None
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                self.issues.nonnumeric += 1
+                return None
+            self.issues.coerced += 1
+            return number
+        self.issues.nonnumeric += 1
+        return None
+
+
+def _read(chunk: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    """polars' parse of a whole chunk, or None when any line of it is bad."""
+    try:
+        return pl.read_ndjson(chunk, schema=schema)
+    # polars reports a bad line with several exception types (ComputeError, SchemaError, a
+    # Rust panic); any of them only means "look closer", never a crash.
+    except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
+        return None
+
+
+def _count_newlines(data: bytes) -> int:
+    """``data.count(b"\\n")``, about 2.5x faster: ``bytes.replace`` finds a one-byte pattern with
+    ``memchr`` (vectorised), ``bytes.count`` with a plain byte loop."""
+    return len(data) - len(data.replace(b"\n", b""))
+
+
+class _LineIndex:
+    """Newline counts of a buffer per block: its line count, and any line's bytes without
+    splitting the whole buffer into a million ``bytes`` objects (which costs more than the
+    count itself). Used for the rare event lines of a clean buffer."""
+
+    BLOCK = 2**16
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        #: newlines up to the end of each block
+        self.cumulative: list[int] = []
+        total = 0
+        for start in range(0, len(body), self.BLOCK):
+            total += _count_newlines(body[start:start + self.BLOCK])
+            self.cumulative.append(total)
+        self.newlines = total
+
+    def start(self, index: int) -> int:
+        """Byte offset where line ``index`` (0-based) begins; the buffer's length past its end."""
+        if index <= 0:
+            return 0
+        if index > self.newlines:
+            return len(self.body)
+        block = bisect.bisect_left(self.cumulative, index)  # holds the index-th newline
+        position = block * self.BLOCK
+        for _ in range(index - (self.cumulative[block - 1] if block else 0)):
+            position = self.body.find(b"\n", position) + 1
+        return position
+
+    def line(self, index: int) -> bytes:
+        """Line ``index`` (0-based) of the buffer, without its newline."""
+        position = self.start(index)
+        end = self.body.find(b"\n", position)
+        return self.body[position:end if end >= 0 else len(self.body)]
+
+
+def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
+    """Line numbers of the ``rows`` records polars read from ``chunk`` (it skips blank lines)."""
+    n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") or not chunk else 1)
+    if n_lines == rows:
+        return pl.int_range(first, first + rows, dtype=pl.Int64, eager=True).alias("_line")
+    numbers = [first + i for i, line in enumerate(chunk.split(b"\n")) if line.strip()]
+    assert len(numbers) == rows, "polars and the line split disagree on blank lines"
+    return pl.Series("_line", numbers, dtype=pl.Int64)
+
+
+def _split_records(
+    frame: pl.DataFrame, events: list[LogEvent], issues: ParseIssues, source: int,
+    wanted: Mapping[str, pl.DataType],
+) -> ParsedLog:
+    """Keep the metric records and stamp the bookkeeping columns from the event list.
+
+    Counts the non-event rows without a ``step`` and the NaN/Inf values into ``issues`` (one
+    query), then selects the records (one lazy query: filter, casts, the header lookup and the
+    null columns of ``wanted`` fields that were not read, e.g. lists left for later, fused).
+    """
+    is_event = (pl.col("event").is_not_null() & (pl.col("event") != "metrics")).fill_null(False)
+    headers = [e for e in events if e.kind == "run_start"]
+    scripts = {i: e.fields["script"] for i, e in enumerate(headers)
+               if isinstance(e.fields.get("script"), str)}
+    metric_columns = [c for c in frame.columns if c not in ("event", "_line", "step")]
+    missing = [name for name in wanted if name not in frame.columns]
+    _count_issues(frame, is_event, issues)
+    if headers:
+        # the header governing a record: the last run_start line before it
+        header_lines = pl.Series([e.seq for e in headers], dtype=pl.Int64)
+        run = pl.lit(header_lines).search_sorted(pl.col("_line"), side="right").cast(pl.Int32) - 1
+    else:
+        run = pl.lit(-1, pl.Int32)
+    step = pl.col("step").cast(pl.Int64, strict=False)
+    metrics = (
+        frame.lazy()
+        .filter(~is_event & step.is_not_null())
+        .select(
+            pl.lit(source, pl.Int32).alias("source"),
+            pl.col("_line").alias("seq"),
+            run.alias("run"),
+            step,
+            *metric_columns,
+            *(pl.lit(None, wanted[name]).alias(name) for name in missing),
+        )
+        .with_columns(
+            pl.col("run").replace_strict(scripts, default=None, return_dtype=pl.String).alias("script")
+        )
+        .select("source", "seq", "run", "script", "step", *metric_columns, *missing)
+        .collect()
+    )
+    return ParsedLog(metrics=metrics, events=events, issues=issues)
+
+
+def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues) -> None:
+    """Count the non-event rows without a ``step`` and the NaN/Inf values per metric field
+    (canonical names) over the non-event rows, into ``issues``.
+
+    Scalar columns: one polars query over the assembled frame (not one per chunk: a query costs
+    about as much on 4 MiB as on 600). List columns are flattened to be counted, so they go in
+    slices of :data:`_LIST_COUNT_ROWS` rows: flattening a million 15-element lists at once costs
+    about 1 s and 600 MiB of peak memory, slices 0.15 s and nothing.
+    """
+    if frame.height == 0:
+        return
+    # The record mask is computed once (as a column), not once per counted field.
+    record = pl.col("_record")
+    exprs = [(record & pl.col("step").is_null()).sum().alias("_without_step")]
+    list_exprs = []
+    for name, dtype in frame.schema.items():
+        if name in ("step", "_line", "event"):
+            continue
+        if dtype == pl.Float64:
+            exprs.append((~pl.col(name).is_finite() & record).sum().alias(name))
+        elif dtype == pl.List(pl.Float64):
+            list_exprs.append((~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name))
+    counts = frame.lazy().with_columns((~is_event).alias("_record")).select(exprs).collect().row(0, named=True)
+    issues.without_step += int(counts.pop("_without_step"))
+    if list_exprs:
+        for start in range(0, frame.height, _LIST_COUNT_ROWS):
+            part = frame.slice(start, _LIST_COUNT_ROWS).select(list_exprs).row(0, named=True)
+            for name, count in part.items():
+                counts[name] = counts.get(name, 0) + (count or 0)
+    for name, count in counts.items():
+        if count:
+            issues.nonfinite[name] = issues.nonfinite.get(name, 0) + int(count)
+
+
+def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
+    """Offsets of ``"<event_key>"`` in ``body``: a plain substring search (a regex is ~10x slower);
+    whether it is a top-level key of an event record is decided by decoding the line."""
+    key = json.dumps(event_key).encode()
+    position = body.find(key)
+    while position >= 0:
+        yield position
+        position = body.find(key, position + len(key))
+
+
+def _events_from_lines(
+    lines: _LineIndex, event_lines: list[int], first_line_no: int, source: int,
+    fields: Mapping[str, str],
+) -> list[LogEvent]:
+    """Decode the event rows of a clean buffer, found by their line numbers."""
+    to_canonical = {log: canonical for canonical, log in fields.items()}
+    events = []
+    for line_no in event_lines:
+        event = _decode_event(lines.line(line_no - first_line_no), to_canonical, source, line_no)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def _decode_event(
+    raw: bytes, to_canonical: Mapping[str, str], source: int, line_no: int
+) -> LogEvent | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    record = {to_canonical.get(k, k): restore_nonfinite(v) for k, v in record.items()}
+    kind = record.pop("event", None)
+    if kind is None or kind == "metrics":
+        return None
+    return _make_event(kind if isinstance(kind, str) else json.dumps(kind), record, source, line_no)
+
+
+def _scan_events(
+    body: bytes, first_line_no: int, source: int, fields: Mapping[str, str]
+) -> list[LogEvent]:
+    """Events of a buffer that needed bisection: found by a byte search for the event key (whether
+    it is a top-level key is decided by decoding the line), line numbers by counting."""
+    event_key = fields.get("event", "event")
+    to_canonical = {log: canonical for canonical, log in fields.items()}
+    key_length = len(json.dumps(event_key).encode())
+    events: list[LogEvent] = []
+    next_start, line_no, counted_to = 0, first_line_no, 0
+    for offset in _event_key_offsets(body, event_key):
+        if offset < next_start:
+            continue  # a second match on a line already decoded
+        if body[offset + key_length:offset + key_length + 24].lstrip(b" \t:").startswith(b'"metrics"'):
+            continue  # a metric record that names itself: not worth decoding
+        start = body.rfind(b"\n", 0, offset) + 1
+        end = body.find(b"\n", offset)
+        end = len(body) if end < 0 else end
+        next_start = end
+        line_no += body.count(b"\n", counted_to, start)
+        counted_to = start
+        event = _decode_event(body[start:end], to_canonical, source, line_no)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) -> LogEvent:
+    step = record.get("step")
+    if step is None and isinstance(record.get("resumed_from"), dict):
+        step = record["resumed_from"].get("step")
+    finite = isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step)
+    return LogEvent(kind=kind, source=source, seq=line_no, step=int(step) if finite else None,
+                    fields=record)
+
+
+def parse_stream(
+    handle: IO[bytes],
+    *,
+    source: int = 0,
+    strict: bool = False,
+    fields: Mapping[str, str] | None = None,
+    extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> ParsedLog:
+    """Parse a whole stream in chunks of about ``chunk_bytes``, cut at line ends.
+
+    Only one chunk of raw text is held at a time, so memory is the parsed columns plus a chunk.
+    """
+    schema, _ = read_schema(fields, extra, lists)
+    pieces: list[_Piece] = []
+    line_no, offset = 1, 0
+    starts: list[tuple[int, int]] = []
+    # polars' parse of a chunk runs in a worker thread (it releases the GIL) while this thread
+    # reads the next chunk and does the Python part of the previous one (line count, events):
+    # on a machine with a spare core the Python work then costs no wall time.
+    queued: deque[tuple[bytes, bool, int, Future[pl.DataFrame | None]]] = deque()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-diag-parse") as pool:
+
+        def finish_one() -> None:
+            nonlocal line_no
+            text, final, body_end, parsed = queued.popleft()
+            starts.append((offset - sum(len(q[0]) for q in queued) - len(text), line_no))
+            piece = _parse_piece(text, first_line_no=line_no, strict=strict, final=final,
+                                 source=source, fields=fields, extra=extra, lists=lists,
+                                 body_end=body_end, parsed=parsed)
+            pieces.append(piece)
+            line_no = piece.next_line_no
+
+        try:
+            for text, final in line_chunks(handle, chunk_bytes):
+                body_end = _complete_end(text, final=final)
+                body = text if body_end == len(text) else text[:body_end]
+                queued.append((text, final, body_end, pool.submit(_read, body, schema)))
+                offset += len(text)
+                if len(queued) > _CHUNKS_AHEAD:
+                    finish_one()
+            while queued:
+                finish_one()
+        finally:
+            for *_, parsed in queued:
+                parsed.cancel()
+    log = _assemble(pieces, source=source, fields=fields, extra=extra, lists=lists)
+    log.chunk_starts = {source: starts}
+    return log
+
+
+def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYTES) -> pl.DataFrame:
+    """``rows`` of ``log.metrics`` with ``acc_pos``/``accept_pos`` read from the files if pending.
+
+    A log loaded with ``lists=False`` skips the per-position lists (most of a pipeline log's
+    parse time and memory); a report needs them for its last window only. This reads the files
+    again from the recorded chunk starts, parsing only the requested range of lines.
+    """
+    pending = [s for s in log.lists_pending if s < len(log.sources) and log.sources[s] != "-"]
+    wanted = rows.filter(pl.col("source").is_in(pending)) if pending else rows.clear()
+    if wanted.height == 0:
+        return rows
+    found = []
+    for source in sorted(set(wanted["source"].to_list())):
+        seqs = wanted.filter(pl.col("source") == source)["seq"]
+        first, last = int(seqs.min()), int(seqs.max())
+        # Start at the last recorded chunk beginning at or before the first wanted line.
+        offset, line_no = max(((o, n) for o, n in log.chunk_starts.get(source, []) if n <= first),
+                              default=(0, 1))
+        with open_input(log.sources[source]) as handle:
+            handle.seek(offset)
+            for text, final in line_chunks(handle, chunk_bytes):
+                index = _LineIndex(text)
+                newlines = index.newlines
+                if line_no + newlines >= first:
+                    # Parse only the wanted lines of the chunk (a window is a few hundred lines
+                    # of a chunk of tens of thousands), lists included.
+                    begin = index.start(first - line_no)
+                    end = index.start(last - line_no + 1)
+                    part = parse_records(text[begin:end], first_line_no=line_no + max(0, first - line_no),
+                                         final=final and end == len(text), source=source,
+                                         fields=log.fields, lists=True)
+                    found.append(part.metrics.filter(pl.col("seq").is_in(seqs.implode()))
+                                 .select("source", "seq", *METRIC_LISTS))
+                line_no += newlines
+                if line_no > last:
+                    break
+    if not found:
+        return rows
+    lists = pl.concat(found)
+    return (rows.drop(*METRIC_LISTS)
+            .join(lists, on=["source", "seq"], how="left", maintain_order="left")
+            .select(rows.columns))
+
+
+def load_log(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    strict: bool = False,
+    fields: Mapping[str, str] | None = None,
+    extra: Mapping[str, pl.DataType] | None = None,
+    lists: bool = True,
+) -> ParsedLog:
+    """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
+
+    With ``lists=False`` the per-position lists of files are left unread (standard input is
+    always read whole, as it cannot be read twice); :func:`fetch_lists` gets them for the rows
+    that need them.
+
+    Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
+    resolved per source and the records merged in step order by
+    :func:`dflash_diag.analysis.restarts.resolve_restarts`.
+
+    Raises:
+        DiagError: a missing or unreadable file, a log with no records at all, or records none of
+            which has a ``step`` (suggesting ``--field step=NAME``).
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    names = [str(p) for p in paths]
+    if not names:
+        raise DiagError("no log given")
+    if names.count("-") > 1:
+        raise DiagError("standard input ('-') can be read only once")
+    parts = []
+    for index, name in enumerate(names):
+        with open_input(name) as handle:
+            try:
+                parts.append(parse_stream(handle, source=index, strict=strict, fields=fields,
+                                          extra=extra, lists=lists or name == "-"))
+            except DiagError as exc:
+                raise DiagError(f"{name}: {exc}") from None
+    issues = ParseIssues()
+    events: list[LogEvent] = []
+    frames = []
+    for part in parts:
+        # Header indices become global: offset by the headers of the files before.
+        offset = sum(1 for e in events if e.kind == "run_start")
+        metrics = part.metrics
+        if offset:
+            metrics = metrics.with_columns(
+                pl.when(pl.col("run") >= 0).then(pl.col("run") + offset).otherwise(-1)
+                .cast(pl.Int32).alias("run"))
+        frames.append(metrics)
+        events.extend(part.events)
+        issues.merge(part.issues)
+    metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    log = ParsedLog(metrics=metrics, events=events, issues=issues,
+                    consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names,
+                    lists_pending=sorted({s for p in parts for s in p.lists_pending}),
+                    fields=dict(fields or {}),
+                    chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()})
+    shown = ", ".join(names)
+    if issues.lines == 0:
+        raise DiagError(f"empty log: {shown}")
+    if metrics.height == 0:
+        if issues.without_step:
+            raise DiagError(
+                f"no record has a 'step' field in {shown} (map one with --field step=NAME)")
+        raise DiagError(f"no metric records in {shown}")
+    return log

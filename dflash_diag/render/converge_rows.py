@@ -1,0 +1,175 @@
+"""The content of a converge report shared by every output kind: window cells and summary lines.
+
+Analysis never happens here, nor in the renderers (:mod:`dflash_diag.render.text`, ``.rich``,
+``.markdown``, ``.csv``, ``.json``). Text taken from the log (paths, script names) goes through
+:func:`dflash_diag.render.safe_text.visible` and into rich as :class:`rich.text.Text`, never as
+markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dflash_diag.analysis.trend import ARROWS
+from dflash_diag.converge.report import ConvergeReport, WindowRow
+from dflash_diag.read.ranks import skew_lines
+from dflash_diag.render.number_format import format_lr, format_number, format_percent
+from dflash_diag.render.safe_text import visible
+
+#: Window rows shown by the table renderers unless told otherwise (the newest ones).
+DEFAULT_ROWS = 40
+
+# ------------------------------------------------------------------------------------------
+# number formats
+
+
+def _f(value: float | None, digits: int = 4) -> str:
+    return format_number(value, f".{digits}f")
+
+
+def _signed(value: float | None, digits: int = 4) -> str:
+    return "" if value is None else f"{value:+.{digits}f}"
+
+
+def _steps(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+# ------------------------------------------------------------------------------------------
+# content shared by every format
+
+
+WINDOW_HEADERS = ("steps", "n", "loss", "Δloss", "", "acc", "Δacc", "")
+
+
+def window_cells(row: WindowRow) -> list[str]:
+    """The table cells of one window (the trend cells hold arrows)."""
+    w, t = row.window, row.trend
+    return [
+        f"{w.start}-{w.end}",
+        str(w.n),
+        _f(w.loss),
+        _signed(t.loss_delta),
+        ARROWS[t.loss_trend],
+        _f(w.acc),
+        _signed(t.acc_delta),
+        ARROWS[t.acc_trend],
+    ]
+
+
+def _with_nonfinite(report: ConvergeReport) -> bool:
+    """Whether the tables get a NaN/Inf column (only when some window has such values)."""
+    return any(row.window.nonfinite for row in report.windows)
+
+
+def window_table(report: ConvergeReport, rows: Sequence[WindowRow]) -> tuple[list[str], list[list[str]]]:
+    """Headers and cells of the window table (a NaN/Inf column only when some window has some)."""
+    headers = list(WINDOW_HEADERS)
+    cells = [window_cells(r) for r in rows]
+    if _with_nonfinite(report):
+        headers.append("NaN/Inf")
+        for row, line in zip(rows, cells):
+            line.append(str(row.window.nonfinite) if row.window.nonfinite else "")
+    return headers, cells
+
+
+def shown_rows(report: ConvergeReport, max_rows: int | None) -> tuple[list[WindowRow], int]:
+    """The newest ``max_rows`` windows and how many earlier ones are hidden."""
+    rows = report.windows
+    if max_rows and len(rows) > max_rows:
+        return rows[-max_rows:], len(rows) - max_rows
+    return rows, 0
+
+
+def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of the summary, log-derived text already made visible."""
+    lines: list[tuple[str, str]] = []
+    header = report.header
+    if header is not None:
+        script = header.fields.get("script")
+        run = f"script {visible(script)}" if script is not None else "run_start header"
+        resumed = header.fields.get("resumed_from")
+        if isinstance(resumed, dict):
+            run += f", resumed from {visible(resumed.get('path', '?'))} at step {visible(resumed.get('step', '?'))}"
+        lines.append(("run", run))
+    sel = report.selection
+    first = report.windows[0].window if report.windows else None
+    last = report.windows[-1].window if report.windows else None
+    span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
+    size = (first.end - first.start + 1) if first else 0
+    lines.append(("selected", f"{sel.reason}{span} · {len(report.windows)} windows of {size} steps"))
+
+    s = report.schedule
+    sched = f"lr {format_lr(s.current)}"
+    if s.peak is not None:
+        sched += f" = {format_percent(s.fraction_of_peak)} of peak {format_lr(s.peak)} ({s.peak_source})"
+    if s.phase:
+        sched += f" · {s.phase} ({s.phase_source})"
+    if s.warmup_fraction is not None and s.phase == "warmup":
+        sched += f" · {format_percent(s.warmup_fraction)} of warmup"
+    if s.run_fraction is not None:
+        sched += f" · {format_percent(s.run_fraction)} of the run"
+    if s.epoch is not None:
+        sched += f" · epoch {s.epoch:.2f}"
+        if s.total_epochs:
+            sched += f" of {s.total_epochs:.2f}"
+    lines.append(("schedule", sched))
+
+    a = report.acceptance
+    acc = f"acc {_f(a.acc)} ({a.acc_basis})"
+    lines.append(("accuracy", acc))
+    if a.tau is not None:
+        tau = (f"tau {a.tau:.2f} by {a.estimator} (B={a.block_size}, {a.block_size_source}) · "
+               f"target {a.target_tau:.2f} (acc {a.target_acc:.3g}) · progress {format_percent(a.progress)} · "
+               f"baseline {a.baseline_tau:.2f} ({_signed(a.vs_baseline, 2)})")
+        lines.append(("acceptance", tau))
+    for e in a.estimates:
+        err = f", error {_signed(e.error, 2)}" if e.error is not None else ""
+        lines.append(("", f"  {e.name:<8} {e.tau:.2f}  ({visible(e.basis)}{err})"))
+
+    v = report.verdict
+    verdict = v.status.upper()
+    if v.slope_per_1k_steps is not None:
+        verdict += f" · {v.metric} slope {v.slope_per_1k_steps:+.4f} per 1k steps · p = {v.p_value:.3g}"
+    if v.eta_steps is not None:
+        verdict += f" · ETA to target {_steps(v.eta_steps)} steps"
+        if v.eta_hours is not None:
+            verdict += f" ({v.eta_hours:.1f} h)"
+    lines.append(("verdict", verdict))
+    lines.append(("", f"  {v.reason}"))
+
+    if report.restarts:
+        shown = ", ".join(f"{r.step} (after {r.previous_step})" for r in report.restarts[:8])
+        more = f" and {len(report.restarts) - 8} more" if len(report.restarts) > 8 else ""
+        lines.append(("restarts", f"{len(report.restarts)}: at step {shown}{more}"))
+    issues = report.issues
+    if issues.malformed:
+        where = _line_list(report, issues.malformed_lines, issues.malformed)
+        lines.append(("skipped", f"{issues.malformed} malformed line(s) skipped: {where}"))
+    if issues.nonfinite:
+        parts = ", ".join(f"{k} {n}" for k, n in sorted(issues.nonfinite.items()))
+        lines.append(("nonfinite", f"{issues.nonfinite_total} NaN/Inf value(s): {parts}"))
+    if issues.coerced or issues.nonnumeric:
+        text = f"{issues.coerced} number(s) given as strings, converted"
+        if issues.nonnumeric:
+            where = _line_list(report, issues.nonnumeric_lines, len(issues.nonnumeric_lines))
+            text += f"; {issues.nonnumeric} non-numeric value(s) ignored ({where})"
+        lines.append(("types", text))
+    if issues.without_step:
+        lines.append(("no step", f"{issues.without_step} record(s) without a step ignored"))
+    if report.ranks is not None:
+        lines += skew_lines(report.ranks)
+    for note in report.notes:
+        lines.append(("note", visible(note)))
+    for warning in a.warnings:
+        lines.append(("WARNING", visible(warning)))
+    return lines
+
+
+def _line_list(report: ConvergeReport, where: list[tuple[int, int]], total: int) -> str:
+    """``line 3, 7`` (with file names when there are several inputs), ``...`` when truncated."""
+    several = len(report.sources) > 1
+    parts = [f"{visible(report.sources[s])}:{n}" if several and s < len(report.sources) else str(n)
+             for s, n in where]
+    more = ", ..." if total > len(where) else ""
+    return ("line " if len(parts) == 1 and not more else "lines ") + ", ".join(parts) + more

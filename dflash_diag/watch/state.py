@@ -1,0 +1,276 @@
+"""The state of `dflash-diag watch`: its settings and a log followed incrementally.
+
+`LiveLog` follows the log with `dflash_diag.read.tail.LogTail` and feeds only the newly appended
+complete lines to `dflash_diag.read.jsonl.parse_records`; it keeps every event (headers, evals) but
+only the recent metric records (the windows the view shows), so a refresh costs what the new lines
+cost, not what the file costs. Truncation or rotation rebuilds it from the new file.
+
+The clock is injected (``clock=time.time`` by default) so tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from dflash_diag.analysis.phase import Phase, select_phase
+from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.errors import DiagError
+from dflash_diag.read.jsonl import parse_records
+from dflash_diag.read.records import ParsedLog, ParseIssues
+from dflash_diag.read.tail import LogTail
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchConfig:
+    """Settings of the live view.
+
+    Attributes:
+        interval: seconds between refreshes (``--interval``).
+        stall: seconds without a new record before the stall alert (``--stall``).
+        window: steps per window (``--window``), aligned to the first selected step.
+        history: windows kept and drawn in the sparklines; the verdict covers them too, so it
+            says where the run is going now, not over its whole life.
+        table_rows: latest windows listed with their arrows.
+        threshold: acc change below which an arrow is flat (``--threshold``).
+        spike_factor: robust standard deviations above its neighbours that make a window's loss
+            a spike.
+        phase: which records to show (auto, pipeline, all), as in converge.
+        block_size: block size B for the tau estimate (``--block-size``; default: the header's,
+            else 16).
+        target_acc: accuracy target for the progress and the ETA (``--target-acc``).
+        plot: add plotext line charts of loss and acc (``--plot``).
+    """
+
+    interval: float = 2.0
+    stall: float = 300.0
+    window: int = 50
+    history: int = 40
+    table_rows: int = 6
+    threshold: float = 0.005
+    spike_factor: float = 6.0
+    phase: str = "auto"
+    block_size: int | None = None
+    target_acc: float = 0.27
+    plot: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise ValueError(f"--interval must be positive, got {self.interval}")
+        if not self.stall > 0:
+            raise ValueError(f"--stall must be positive, got {self.stall}")
+        if self.window < 1:
+            raise ValueError(f"--window must be at least 1, got {self.window}")
+        if self.history < 2:
+            raise ValueError(f"history must be at least 2 windows, got {self.history}")
+        if self.table_rows < 1:
+            raise ValueError(f"table_rows must be at least 1, got {self.table_rows}")
+        if self.threshold < 0:
+            raise ValueError(f"--threshold must be >= 0, got {self.threshold}")
+        if not self.spike_factor > 0:
+            raise ValueError(f"spike factor must be positive, got {self.spike_factor}")
+        if self.block_size is not None and self.block_size < 2:
+            raise ValueError(f"--block-size must be at least 2, got {self.block_size}")
+        if not 0 < self.target_acc <= 1:
+            raise ValueError(f"--target-acc must be in (0, 1], got {self.target_acc}")
+        try:
+            Phase(self.phase)
+        except ValueError:
+            raise ValueError(f"unknown phase {self.phase!r} (auto, pipeline or all)") from None
+
+
+@dataclass(frozen=True)
+class RefreshStats:
+    """What one `LiveLog.refresh` did.
+
+    Attributes:
+        new_lines: complete lines read this time.
+        new_records: metric records among them.
+        reset: the file was truncated or rotated and the state rebuilt.
+        missing: the file does not exist right now.
+        seconds: wall time the refresh took (parse and state update).
+    """
+
+    new_lines: int
+    new_records: int
+    reset: bool
+    missing: bool
+    seconds: float
+
+
+class LiveLog:
+    """Follows one log and keeps what the live view needs, updated from the new bytes only.
+
+    Args:
+        path: the log (a plain file; ``.gz`` and standard input cannot be followed).
+        config: the view settings (window, history, phase).
+        clock: wall clock, for the time since the last record.
+        max_chunk_bytes: bound on the bytes parsed at once (a refresh parses a large backlog
+            piece by piece, pruning in between, to bound memory); None parses all at once.
+        fields: canonical name -> name in the log (``--field``), as for `parse_records`.
+
+    Raises:
+        DiagError: ``path`` is a ``.gz`` file or ``-``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        config: WatchConfig | None = None,
+        *,
+        clock: Clock = time.time,
+        max_chunk_bytes: int | None = 16 * 2**20,
+        fields: dict[str, str] | None = None,
+    ) -> None:
+        if str(path) == "-":
+            raise DiagError("watch follows a file; standard input cannot be followed")
+        if str(path).endswith(".gz"):
+            raise DiagError(f"watch cannot follow a compressed log: {path}")
+        self.path = Path(path)
+        self.config = config or WatchConfig()
+        self.clock = clock
+        self.fields = fields or None
+        self.tail = LogTail(self.path, max_chunk_bytes=max_chunk_bytes)
+        self._clear()
+
+    def _clear(self) -> None:
+        self.log: ParsedLog | None = None  # recent metric records (file order) + every event
+        self.issues = ParseIssues()  # cumulative over the whole file
+        self.total_records = 0
+        self.restarts: dict[tuple[int, int], Restart] = {}
+        self.last_step: int | None = None
+        self.last_record_time: float | None = None  # the latest record's own `time` field
+        self.last_write: float | None = None  # file mtime when records last arrived
+        self.max_lr: float | None = None
+        self.origin: int | None = None  # first selected step: windows align to it
+        self._origin_phase: str | None = None
+        self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
+
+    def refresh(self) -> RefreshStats:
+        """Read and parse the lines appended since the previous refresh and update the state.
+
+        The new bytes are parsed in pieces of at most ``max_chunk_bytes`` (the state is pruned
+        after each), so catching up with a large file needs memory for one piece, not the file.
+        """
+        t0 = time.perf_counter()
+        lines = records = 0
+        reset = missing = False
+        while True:
+            chunk = self.tail.read_new()
+            if chunk.reset:
+                self._clear()
+                reset = True
+            missing = chunk.missing
+            if chunk.data:
+                part = parse_records(
+                    chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
+                )
+                lines += chunk.n_lines
+                records += part.metrics.height
+                self._ingest(part)
+                try:
+                    self.last_write = os.stat(self.path).st_mtime
+                except OSError:
+                    self.last_write = self.clock()
+            if missing or self.tail.backlog_bytes == 0:
+                break
+        return RefreshStats(
+            new_lines=lines,
+            new_records=records,
+            reset=reset,
+            missing=missing,
+            seconds=time.perf_counter() - t0,
+        )
+
+    def _ingest(self, part: ParsedLog) -> None:
+        self.issues.merge(part.issues)
+        self.log = part if self.log is None else self.log.append(part)
+        metrics = part.metrics
+        if metrics.height == 0:
+            return
+        self.total_records += metrics.height
+        self.last_step = int(metrics["step"][-1])
+        times = metrics["time"].drop_nulls()
+        times = times.filter(times.is_finite())
+        if times.len():
+            self.last_record_time = float(times[-1])
+        lr = metrics["lr"].drop_nulls()
+        lr = lr.filter(lr.is_finite())
+        if lr.len():
+            top = float(lr.max())
+            self.max_lr = top if self.max_lr is None else max(self.max_lr, top)
+        for name in part.issues.nonfinite:  # the reader counted them; find where they are
+            if name in metrics.columns and metrics.schema[name] == pl.Float64:
+                bad = metrics.filter(~pl.col(name).is_finite().fill_null(True))["step"]
+            else:  # a list field (acc_pos, ...): any non-finite element
+                bad = metrics.filter(
+                    pl.col(name).list.eval(~pl.element().is_finite()).list.any().fill_null(False)
+                )["step"]
+            if bad.len():
+                self.nonfinite_last[name] = int(bad[-1])
+        self._prune()
+
+    def records(self) -> pl.DataFrame:
+        """The recent records, restarts resolved and the phase selected, in step order."""
+        if self.log is None or self.log.metrics.height == 0:
+            return pl.DataFrame()
+        resolved, restarts = resolve_restarts(self.log.metrics)
+        for r in restarts:
+            self.restarts.setdefault((r.source, r.step), r)
+        selected, selection = select_phase(resolved, self.config.phase)
+        if selection.phase != self._origin_phase:
+            # e.g. the first pipeline entries of a migrating run: windows align to them now
+            self._origin_phase, self.origin = selection.phase, None
+        if self.origin is not None and selected.height and int(selected["step"][0]) < self.origin:
+            self.origin = int(selected["step"][0])  # a restart from before the first window
+        return selected
+
+    def _prune(self) -> None:
+        """Keep the metric records of the last ``history`` windows (plus the newest chunk), so
+        the per-refresh analysis stays the size of the view, whatever the file's size."""
+        assert self.log is not None
+        selected = self.records()
+        if selected.height == 0:
+            return
+        if self.origin is None:
+            self.origin = int(selected["step"][0])
+        w = self.config.window
+        last = int(selected["step"][-1])
+        first_window = (last - self.origin) // w - (self.config.history - 1)
+        cutoff = self.origin + max(first_window, 0) * w
+        metrics = self.log.metrics
+        newest_seq = int(metrics["seq"].max())
+        kept = metrics.filter((pl.col("step") >= cutoff) | (pl.col("seq") == newest_seq))
+        if kept.height < metrics.height:
+            self.log = ParsedLog(
+                metrics=kept,
+                events=self.log.events,
+                issues=self.log.issues,
+                consumed_bytes=self.log.consumed_bytes,
+                sources=self.log.sources,
+            )
+
+    def headers(self) -> list[dict[str, Any]]:
+        """The fields of every ``run_start`` header read so far, in file order."""
+        return [] if self.log is None else [e.fields for e in self.log.run_starts]
+
+    @property
+    def phase_used(self) -> str | None:
+        """The phase the records shown belong to ("pipeline" or "all"), once known."""
+        return self._origin_phase
+
+    def seconds_since_last_record(self) -> float | None:
+        """Seconds since the newest record: its ``time`` field where logged, else the time the
+        file was last written with records."""
+        reference = self.last_record_time if self.last_record_time is not None else self.last_write
+        if reference is None:
+            return None
+        return max(0.0, self.clock() - reference)

@@ -16,9 +16,11 @@ from rich.console import Console
 from dflash_diag.cli.common import (
     FieldOption,
     FormatOption,
+    InputFormatOption,
     OutputFormat,
     PhaseChoice,
     PhaseOption,
+    PresetOption,
     StrictOption,
     fail,
     make_console,
@@ -61,6 +63,8 @@ def compare(
         bool, typer.Option("--keep-all", help="Keep entries orphaned by restarts.")
     ] = False,
     fields: FieldOption = None,
+    input_format: InputFormatOption = None,
+    preset: PresetOption = None,
     strict: StrictOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
 ) -> None:
@@ -74,8 +78,8 @@ def compare(
     with user_errors():
         from dflash_diag.compare.report import CompareConfig
         from dflash_diag.compare.runs import compare_log, compare_two_runs
+        from dflash_diag.read.formats.load import ReadOptions
         from dflash_diag.read.ranks import rank_skew
-        from dflash_diag.read.schema import parse_field_map
         from dflash_diag.render.json import compare_json, dump_json
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_rich
@@ -90,10 +94,11 @@ def compare(
             config = CompareConfig(k=k, window=window)
         except ValueError as exc:
             raise DiagError(str(exc)) from None
-        field_map = parse_field_map(fields or [])
+        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))
+        read.load_kwargs(len(logs))  # a bad --preset/--field count fails before any reading
         if len(logs) == 1:
             comparisons = [
-                compare_log(logs[0], config, keep_all=keep_all, strict=strict, fields=field_map)
+                compare_log(logs[0], config, keep_all=keep_all, strict=strict, read=read)
             ]
             alignment = None
         else:
@@ -105,7 +110,7 @@ def compare(
                 phase=phase.value,
                 keep_all=keep_all,
                 strict=strict,
-                fields=field_map,
+                read=read,
             )
         if fmt is OutputFormat.JSON:
             typer.echo(dump_json(compare_json(comparisons, alignment, ranks)))

@@ -13,14 +13,17 @@ from dflash_diag.cli.common import (
     FieldOption,
     FormatOption,
     FromStepOption,
+    InputFormatOption,
     LogsArgument,
     OutputFormat,
     PhaseChoice,
     PhaseOption,
+    PresetOption,
     StrictOption,
     ToStepOption,
     fail,
     make_console,
+    print_notes,
     use_rich,
     user_errors,
 )
@@ -53,6 +56,8 @@ def converge(
     keep_all: Annotated[bool, typer.Option(
         "--keep-all", help="Keep entries orphaned by restarts (default: later entries replace them).")] = False,
     fields: FieldOption = None,
+    input_format: InputFormatOption = None,
+    preset: PresetOption = None,
     strict: StrictOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
     rows: Annotated[int, typer.Option(
@@ -67,9 +72,9 @@ def converge(
         from dflash_diag.analysis.trend import TrendConfig
         from dflash_diag.analysis.verdict import VerdictConfig
         from dflash_diag.converge.report import ConvergeConfig, build_converge_report
+        from dflash_diag.read.formats.load import ReadOptions
         from dflash_diag.read.jsonl import load_log
         from dflash_diag.read.ranks import rank_skew
-        from dflash_diag.read.schema import parse_field_map
         from dflash_diag.render.csv import render_csv
         from dflash_diag.render.json import render_json
         from dflash_diag.render.markdown import render_markdown
@@ -88,7 +93,9 @@ def converge(
             fail(str(exc))
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
         main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
-        log = load_log(main, strict=strict, fields=parse_field_map(fields or []), lists=False)
+        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))
+        log = load_log(main, strict=strict, lists=False, **read.load_kwargs(len(main)))
+        print_notes(log.notes)
         report = build_converge_report(log, config)
         if rank_logs:
             report.ranks = rank_skew(rank_logs, from_step, to_step)

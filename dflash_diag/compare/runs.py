@@ -13,6 +13,7 @@ from dflash_diag.errors import DiagError
 
 if TYPE_CHECKING:
     from dflash_diag.compare.report import CompareConfig, RegimeComparison, RunAlignment
+    from dflash_diag.read.formats.load import ReadOptions
 
 
 def compare_log(
@@ -22,6 +23,7 @@ def compare_log(
     keep_all: bool = False,
     strict: bool = False,
     fields: dict[str, str] | None = None,
+    read: ReadOptions | None = None,
 ) -> RegimeComparison:
     """Load one log and compare its regimes (every record: regimes are what is compared).
 
@@ -32,9 +34,10 @@ def compare_log(
     from dflash_diag.compare.report import compare_regimes
     from dflash_diag.read.jsonl import load_log
 
-    log = load_log([path], strict=strict, fields=fields)
+    log = load_log([path], strict=strict, **_read_kwargs(read, fields, 1, None))
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
+    comparison.notes += log.notes
     if restarts:
         comparison.notes.append("restarts at steps " + ", ".join(str(r.step) for r in restarts))
     if log.issues.malformed:
@@ -54,6 +57,7 @@ def compare_two_runs(
     keep_all: bool = False,
     strict: bool = False,
     fields: dict[str, str] | None = None,
+    read: ReadOptions | None = None,
 ) -> tuple[RunAlignment, list[RegimeComparison]]:
     """Load two runs, align them on ``x`` and compare each one's own regimes.
 
@@ -70,12 +74,12 @@ def compare_two_runs(
 
     names = _run_names(path_a, path_b)
     frames, comparisons = [], []
-    for path, name in zip((path_a, path_b), names):
-        log = load_log([path], strict=strict, fields=fields)
+    for index, (path, name) in enumerate(zip((path_a, path_b), names)):
+        log = load_log([path], strict=strict, **_read_kwargs(read, fields, 2, index))
         frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
-        comparisons.append(
-            _prefixed(compare_regimes(frame, [e.fields for e in log.run_starts], config), name)
-        )
+        comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
+        comparison.notes += log.notes
+        comparisons.append(_prefixed(comparison, name))
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")
@@ -88,6 +92,14 @@ def compare_two_runs(
     except ValueError as exc:
         raise DiagError(str(exc)) from None
     return alignment, comparisons
+
+
+def _read_kwargs(read: ReadOptions | None, fields: dict[str, str] | None, n_inputs: int,
+                 only: int | None) -> dict[str, object]:
+    """load_log's reading options: a run's own format, preset and field map."""
+    if read is None:
+        return {"fields": fields}
+    return read.load_kwargs(n_inputs, only)
 
 
 def _run_names(path_a: str, path_b: str) -> tuple[str, str]:

@@ -25,9 +25,9 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
-from dflash_diag.records import LogEvent, ParsedLog, ParseIssues
-from dflash_diag.schema import METRIC_LISTS, METRIC_NUMBERS
+from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
 
 #: The long frame of scalars that every format reader produces.
 SCALAR_SCHEMA: dict[str, pl.DataType] = {

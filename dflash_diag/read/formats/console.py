@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
-from dflash_diag.records import ParseIssues
+from dflash_diag.read.records import ParseIssues
 
 FORMAT = "console text"
 #: Bytes read per chunk.

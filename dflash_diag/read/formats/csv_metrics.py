@@ -15,7 +15,7 @@ import polars as pl
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
-from dflash_diag.records import ParseIssues
+from dflash_diag.read.records import ParseIssues
 
 FORMAT = "CSV metrics"
 FILENAME = "metrics.csv"

@@ -129,7 +129,7 @@ def detect_format(path: str | Path) -> str:
         raise DiagError(f"no such file: {path}")
     found = detect_folder_format(p) if p.is_dir() else detect_file_format(p)
     if found is None:
-        kind = "folder" if p.is_dir() else "file"
+        kind = "directory" if p.is_dir() else "file"
         raise DiagError(f"cannot tell the format of {kind} {path} (supported: {supported()}; "
                         "force one with --input-format)")
     return found

@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from dflash_diag.errors import DiagError
+from dflash_diag.logschema import METRIC_MAPS
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
-from dflash_diag.records import FIRST_N, ParseIssues
+from dflash_diag.read.records import FIRST_N, ParseIssues
 
 FORMAT = "JSONL"
 CHUNK_BYTES = 16 * 2**20
@@ -89,11 +90,10 @@ def sample_keys(head: bytes) -> tuple[set[str], bool]:
             record = json.loads(raw)
         except ValueError:
             continue
-        if not isinstance(record, dict):
-            continue
+        if not isinstance(record, dict) or record.get("event") not in (None, "metrics"):
+            continue  # this project's event records hold objects by design
         for key, value in record.items():
-            if isinstance(value, dict) and key not in ("config", "schedule", "resumed_from",
-                                                        "stage_busy", "tau_hist"):
+            if isinstance(value, dict) and key not in METRIC_MAPS:
                 nested = True
                 keys.update(f"{key}/{k}" for k in value)
             else:

@@ -26,7 +26,7 @@ import polars as pl
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
-from dflash_diag.records import ParseIssues
+from dflash_diag.read.records import ParseIssues
 
 FORMAT_FILES = "MLflow file store"
 FORMAT_SQLITE = "MLflow SQLite store"

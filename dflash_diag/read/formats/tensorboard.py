@@ -52,7 +52,7 @@ from dflash_diag.read.formats.protobuf import (
     fields,
     read_varint,
 )
-from dflash_diag.records import ParseIssues
+from dflash_diag.read.records import ParseIssues
 
 FORMAT = "TensorBoard"
 

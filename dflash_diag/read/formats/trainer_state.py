@@ -19,7 +19,7 @@ from typing import Any
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
-from dflash_diag.records import ParseIssues
+from dflash_diag.read.records import ParseIssues
 
 FORMAT = "HF trainer_state.json"
 FILENAME = "trainer_state.json"

@@ -26,7 +26,7 @@ from pathlib import Path
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
 from dflash_diag.read.formats.protobuf import WireError, fields
-from dflash_diag.records import ParseIssues
+from dflash_diag.read.records import ParseIssues
 
 FORMAT = "W&B offline run"
 MAGIC = b":W&B"

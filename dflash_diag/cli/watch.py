@@ -15,10 +15,12 @@ from rich.console import Console
 
 from dflash_diag.cli.common import (
     FieldOption,
+    InputFormatOption,
     PhaseChoice,
     PhaseOption,
     fail,
     make_console,
+    print_notes,
     user_errors,
 )
 
@@ -148,7 +150,10 @@ class _NoKeys:
 
 def watch(
     log: Annotated[
-        Path, typer.Argument(help="The JSONL log to follow (a plain file).", metavar="LOG")
+        Path, typer.Argument(help="The log to follow: a JSONL file (only new bytes are read), or "
+                             "another trainer's TensorBoard run, trainer_state.json, MLflow store, "
+                             "W&B run, metrics.csv or console log (read again when it changes).",
+                             metavar="LOG")
     ],
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes.", show_default=True)
@@ -169,13 +174,17 @@ def watch(
     once: Annotated[bool, typer.Option("--once", help="Draw one frame and exit.")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="Add line charts of loss and acc.")] = False,
     fields: FieldOption = None,
+    input_format: InputFormatOption = None,
+    preset: Annotated[str | None, typer.Option(
+        "--preset", help="Another trainer's names and conventions (see converge --help); "
+        "default: detected.", metavar="NAME")] = None,
 ) -> None:
     """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
 
     Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
     """
     with user_errors():
-        from dflash_diag.read.schema import parse_field_map
+        from dflash_diag.read.formats.load import ReadOptions, plan_input, read_planned
         from dflash_diag.watch import LiveLog, WatchConfig
 
         try:
@@ -194,9 +203,23 @@ def watch(
             fail(str(exc))
         if not log.exists():
             fail(f"no such file: {log}")
-        if log.is_dir():
-            fail(f"is a directory, not a log: {log}")
-        live = LiveLog(log, config, fields=parse_field_map(fields or []))
+        options = ReadOptions(input_format, (preset,) if preset else (), tuple(fields or ()))
+        read = options.load_kwargs(1)
+        plan = plan_input(str(log), input_format=input_format, preset=read["presets"][0],
+                          fields=read["fields"])
+        if plan.native:
+            live = LiveLog(log, config, fields=plan.fields)
+        else:
+            notes: list[str] = []
+
+            def snapshot():
+                part = read_planned(plan, 0)
+                if not notes:  # said once, not at every refresh
+                    notes.extend(part.notes)
+                    print_notes(part.notes)
+                return part
+
+            live = LiveLog(log, config, snapshot=snapshot)
         console = make_console()
         try:
             with KeyWaiter() as waiter:

@@ -37,7 +37,7 @@ def compare_log(
     log = load_log([path], strict=strict, **_read_kwargs(read, fields, 1, None))
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
-    comparison.notes += log.notes
+    comparison.notes.extend(log.notes)
     if restarts:
         comparison.notes.append("restarts at steps " + ", ".join(str(r.step) for r in restarts))
     if log.issues.malformed:
@@ -78,7 +78,7 @@ def compare_two_runs(
         log = load_log([path], strict=strict, **_read_kwargs(read, fields, 2, index))
         frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
         comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
-        comparison.notes += log.notes
+        comparison.notes.extend(log.notes)
         comparisons.append(_prefixed(comparison, name))
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:

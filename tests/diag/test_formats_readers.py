@@ -72,10 +72,10 @@ VERSION = _framed(b"\x09" + struct.pack("<d", 1.7e9) + b"\x1a\x0dbrain.Event:2")
 
 
 def test_tensorboard_fixture_written_by_summarywriter():
-    scalars = read_tensorboard(FIXTURES / "specforge_dflash" / "runs")
-    keys = set(scalars.frame["key"].unique())
+    frame = read_tensorboard(FIXTURES / "specforge_dflash" / "runs").long_frame()
+    keys = set(frame["key"].unique())
     assert {"train/loss", "train/accuracy", "train/lr", "eval/loss", "eval/accuracy"} <= keys
-    loss = scalars.frame.filter(pl.col("key") == "train/loss")
+    loss = frame.filter(pl.col("key") == "train/loss")
     assert loss["step"].to_list() == list(range(4, 321, 4))
 
 
@@ -92,7 +92,7 @@ def test_tensorboard_against_tensorboards_own_reader(tmp_path):
         if step % 50 == 0:
             writer.add_scalar("eval/accuracy", 0.5, step)
     writer.close()
-    ours = read_tensorboard(tmp_path).frame
+    ours = read_tensorboard(tmp_path).long_frame()
     accumulator = EventAccumulator(str(tmp_path))
     accumulator.Reload()
     for tag in accumulator.Tags()["scalars"]:
@@ -111,11 +111,16 @@ def test_tensorboard_fast_path_equals_record_by_record(tmp_path, monkeypatch):
         if step % 37 == 0:
             events.append(_scalar_event(step, "eval/accuracy", 0.25))
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"".join(events))
-    fast = read_tensorboard(tmp_path).frame.sort("row")
+    from dflash_diag.read.formats.canonical import to_parsed_log
+
+    fast = read_tensorboard(tmp_path)
+    assert fast.wide  # the fast path did decode runs
+    fast_log = to_parsed_log(fast).log
     monkeypatch.setattr(tensorboard, "_fast_run", lambda *args: (-1, 1))
-    slow = read_tensorboard(tmp_path).frame.sort("row")
-    assert fast.equals(slow)
-    assert fast.height == 399 * 3 + 10
+    slow = read_tensorboard(tmp_path)
+    assert fast.long_frame().drop("time").equals(slow.long_frame().drop("time"))
+    assert fast_log.metrics.equals(to_parsed_log(slow).log.metrics)
+    assert fast.long_frame().height == 399 * 3 + 10
 
 
 def test_tensorboard_tensor_scalars_and_torn_tail(tmp_path):
@@ -123,7 +128,7 @@ def test_tensorboard_tensor_scalars_and_torn_tail(tmp_path):
     torn = _scalar_event(7, "loss", 0.125)
     (tmp_path / "events.out.tfevents.2.host").write_bytes(data + torn[:-6])
     scalars = read_tensorboard(tmp_path)
-    assert scalars.frame.select("step", "value").rows() == [(5, 0.5), (6, 0.25)]
+    assert scalars.long_frame().select("step", "value").rows() == [(5, 0.5), (6, 0.25)]
     assert scalars.issues.torn_tail == [0]
 
 
@@ -133,7 +138,7 @@ def test_tensorboard_corrupt_length_stops_and_counts(tmp_path):
     bad[0] ^= 0x40  # the length no longer matches its CRC
     (tmp_path / "events.out.tfevents.3.host").write_bytes(VERSION + good + bytes(bad) + good)
     scalars = read_tensorboard(tmp_path)
-    assert scalars.frame["value"].to_list() == [1.0]
+    assert scalars.long_frame()["value"].to_list() == [1.0]
     assert scalars.issues.malformed == 1
 
 

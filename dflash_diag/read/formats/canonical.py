@@ -48,6 +48,9 @@ class Scalars:
         meta: run facts the format records besides metrics (``block_size``, ``ttt_length``,
             ``max_steps``), from a run config or a header.
         notes: remarks for the user (e.g. which of several runs was read).
+        wide: records already in wide form (a reader's fast path): columns ``row``, ``step``,
+            ``time`` and one Float64 column per key, one row per record; their rows number
+            the same writer records as the long frame's (the two together are the log).
     """
 
     frame: pl.DataFrame
@@ -55,6 +58,18 @@ class Scalars:
     issues: ParseIssues = field(default_factory=ParseIssues)
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    wide: list[pl.DataFrame] = field(default_factory=list)
+
+    def long_frame(self) -> pl.DataFrame:
+        """Everything as one long frame in row order (the wide pieces unpivoted: a wide row's
+        i-th key column was written as record ``row + i``; its ``time`` is the first one's)."""
+        pieces = [self.frame]
+        for wide in self.wide:
+            for i, key in enumerate(c for c in wide.columns if c not in _WIDE_FIXED):
+                pieces.append(wide.select(
+                    (pl.col("row") + i).alias("row"), "step", pl.lit(key).alias("key"),
+                    pl.col(key).cast(pl.Float64).alias("value"), pl.col("time").cast(pl.Float64)))
+        return pl.concat(pieces).filter(pl.col("value").is_not_null()).sort("row")
 
 
 def empty_scalars() -> pl.DataFrame:
@@ -267,8 +282,12 @@ def to_parsed_log(
     frame = scalars.frame
     if _has_dots(frame):
         frame = frame.with_columns(pl.col("key").str.replace_all(".", "/", literal=True))
-    keys = frame["key"].unique().to_list()
-    res = resolve_fields(keys, preset, fields, detect)
+    wides = [w.rename({c: normalise_key(c) for c in w.columns if c not in _WIDE_FIXED})
+             for w in scalars.wide]
+    keys = set(frame["key"].unique().to_list())
+    for wide in wides:
+        keys.update(c for c in wide.columns if c not in _WIDE_FIXED)
+    res = resolve_fields(sorted(keys), preset, fields, detect)
     effective = res.preset
     issues = ParseIssues()
     issues.merge(scalars.issues)
@@ -276,7 +295,9 @@ def to_parsed_log(
     if res.missing:
         notes.append("never in the log: " + "; ".join(res.missing))
 
-    frame = _apply_step_keys(frame, effective, fields)
+    step_keys = _step_keys(effective, fields)
+    frame = _apply_step_keys(frame, step_keys)
+    wides = [_apply_wide_step_keys(w, step_keys) for w in wides]
     wanted = set(res.scalars.values()) | set(res.acc_pos) | set(res.loss_parts) | set(
         res.eval_fields.values())
     if res.eval_tau:
@@ -287,15 +308,26 @@ def to_parsed_log(
     if no_step.height:
         issues.without_step += no_step["row"].n_unique()
         frame = frame.filter(pl.col("step").is_not_null())
-    # A record's step going below the previous one's starts a segment (a restart); within a
-    # row the step is one, so the long frame in row order tells the same as the rows would.
-    frame = frame.with_columns(
-        (pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().alias("_segment"))
+    for i, wide in enumerate(wides):
+        if wide["step"].null_count():
+            issues.without_step += wide["step"].null_count()
+            wides[i] = wide.filter(pl.col("step").is_not_null())
+    frame, wides = _segments(frame, wides)
     key = pl.col("key")
     aggs = [pl.col("time").min()] + [
         pl.col("value").filter(key == name).last().alias(_PREFIX + name) for name in sorted(wanted)]
-    records = (frame.group_by("_segment", "step").agg(aggs).sort("_segment", "step")
-               .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq")))
+    parts = [frame.group_by("_segment", "step").agg(aggs)]
+    parts += [w.select("_segment", "step", pl.col("time").cast(pl.Float64),
+                       *(pl.col(k).cast(pl.Float64).alias(_PREFIX + k)
+                         for k in sorted(wanted) if k in w.columns)) for w in wides]
+    records = (pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+    records = records.sort("_segment", "step")
+    if len(parts) > 1 and records.select(pl.struct("_segment", "step").is_duplicated().any()).item():
+        # a step written partly by each path (an eval record between two fast runs): one record
+        value_columns = [c for c in records.columns if c.startswith(_PREFIX)]
+        records = records.group_by("_segment", "step", maintain_order=True).agg(
+            pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
+    records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
     metrics, events = _build(records, res, effective, source, scalars.meta)
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
                     sources=[], fields=dict(fields or {}))
@@ -307,14 +339,19 @@ def _has_dots(frame: pl.DataFrame) -> bool:
     return bool(frame.height) and bool(frame.select(pl.col("key").str.contains(".", literal=True).any()).item())
 
 
-def _apply_step_keys(frame: pl.DataFrame, preset: Preset | None,
-                     fields: Mapping[str, str] | None) -> pl.DataFrame:
-    """Take each record's step from the preset's (or the map's) step keys when present."""
-    step_keys: tuple[str, ...] = ()
+#: Columns of a wide piece that are not keys.
+_WIDE_FIXED = ("row", "step", "time")
+
+
+def _step_keys(preset: Preset | None, fields: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The keys holding the step: the map's, else the preset's (none: the format's own)."""
     if fields and "step" in fields:
-        step_keys = (normalise_key(fields["step"]),)
-    elif preset is not None:
-        step_keys = tuple(k for k in preset.step_keys)
+        return (normalise_key(fields["step"]),)
+    return tuple(preset.step_keys) if preset is not None else ()
+
+
+def _apply_step_keys(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.DataFrame:
+    """Take each record's step from the step keys when present."""
     if not step_keys:
         return frame
     ranked = pl.DataFrame({"key": list(step_keys), "_rank": list(range(len(step_keys)))},
@@ -329,6 +366,37 @@ def _apply_step_keys(frame: pl.DataFrame, preset: Preset | None,
             .with_columns(pl.coalesce(pl.col("_step").round(0).cast(pl.Int64, strict=False),
                                       pl.col("step")).alias("step"))
             .drop("_step"))
+
+
+def _apply_wide_step_keys(wide: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.DataFrame:
+    present = [k for k in step_keys if k in wide.columns]
+    if not present:
+        return wide
+    return wide.with_columns(pl.coalesce(
+        *(pl.col(k).round(0).cast(pl.Int64, strict=False) for k in present),
+        pl.col("step")).alias("step"))
+
+
+def _segments(frame: pl.DataFrame,
+              wides: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """Number the segments: a record whose step is below the previous record's starts one.
+
+    The records of the long frame and of the wide pieces interleave by ``row``; when steps
+    never go down (the usual case) everything is segment 0 without any join.
+    """
+    order = pl.concat([frame.select("row", "step"), *(w.select("row", "step") for w in wides)])
+    if wides:
+        order = order.sort("row")
+    if not order.select((pl.col("step") < pl.col("step").shift(1)).any()).item():
+        zero = pl.lit(0, pl.UInt32).alias("_segment")
+        return frame.with_columns(zero), [w.with_columns(zero) for w in wides]
+    # within a row the step is one, so rows in order tell the same as records would
+    marks = (order.with_columns(
+        (pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum()
+        .cast(pl.UInt32).alias("_segment"))
+        .unique("row", keep="first").select("row", "_segment"))
+    return (frame.join(marks, on="row", how="left"),
+            [w.join(marks, on="row", how="left") for w in wides])
 
 
 def _build(

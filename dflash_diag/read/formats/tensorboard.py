@@ -37,7 +37,7 @@ import os
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -106,6 +106,17 @@ def event_files(path: Path) -> list[Path]:
 
 
 @dataclass
+class _WideRaw:
+    """Raw bytes of the fast path's runs for one tag set: 32-bit step words (continuation bits
+    cleared), wall times (float64) and each tag's values (float32), cycle after cycle."""
+
+    values: list[bytearray]
+    runs: list[tuple[int, int, int]] = field(default_factory=list)  # (first row, cycles, slots)
+    steps: bytearray = field(default_factory=bytearray)
+    times: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
 class _Columns:
     """The long frame being built, as Python lists and already-built polars pieces."""
 
@@ -116,6 +127,25 @@ class _Columns:
     times: list[float]
     pieces: list[pl.DataFrame]
     next_row: int = 0
+    #: the fast path's raw bytes per tag set, decoded by :meth:`wide_frames`
+    wide_raw: dict[tuple[str, ...], _WideRaw] = field(default_factory=dict)
+
+    def wide_frames(self) -> list[pl.DataFrame]:
+        """The fast path's records, one row per cycle (see :attr:`Scalars.wide`)."""
+        frames = []
+        for tags, raw in self.wide_raw.items():
+            count = sum(good for _, good, _ in raw.runs)
+            rows = pl.concat([pl.int_range(first, first + good * n, n, dtype=pl.Int64, eager=True)
+                              for first, good, n in raw.runs])
+            words = _numbers(bytes(raw.steps), pl.UInt32, count).cast(pl.Int64)
+            step = sum(((pl.col("w") // (1 << (8 * k))) % 0x80) * (1 << (7 * k)) for k in range(4))
+            data = {"row": rows,
+                    "step": pl.DataFrame({"w": words}).select(step.alias("step")).to_series(),
+                    "time": _numbers(bytes(raw.times), pl.Float64, count)}
+            for tag, values in zip(tags, raw.values):
+                data[tag] = _numbers(bytes(values), pl.Float32, count).cast(pl.Float64)
+            frames.append(pl.DataFrame(data))
+        return frames
 
     def flush(self) -> None:
         if self.rows:
@@ -142,7 +172,8 @@ def read_tensorboard(path: str | Path) -> Scalars:
     columns.flush()
     frame = pl.concat(columns.pieces) if columns.pieces else pl.DataFrame(schema=SCALAR_SCHEMA)
     notes = [f"{len(files)} event files read in order"] if len(files) > 1 else []
-    return Scalars(frame=frame, format=FORMAT, issues=issues, notes=notes)
+    return Scalars(frame=frame, format=FORMAT, issues=issues, notes=notes,
+                   wide=columns.wide_frames())
 
 
 def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
@@ -418,10 +449,36 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     if good < _MIN_REPEATS:
         return -1, len(shapes)
     limit = pos + good * period
-    # Decode each record slot of the cycle for all cycles at once (C-level strided slices),
-    # then interleave the slots into row order with strided list assignments.
+    first_steps = [read_varint(buf, pos + o + sh.step, end)[0] for o, sh in zip(offsets, shapes)]
+    split = next((j for j, step in enumerate(first_steps) if step != first_steps[0]), 0)
+    if split and len(set(first_steps[split:])) == 1:
+        # The cycle starts inside a step (a chunk or a run ended there): decode the records of
+        # that step one by one, so the next cycle starts where a step does.
+        return -1, split
     first_row = columns.next_row
     n_slots = len(shapes)
+    step_columns = [[buf[pos + o + sh.step + k:limit:period] for k in range(sh.step_len)]
+                    for o, sh in zip(offsets, shapes)]
+    if all(c == step_columns[0] for c in step_columns) and shapes[0].step_len <= 4:
+        # Every record of a cycle has the cycle's step (the usual case: all tags logged at one
+        # step): one wide row per cycle. The raw bytes are gathered per tag set and decoded by
+        # polars once at the end (a few queries, not a few per run).
+        tags = tuple(shape.tag for shape in shapes)
+        raw = columns.wide_raw.get(tags)
+        if raw is None:
+            raw = columns.wide_raw[tags] = _WideRaw(values=[bytearray() for _ in tags])
+        raw.runs.append((first_row, good, n_slots))
+        words = bytearray(4 * good)
+        for k, column in enumerate(step_columns[0]):
+            words[k::4] = column.translate(_LOW_BITS)
+        raw.steps += words
+        raw.times += _strided(buf, pos + shapes[0].wall, 8, period, good, limit)
+        for slot, (offset, shape) in enumerate(zip(offsets, shapes)):
+            raw.values[slot] += _strided(buf, pos + offset + shape.value, 4, period, good, limit)
+        columns.next_row += good * n_slots
+        return limit, good * n_slots
+    # Slots of different steps: decode each slot for all cycles at once, then interleave the
+    # slots into row order with strided list assignments (long rows).
     total = good * n_slots
     steps: list[int] = [0] * total
     keys: list[str] = [""] * total
@@ -429,8 +486,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     times: list[float] = [0.0] * total
     for slot, (offset, shape) in enumerate(zip(offsets, shapes)):
         base = pos + offset
-        steps[slot::n_slots] = _varints([buf[base + shape.step + k:limit:period]
-                                         for k in range(shape.step_len)])
+        steps[slot::n_slots] = _varints(step_columns[slot])
         keys[slot::n_slots] = [shape.tag] * good
         values[slot::n_slots] = memoryview(
             _strided(buf, base + shape.value, 4, period, good, limit)).cast("f").tolist()
@@ -470,6 +526,16 @@ def _repeats(buf: bytes, pos: int, period: int, repeats: int, positions: Sequenc
 _HIGH_BIT = bytes(1 if b & 0x80 else 0 for b in range(256))
 
 
+def _numbers(raw: bytes, dtype: pl.DataType, count: int) -> pl.Series:
+    """``count`` little-endian numbers packed in ``raw``, reinterpreted by polars (no Python
+    object per number)."""
+    return pl.Series([raw]).bin.reinterpret(dtype=pl.Array(dtype, count)).explode()
+
+
+#: Clears a varint byte's continuation bit.
+_LOW_BITS = bytes(b & 0x7F for b in range(256))
+
+
 def _varints(columns: list[bytes]) -> list[int]:
     """The values of varints given as their byte columns (byte k of every varint)."""
     if len(columns) == 1:
@@ -503,7 +569,7 @@ def read_event_paths(paths: Sequence[Path]) -> Scalars:
         _read_file(file, columns, issues)
     columns.flush()
     frame = pl.concat(columns.pieces) if columns.pieces else pl.DataFrame(schema=SCALAR_SCHEMA)
-    return Scalars(frame=frame, format=FORMAT, issues=issues)
+    return Scalars(frame=frame, format=FORMAT, issues=issues, wide=columns.wide_frames())
 
 
 def newest_mtime(path: Path) -> float:

@@ -146,3 +146,35 @@ def test_native_jsonl_output_is_unchanged_by_the_readers(tmp_path):
     log.write_bytes(generate(seed=3))
     result = invoke("converge", log, "-f", "json")
     assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_watch_rereads_a_changed_trainer_state(tmp_path):
+    """Formats that cannot be tailed are read again when their files change, not otherwise."""
+    import os
+
+    from dflash_diag.read.formats.load import plan_input, read_planned
+    from dflash_diag.watch import LiveLog
+
+    state = tmp_path / "trainer_state.json"
+
+    def write(steps: int, stamp: int) -> None:
+        history = [{"step": s, "loss": 2.0 - s / 1000, "learning_rate": 1e-4,
+                    "mean_token_accuracy": 0.1 + s / 1000} for s in range(1, steps + 1)]
+        state.write_text(json.dumps({"global_step": steps, "log_history": history}))
+        os.utime(state, (stamp, stamp))
+
+    write(100, 1_000_000)
+    plan = plan_input(str(state))
+    assert not plan.native and plan.format == "hf-trainer-state"
+    reads = []
+
+    def snapshot():
+        reads.append(1)
+        return read_planned(plan, 0)
+
+    live = LiveLog(state, snapshot=snapshot, clock=lambda: 1_000_100.0)
+    assert live.refresh().new_records == 100
+    assert live.refresh().new_records == 0 and len(reads) == 1  # unchanged: not read again
+    write(150, 1_000_050)
+    assert live.refresh().new_records == 50 and len(reads) == 2
+    assert live.last_step == 150

@@ -178,3 +178,18 @@ def test_watch_rereads_a_changed_trainer_state(tmp_path):
     write(150, 1_000_050)
     assert live.refresh().new_records == 50 and len(reads) == 2
     assert live.last_step == 150
+
+
+def test_acc_pos_mapped_to_numbered_keys(tmp_path):
+    """--field acc_pos=train/acc_0 (one member of the family) assembles every position."""
+    log = tmp_path / "flat.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0, "acc": 0.3,
+                                       **{f"p_acc_{i}": 0.9 - 0.1 * i for i in range(4)}}) + "\n"
+                           for s in range(1, 120)))
+    from dflash_diag.read.jsonl import load_log
+
+    parsed = load_log(log, fields={"acc_pos": "p_acc_0"})
+    assert parsed.metrics["acc_pos"][0].to_list() == pytest.approx([0.9, 0.8, 0.7, 0.6])
+    result = invoke("converge", log, "--field", "acc_pos=p_acc_{i}", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["acceptance"]["estimator"] == "chain"

@@ -81,9 +81,10 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
     return Scalars(frame=collector.frame(), format=FORMAT, issues=issues)
 
 
-def sample_keys(head: bytes) -> tuple[set[str], bool]:
-    """Flattened keys of the first complete lines of a JSONL log, and whether any is nested."""
-    keys: set[str] = set()
+def sample_keys(head: bytes) -> tuple[dict[str, type], bool]:
+    """Flattened keys of the first complete lines of a JSONL log (with the type of the first
+    value seen), and whether any metric record nests an object."""
+    keys: dict[str, type] = {}
     nested = False
     for raw in head.split(b"\n")[:-1][:200]:
         try:
@@ -95,7 +96,8 @@ def sample_keys(head: bytes) -> tuple[set[str], bool]:
         for key, value in record.items():
             if isinstance(value, dict) and key not in METRIC_MAPS:
                 nested = True
-                keys.update(f"{key}/{k}" for k in value)
+                for inner, inner_value in value.items():
+                    keys.setdefault(f"{key}/{inner}", type(inner_value))
             else:
-                keys.add(key)
+                keys.setdefault(key, type(value))
     return keys, nested

@@ -130,8 +130,9 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
     keys, nested = sample_keys(head)
     if nested or detect_preset(keys) is not None:
         return True
+    # acc_pos mapped to a family of numbered scalar keys (not to a list field): assembled here
     list_map = fields.get("acc_pos")
-    return list_map is not None and list_map not in keys
+    return list_map is not None and keys.get(list_map) is not list
 
 
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:

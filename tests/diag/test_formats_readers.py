@@ -327,3 +327,28 @@ def test_reader_errors_stay_one_line(tmp_path):
             detect.read_scalars(path, name)
         except DiagError as exc:
             assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("name", sorted(detect.FORMATS))
+def test_random_bytes_never_escape_as_another_exception(tmp_path, name):
+    """Seeded garbage of many shapes, read as each format: a result or a one-line DiagError."""
+    import random
+
+    rng = random.Random(sum(map(ord, name)))
+    fixture_bytes = [p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()
+                     and p.suffix != ".py" and p.stat().st_size < 200_000]
+    for trial in range(40):
+        if trial % 2 and fixture_bytes:
+            data = bytearray(rng.choice(fixture_bytes))  # a real file, damaged
+            for _ in range(rng.randint(1, 20)):
+                if data:
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+            data = bytes(data[:rng.randint(0, len(data))])
+        else:
+            data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 3000)))
+        path = tmp_path / f"input{trial}"
+        path.write_bytes(data)
+        try:
+            detect.read_scalars(path, name)
+        except DiagError as exc:
+            assert "\n" not in str(exc)

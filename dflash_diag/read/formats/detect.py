@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
+
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats import (
     console,
@@ -193,9 +195,9 @@ def read_scalars(path: str | Path, input_format: str) -> Scalars:
         return reader(p)
     except DiagError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001
         # Every reader checks what it reads, but input is arbitrary bytes: whatever a reader
         # (or polars, or sqlite3) still trips on must be one line naming the file, never a
-        # traceback. polars' PanicException is an Exception subclass too.
+        # traceback. (polars' PanicException derives from BaseException, hence named.)
         raise DiagError(f"{path}: cannot read as {FORMATS[input_format]} "
                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None

@@ -141,6 +141,8 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
     Raises:
         DiagError: the reader's one-line error.
     """
+    import polars as pl
+
     from dflash_diag.read.formats.canonical import to_parsed_log
     from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
 
@@ -153,7 +155,12 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
             raise DiagError(f"{plan.path}: {exc}") from None
     else:
         scalars = read_scalars(plan.path, plan.format)
-    canonical = to_parsed_log(scalars, source=source, preset=plan.preset, fields=plan.fields)
+    try:
+        canonical = to_parsed_log(scalars, source=source, preset=plan.preset, fields=plan.fields)
+    except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001
+        # the same rule as the readers': one line naming the input, never a traceback
+        raise DiagError(f"{plan.path}: cannot assemble its records "
+                        f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
     log = canonical.log
     log.sources = [plan.path]
     log.notes = [f"{plan.path}: {canonical.description}"] + [

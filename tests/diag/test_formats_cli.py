@@ -193,3 +193,22 @@ def test_acc_pos_mapped_to_numbered_keys(tmp_path):
     result = invoke("converge", log, "--field", "acc_pos=p_acc_{i}", "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["acceptance"]["estimator"] == "chain"
+
+
+@pytest.mark.parametrize("log", [
+    "specforge_dflash_mlflow/mlflow.db",  # MLflow SQLite
+    "lightning",  # Lightning CSV (no preset: the keys are the canonical names)
+    "specforge_console/train.log",  # console text
+    "speculators_jsonl/metrics.jsonl",  # nested JSONL
+])
+def test_every_other_format_through_the_three_commands(log):
+    path = FIXTURES / log
+    converge = invoke("converge", path, "-f", "json")
+    assert converge.exit_code == 0, converge.output
+    assert json.loads(converge.stdout)["verdict"]["status"] == "converging"
+    assert "read as" in converge.stderr
+    compare = invoke("compare", path, "-f", "json")
+    assert compare.exit_code == 0, compare.output
+    watch = invoke("watch", path, "--once")
+    assert watch.exit_code == 0, watch.output
+    assert "verdict: converging" in watch.stdout

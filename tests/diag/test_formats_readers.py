@@ -352,3 +352,22 @@ def test_random_bytes_never_escape_as_another_exception(tmp_path, name):
             detect.read_scalars(path, name)
         except DiagError as exc:
             assert "\n" not in str(exc)
+
+
+def test_tensorboard_resumed_run_in_a_second_file_is_a_restart(tmp_path):
+    """A resumed run writes a new event file whose steps go back: one restart, orphans purged."""
+    from dflash_diag.analysis.restarts import resolve_restarts
+    from dflash_diag.read.formats.canonical import to_parsed_log
+
+    def run(steps) -> bytes:
+        return VERSION + b"".join(_scalar_event(s, "train/loss", 1.0 / s)
+                                  + _scalar_event(s, "train/accuracy", s / 1000) for s in steps)
+
+    (tmp_path / "events.out.tfevents.100.host").write_bytes(run(range(1, 301)))
+    (tmp_path / "events.out.tfevents.200.host").write_bytes(run(range(201, 401)))
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.notes == ["2 event files read in order"]
+    log = to_parsed_log(scalars).log
+    frame, restarts = resolve_restarts(log.metrics)
+    assert [(r.step, r.previous_step) for r in restarts] == [(201, 300)]
+    assert frame["step"].to_list() == list(range(1, 401))

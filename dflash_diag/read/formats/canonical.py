@@ -437,7 +437,8 @@ def _build(
             pl.sum_horizontal(*(col(k) * decay**i for i, k in enumerate(parts))))
     metric_names = [n for n in exprs if n not in ("time",)]
     block_size = _block_size(preset, meta, len(present_pos))
-    header_needed = block_size is not None
+    total_steps = _as_step(meta.get("max_steps"))
+    header_needed = block_size is not None or bool(total_steps and total_steps > 0)
     built = records.select(
         pl.lit(source, pl.Int32).alias("source"), pl.col("seq"),
         pl.lit(0 if header_needed else -1, pl.Int32).alias("run"),
@@ -451,7 +452,10 @@ def _build(
     metrics = built.filter(is_metric)
     events: list[LogEvent] = []
     if header_needed:
-        header = {"script": None, "block_size": block_size}
+        header: dict[str, Any] = {"script": None, "block_size": block_size}
+        if total_steps and total_steps > 0:
+            # the run's length (HF's max_steps): the schedule position says how far it is
+            header["schedule"] = {"total_steps": total_steps}
         if preset is not None:
             header["preset"] = preset.name
         events.append(LogEvent(kind="run_start", source=source, seq=0, step=None, fields=header))

@@ -17,7 +17,8 @@ class Alert:
     """One problem worth a red line in the live view.
 
     Attributes:
-        kind: "nonfinite", "stall", "diverging", "loss_spike" or "reset".
+        kind: "nonfinite", "stall", "diverging", "loss_spike", "reset" or "missing" (the log
+            file was deleted or moved away while watched).
         message: the sentence shown to the user.
         step: the step it concerns, where there is one.
     """

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from dflash_diag.errors import DiagError
+from dflash_diag.render.safe_text import visible
 
 #: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE = 0, 1, 2
@@ -99,7 +100,9 @@ def print_notes(notes: list[str]) -> None:
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print ``dflash-diag: error: MESSAGE`` on one stderr line and exit with ``code``."""
-    one_line = " ".join(str(message).split())
+    # Messages quote paths and log text: control characters (an ANSI or OSC escape in a file
+    # name) are made visible, on stderr as on stdout.
+    one_line = visible(" ".join(str(message).split()))
     print(f"dflash-diag: error: {one_line}", file=sys.stderr)
     raise typer.Exit(code)
 

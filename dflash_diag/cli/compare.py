@@ -27,6 +27,7 @@ from dflash_diag.cli.common import (
     use_rich,
     user_errors,
 )
+from dflash_diag.cli.validate import check_numbers
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import expand_log_args, split_rank_logs
 
@@ -84,6 +85,7 @@ def compare(
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_rich
 
+        check_numbers({"--k": k, "--window": window})
         logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
         if len(logs) not in (1, 2):
             fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")

@@ -27,6 +27,7 @@ from dflash_diag.cli.common import (
     use_rich,
     user_errors,
 )
+from dflash_diag.cli.validate import check_numbers
 from dflash_diag.read.files import expand_log_args, split_rank_logs
 
 
@@ -81,6 +82,12 @@ def converge(
         from dflash_diag.render.rich import render_rich
         from dflash_diag.render.text import render_text
 
+        check_numbers({
+            "--from-step": from_step, "--to-step": to_step, "--window": window,
+            "--threshold": threshold, "--loss-threshold": loss_threshold, "--peak-lr": peak_lr,
+            "--block-size": block_size, "--target-acc": target_acc, "--target-tau": target_tau,
+            "--baseline-tau": baseline_tau, "--alpha": alpha, "--rows": rows,
+        })
         try:
             config = ConvergeConfig(
                 phase=phase.value, from_step=from_step, to_step=to_step, window=window,

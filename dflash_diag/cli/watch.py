@@ -23,6 +23,8 @@ from dflash_diag.cli.common import (
     print_notes,
     user_errors,
 )
+from dflash_diag.cli.validate import check_numbers
+from dflash_diag.read.files import check_log_path
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
     from dflash_diag.watch import LiveLog
@@ -187,6 +189,10 @@ def watch(
         from dflash_diag.read.formats.load import ReadOptions, plan_input, read_planned
         from dflash_diag.watch import LiveLog, WatchConfig
 
+        check_numbers({
+            "--interval": interval, "--stall": stall, "--window": window, "--history": history,
+            "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
+        })
         try:
             config = WatchConfig(
                 interval=interval,
@@ -201,8 +207,8 @@ def watch(
             )
         except ValueError as exc:
             fail(str(exc))
-        if not log.exists():
-            fail(f"no such file: {log}")
+        if not log.is_dir():
+            check_log_path(str(log))  # a missing file, a symlink loop...: one precise line
         options = ReadOptions(input_format, (preset,) if preset else (), tuple(fields or ()))
         read = options.load_kwargs(1)
         plan = plan_input(str(log), input_format=input_format, preset=read["presets"][0],

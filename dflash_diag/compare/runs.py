@@ -44,6 +44,7 @@ def compare_log(
         comparison.notes.append(f"{log.issues.malformed} malformed lines skipped")
     if log.issues.nonfinite_total:
         comparison.notes.append(f"{log.issues.nonfinite_total} NaN/Inf values left out of means")
+    comparison.notes.extend(log.issues.reader_notes())
     return comparison
 
 
@@ -80,6 +81,7 @@ def compare_two_runs(
         comparison = compare_regimes(frame, [e.fields for e in log.run_starts], config)
         comparison.notes.extend(log.notes)
         comparisons.append(_prefixed(comparison, name))
+        comparisons[-1].notes.extend(log.issues.reader_notes())
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")

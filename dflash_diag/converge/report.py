@@ -165,7 +165,7 @@ def build_converge_report(log: ParsedLog, config: ConvergeConfig | None = None) 
         up_to_step=int(selected["step"].max()),
     )
     verdict = judge_toward(windows, acceptance, frame=selected, config=config.verdict)
-    notes = list(schedule.notes)
+    notes = list(schedule.notes) + log.issues.reader_notes()
     return ConvergeReport(
         sources=list(log.sources),
         selection=selection,

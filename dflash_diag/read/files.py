@@ -8,17 +8,24 @@ fast.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import gzip
 import io
 import os
 import re
+import select
+import stat
 import sys
+import time
+import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from dflash_diag.errors import DiagError
+from dflash_diag.render.safe_text import visible
 
 if TYPE_CHECKING:
     from dflash_diag.read.ranks import RankLog
@@ -30,12 +37,150 @@ CHUNK_BYTES = 16 * 2**20
 _PROBE_BYTES = 64 * 2**10
 
 
+#: The longest line the reader accepts. Nothing a trainer writes comes near (a metric record is
+#: under 1 KiB, a ``run_start`` header with its whole config a few KiB); a longer line is counted
+#: as malformed and skipped while streaming, so memory stays bounded whatever the input (a gzip bomb
+#: of zeros is one endless line). When a caller reads in chunks larger than this, the chunk size is
+#: the limit (a line always fits in one chunk).
+MAX_LINE_BYTES = 16 * 2**20
+#: What stands in for a skipped overlong line in the text handed to the parser: not JSON, so the
+#: parser counts it as a malformed line at its own line number (``--strict`` names it).
+OVERLONG_LINE = b"\x00dflash-diag: overlong line skipped\x00"
+#: Seconds to wait for the first byte of a named pipe (FIFO) before saying that nothing writes it:
+#: opening a FIFO that no process writes would otherwise block forever.
+FIFO_WAIT_SECONDS = 10.0
+#: Errors a compressed stream raises on damaged data (a truncated file: EOFError; corrupt deflate
+#: data: zlib.error; a bad header: gzip.BadGzipFile, an OSError).
+READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _shown(name: object) -> str:
+    """A path or log string as shown in a message: control characters made visible."""
+    return visible(name)
+
+
+def check_log_path(name: str) -> None:
+    """Raise a one-line :class:`DiagError` when ``name`` cannot be a log to read.
+
+    Distinguishes a missing file from a symlink loop, a directory and an unreadable path, which
+    ``Path.exists`` would all call "no such file".
+
+    Raises:
+        DiagError: the path is missing, a symlink loop, a directory, or cannot be inspected.
+    """
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        if os.path.islink(name):
+            raise DiagError(f"broken symlink (its target does not exist): {_shown(name)}") from None
+        raise DiagError(f"no such file: {_shown(name)}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DiagError(f"symlink loop (the link points back at itself): {_shown(name)}") from None
+        raise DiagError(f"cannot read {_shown(name)}: {_shown(exc.strerror or exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DiagError(f"is a directory, not a log: {_shown(name)}")
+
+
+def can_reread(name: str) -> bool:
+    """Whether a log can be read a second time: a regular file, not ``-``, a FIFO or a pipe
+    (``<(ssh host cat log)``), whose bytes are gone once read."""
+    try:
+        return name != "-" and stat.S_ISREG(os.stat(name).st_mode)
+    except OSError:
+        return False
+
+
+def _wait_for_fifo(fd: int, name: str, seconds: float) -> None:
+    """Wait until a named pipe opened without blocking has data (or its writer closed it)."""
+    poller = select.poll()  # not select.select: it fails on descriptors above 1023
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if poller.poll(left * 1000):
+            return
+    raise DiagError(f"{_shown(name)} is a named pipe that nothing wrote to within {seconds:g} s: "
+                    "start its writer first, or pipe the log in as -")
+
+
+def check_encoding(head: bytes, name: str) -> None:
+    """Raise a one-line :class:`DiagError` when a log's first bytes say UTF-16 or UTF-32 (a
+    Windows editor's "Unicode"), which would read as nothing but malformed lines."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+        len(head) >= 4 and head != bytes(4)
+        and (head[1:4:2] == b"\x00\x00" or head[0:4:2] == b"\x00\x00")
+    ):
+        raise DiagError(f"{_shown(name)} looks UTF-16/UTF-32 encoded; the log must be UTF-8 JSONL "
+                        f"(convert it: iconv -f UTF-16 -t UTF-8)")
+
+
+class _CheckedStream(io.RawIOBase):
+    """A compressed stream whose damage (truncation, corrupt data) is a one-line DiagError."""
+
+    def __init__(self, inner: IO[bytes], name: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.name_shown = _shown(name)
+
+    def fail(self, exc: BaseException) -> DiagError:
+        what = "truncated" if isinstance(exc, EOFError) else "damaged"
+        return DiagError(f"cannot read {self.name_shown}: {what} compressed data "
+                         f"({_shown(exc)})")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self.inner.seekable()
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        try:
+            return self.inner.readinto(buffer)  # type: ignore[attr-defined]
+        except READ_ERRORS as exc:
+            raise self.fail(exc) from None
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.inner.read(size)
+        except READ_ERRORS as exc:
+            raise self.fail(exc) from None
+
+    def readline(self, size: int | None = -1) -> bytes:
+        try:
+            return self.inner.readline(-1 if size is None else size)
+        except READ_ERRORS as exc:
+            raise self.fail(exc) from None
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        try:
+            return self.inner.seek(offset, whence)
+        except READ_ERRORS as exc:
+            raise self.fail(exc) from None
+
+    def tell(self) -> int:
+        return self.inner.tell()
+
+
+def _gunzip(raw: IO[bytes], name: str) -> IO[bytes]:
+    stream = _CheckedStream(gzip.GzipFile(fileobj=raw), name)
+    try:
+        head = stream.inner.peek(4)[:4]  # type: ignore[attr-defined]
+    except READ_ERRORS as exc:
+        raise stream.fail(exc) from None
+    check_encoding(head, name)
+    return stream
+
+
 @contextlib.contextmanager
 def open_input(path: str | Path) -> Iterator[IO[bytes]]:
     """A binary stream of a log: a file, a ``.gz`` file (by its magic bytes), or ``-`` for stdin.
 
+    A named pipe is waited on for :data:`FIFO_WAIT_SECONDS` at most. Damaged compressed data
+    raises :class:`DiagError` when it is read.
+
     Raises:
-        DiagError: the file is missing or unreadable.
+        DiagError: the file is missing (or a symlink loop, a directory) or unreadable, a FIFO
+            nothing writes to, or a UTF-16 log.
     """
     name = str(path)
     try:
@@ -43,60 +188,141 @@ def open_input(path: str | Path) -> Iterator[IO[bytes]]:
             raw: IO[bytes] = sys.stdin.buffer
             if not hasattr(raw, "peek"):
                 raw = io.BufferedReader(raw)  # e.g. a BytesIO standing in for stdin
-            peek = raw.peek(2)[:2]
-            if peek == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=raw) as handle:
-                    yield handle
+            peek = raw.peek(4)[:4]
+            if peek[:2] == b"\x1f\x8b":
+                yield _gunzip(raw, "standard input")
             else:
+                check_encoding(peek, "standard input")
                 yield raw
             return
-        file = Path(name)
-        if not file.exists():
-            raise DiagError(f"no such file: {name}")
-        if file.is_dir():
-            raise DiagError(f"is a directory, not a log: {name}")
-        with file.open("rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                handle.seek(0)
-                with gzip.GzipFile(fileobj=handle) as unzipped:
-                    yield unzipped
+        check_log_path(name)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without writer: no hang
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                _wait_for_fifo(fd, name, FIFO_WAIT_SECONDS)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        with open(fd, "rb") as handle:
+            head = handle.peek(4)[:4]  # peeking does not move the position
+            if head[:2] == b"\x1f\x8b":
+                yield _gunzip(handle, name)
             else:
-                handle.seek(0)
+                check_encoding(head, name)
                 yield handle
     except OSError as exc:
-        raise DiagError(f"cannot read {name}: {exc}") from None
+        raise DiagError(f"cannot read {_shown(name)}: {_shown(exc.strerror or exc)}") from None
 
 
 def read_input(path: str | Path) -> bytes:
-    """All bytes of a log (see :func:`open_input`); a corrupt ``.gz`` is a :class:`DiagError`."""
+    """All bytes of a log (see :func:`open_input`); a corrupt ``.gz`` is a :class:`DiagError`.
+
+    Unbounded by design (the caller asked for every byte); the streaming readers use
+    :func:`line_chunks`.
+    """
     with open_input(path) as handle:
         try:
             return handle.read()
-        except (OSError, EOFError) as exc:
-            raise DiagError(f"cannot read {path}: {exc}") from None
+        except READ_ERRORS as exc:
+            raise DiagError(f"cannot read {_shown(path)}: {_shown(exc)}") from None
 
 
-def line_chunks(handle: IO[bytes], chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
-    """``(text, final)`` pieces of about ``chunk_bytes`` that end at a line end (except the last)."""
+@dataclass
+class LineStats:
+    """What :func:`line_chunks` did besides yielding text, for callers that track byte offsets.
+
+    Attributes:
+        consumed: bytes of the input behind the chunks yielded so far (skipped lines included).
+        overlong: lines longer than the limit, replaced by :data:`OVERLONG_LINE`.
+    """
+
+    consumed: int = 0
+    overlong: int = 0
+
+
+def line_chunks(
+    handle: IO[bytes], chunk_bytes: int, *, max_line_bytes: int = MAX_LINE_BYTES,
+    stats: LineStats | None = None,
+) -> Iterator[tuple[bytes, bool]]:
+    """``(text, final)`` pieces of about ``chunk_bytes`` that end at a line end (except the last).
+
+    A line longer than ``max(max_line_bytes, chunk_bytes)`` is dropped while it streams by (never
+    held whole) and replaced by one :data:`OVERLONG_LINE` line, so line numbers stay right and the
+    parser counts it as malformed. Memory: about two chunks, whatever the input.
+
+    Raises:
+        DiagError: the input cannot be read (damaged compressed data, an I/O error).
+    """
+    stats = stats if stats is not None else LineStats()
+    limit = max(max_line_bytes, chunk_bytes)
     if isinstance(handle, io.BufferedReader) and handle.seekable() and _has_fd(handle):
-        yield from _file_line_chunks(handle, chunk_bytes)
+        yield from _file_line_chunks(handle, chunk_bytes, limit, stats)
         return
+    yield from _stream_line_chunks(handle, chunk_bytes, limit, stats)
+
+
+def _read_block(handle: IO[bytes], size: int) -> bytes:
+    try:
+        return handle.read(size)
+    except READ_ERRORS as exc:
+        raise DiagError(f"cannot read input: {_shown(exc)}") from None
+
+
+def _stream_line_chunks(
+    handle: IO[bytes], chunk_bytes: int, limit: int, stats: LineStats
+) -> Iterator[tuple[bytes, bool]]:
+    """:func:`line_chunks` for any stream: read, cut at the last newline, carry the rest over."""
     pending = b""
+    skipping = False  # inside an overlong line: drop bytes until its newline
+    consumed = stats.consumed  # input bytes behind pending
     while True:
-        try:
-            block = handle.read(chunk_bytes)
-        except (OSError, EOFError) as exc:
-            raise DiagError(f"cannot read input: {exc}") from None
+        block = _read_block(handle, chunk_bytes)
         if not block:
+            if skipping:
+                stats.overlong += 1
+                pending = OVERLONG_LINE + b"\n"
+            stats.consumed = consumed + (0 if skipping else len(pending))
             yield pending, True
             return
+        if skipping:
+            newline = block.find(b"\n")
+            if newline < 0:
+                consumed += len(block)
+                continue
+            skipping = False
+            stats.overlong += 1
+            consumed += newline + 1
+            block = block[newline + 1:]
+            pending = OVERLONG_LINE + b"\n"
+            consumed -= len(pending)  # the marker stands for bytes already counted
+        elif pending:
+            # Only the line continuing ``pending`` can outgrow the limit: any line that starts
+            # inside ``block`` is at most a block long.
+            newline = block.find(b"\n")
+            head = len(pending) + (newline if newline >= 0 else len(block))
+            if head > limit:
+                consumed += len(pending)
+                pending = b""
+                if newline < 0:
+                    skipping = True
+                    consumed += len(block)
+                    continue
+                stats.overlong += 1
+                consumed += newline + 1
+                block = block[newline + 1:]
+                pending = OVERLONG_LINE + b"\n"
+                consumed -= len(pending)
         buffer = pending + block if pending else block
         cut = buffer.rfind(b"\n") + 1
         if cut == 0:
             pending = buffer  # no complete line yet
             continue
+        text = buffer if cut == len(buffer) else buffer[:cut]
         pending = buffer[cut:]
-        yield (buffer if cut == len(buffer) else buffer[:cut]), False
+        consumed += len(text)
+        stats.consumed = consumed
+        yield text, False
 
 
 def _has_fd(handle: IO[bytes]) -> bool:
@@ -108,10 +334,13 @@ def _has_fd(handle: IO[bytes]) -> bool:
     return True
 
 
-def _file_line_chunks(handle: io.BufferedReader, chunk_bytes: int) -> Iterator[tuple[bytes, bool]]:
+def _file_line_chunks(
+    handle: io.BufferedReader, chunk_bytes: int, limit: int, stats: LineStats
+) -> Iterator[tuple[bytes, bool]]:
     """Like :func:`line_chunks` for a plain file, with one copy of each byte: the end of a chunk
     is found in a small probe read at its far end, then the chunk is read (``os.pread``) exactly
-    up to its last line end, so it is never sliced or joined."""
+    up to its last line end, so it is never sliced or joined. A chunk with no line end in its
+    probe (a line longer than the probe) hands over to the streaming reader."""
     fd = handle.fileno()
     offset = handle.tell()
     probe_bytes = min(chunk_bytes, _PROBE_BYTES)
@@ -120,25 +349,41 @@ def _file_line_chunks(handle: io.BufferedReader, chunk_bytes: int) -> Iterator[t
             probe = os.pread(fd, probe_bytes, offset + chunk_bytes - probe_bytes)
             if len(probe) < probe_bytes:  # the file ends within this chunk
                 block = os.pread(fd, chunk_bytes, offset)
-                if len(block) < chunk_bytes:
+                if len(block) < chunk_bytes:  # every line in it is shorter than a chunk
                     handle.seek(offset + len(block))
+                    stats.consumed = offset + len(block)
                     yield block, True
                     return
                 continue  # the file grew between the two reads: probe again
             newline = probe.rfind(b"\n")
-            if newline >= 0:
-                block = os.pread(fd, chunk_bytes - probe_bytes + newline + 1, offset)
-            else:  # a line longer than the probe: read on until it ends
-                handle.seek(offset)
-                block = handle.read(chunk_bytes) + handle.readline()
-                if not block.endswith(b"\n"):
-                    handle.seek(offset + len(block))
-                    yield block, True
-                    return
+            if newline < 0:
+                handle.seek(offset)  # a long line: stream from here, bounded
+                break
+            block = os.pread(fd, chunk_bytes - probe_bytes + newline + 1, offset)
             offset += len(block)
+            stats.consumed = offset
             yield block, False
     except OSError as exc:
-        raise DiagError(f"cannot read input: {exc}") from None
+        raise DiagError(f"cannot read input: {_shown(exc)}") from None
+    stats.consumed = offset
+    yield from _stream_line_chunks(handle, chunk_bytes, limit, stats)
+
+
+def iter_lines(handle: IO[bytes], max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of a stream, one by one, without their newline; an overlong line comes as
+    :data:`OVERLONG_LINE` (see :func:`line_chunks`). Memory: one chunk."""
+    for text, _ in line_chunks(handle, min(CHUNK_BYTES, max_line_bytes),
+                               max_line_bytes=max_line_bytes):
+        yield from text.splitlines()
+
+
+def first_line(handle: IO[bytes], max_line_bytes: int = _PROBE_BYTES) -> bytes:
+    """A stream's first line, read no further than ``max_line_bytes`` (a header is small; a gzip
+    bomb's first line is endless)."""
+    try:
+        return handle.readline(max_line_bytes)
+    except READ_ERRORS as exc:
+        raise DiagError(f"cannot read input: {_shown(exc)}") from None
 
 
 _GLOB_MAGIC = re.compile(r"[*?[]")
@@ -164,7 +409,7 @@ def expand_log_args(paths: list[str]) -> list[str]:
             continue
         matches = sorted(glob.glob(p), key=_natural_key)
         if not matches:
-            raise DiagError(f"no file matches {p}")
+            raise DiagError(f"no file matches {_shown(p)}")
         out += matches
     return out
 
@@ -188,14 +433,11 @@ def split_rank_logs(paths: list[str]) -> tuple[list[str], list[RankLog], str | N
             main.append(p)
             continue
         with open_input(p) as handle:
-            if rank_from_name(p) is None and header_rank(handle.readline()) is None:
+            if rank_from_name(p) is None and header_rank(first_line(handle)) is None:
                 main.append(p)
                 continue
         with open_input(p) as handle:
-            try:
-                log = parse_rank_records(p, handle.read().splitlines())
-            except (OSError, EOFError) as exc:
-                raise DiagError(f"cannot read {p}: {exc}") from None
+            log = parse_rank_records(p, iter_lines(handle))
         if log is not None:
             ranks.append(log)
     note = None
@@ -203,5 +445,5 @@ def split_rank_logs(paths: list[str]) -> tuple[list[str], list[RankLog], str | N
         lowest = min(ranks, key=lambda r: r.rank)
         main = [lowest.path]
         note = (f"only per-rank logs given: the analysis is rank {lowest.rank}'s own view "
-                f"({lowest.path}); the global log holds every rank's sums")
+                f"({_shown(lowest.path)}); the global log holds every rank's sums")
     return main, ranks, note

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,7 +40,16 @@ from typing import IO, Any
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.files import CHUNK_BYTES, line_chunks, open_input, read_input
+from dflash_diag.read.files import (
+    CHUNK_BYTES,
+    OVERLONG_LINE,
+    LineStats,
+    can_reread,
+    line_chunks,
+    open_input,
+    read_input,
+)
+from dflash_diag.read.json_line import decode_line, to_float
 from dflash_diag.read.nonfinite_tokens import (
     replace_nonfinite_tokens,
     restore_nonfinite,
@@ -50,12 +58,14 @@ from dflash_diag.read.nonfinite_tokens import (
 from dflash_diag.read.records import (  # re-exported: the reader's public types live in records.py
     BOOKKEEPING_COLUMNS,
     FIRST_N,
+    STEP_LIMIT,
     LogEvent,
     ParsedLog,
     ParseIssues,
     join_sequential,
 )
 from dflash_diag.read.schema import METRIC_LISTS, read_schema
+from dflash_diag.render.safe_text import visible
 
 __all__ = [
     "BOOKKEEPING_COLUMNS", "CHUNK_BYTES", "LogEvent", "ParseIssues", "ParsedLog", "fetch_lists",
@@ -197,7 +207,7 @@ def _complete_end(data: bytes, *, final: bool) -> int:
     start = last_newline + 1
     if final:
         try:
-            if isinstance(json.loads(data[start:]), dict):
+            if isinstance(decode_line(data[start:]), dict):
                 return len(data)  # a complete record whose writer omitted the final newline
         except ValueError:
             pass
@@ -296,11 +306,14 @@ class _ChunkParser:
             self.lines += 1
             where = (self.source, line_no + offset)
             try:
-                record = json.loads(raw)
-            except ValueError:  # includes UnicodeDecodeError
+                record = decode_line(raw)
+            except ValueError:  # includes UnicodeDecodeError, too deep
                 record = None
             if not isinstance(record, dict):
                 if self.strict:
+                    if raw == OVERLONG_LINE:
+                        raise DiagError(f"line {where[1]} is longer than the reader's line limit "
+                                        "(docs/reliability.md); --strict is set")
                     raise DiagError(f"malformed line {where[1]} (not a JSON object); --strict is set")
                 self.issues.malformed += 1
                 if len(self.issues.malformed_lines) < FIRST_N:
@@ -337,7 +350,7 @@ class _ChunkParser:
             self.issues.nonnumeric += 1
             return None
         if isinstance(value, (int, float)):
-            return float(value)
+            return to_float(value)  # an integer beyond the float range is ±inf, counted as such
         if isinstance(value, str):
             try:
                 number = float(value.strip())
@@ -428,7 +441,7 @@ def _split_records(
                if isinstance(e.fields.get("script"), str)}
     metric_columns = [c for c in frame.columns if c not in ("event", "_line", "step")]
     missing = [name for name in wanted if name not in frame.columns]
-    _count_issues(frame, is_event, issues)
+    _count_issues(frame, is_event, issues, source)
     if headers:
         # the header governing a record: the last run_start line before it
         header_lines = pl.Series([e.seq for e in headers], dtype=pl.Int64)
@@ -438,7 +451,7 @@ def _split_records(
     step = pl.col("step").cast(pl.Int64, strict=False)
     metrics = (
         frame.lazy()
-        .filter(~is_event & step.is_not_null())
+        .filter(~is_event & _step_in_range())
         .select(
             pl.lit(source, pl.Int32).alias("source"),
             pl.col("_line").alias("seq"),
@@ -456,7 +469,13 @@ def _split_records(
     return ParsedLog(metrics=metrics, events=events, issues=issues)
 
 
-def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues) -> None:
+def _step_in_range() -> pl.Expr:
+    """A usable step: finite and below :data:`STEP_LIMIT` in magnitude (see records.py)."""
+    step = pl.col("step").cast(pl.Float64)
+    return step.is_finite() & (step.abs() < STEP_LIMIT)
+
+
+def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, source: int) -> None:
     """Count the non-event rows without a ``step`` and the NaN/Inf values per metric field
     (canonical names) over the non-event rows, into ``issues``.
 
@@ -478,8 +497,15 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues) -
             exprs.append((~pl.col(name).is_finite() & record).sum().alias(name))
         elif dtype == pl.List(pl.Float64):
             list_exprs.append((~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name))
+    exprs.append((record & pl.col("step").is_not_null() & ~_step_in_range()).sum().alias("_bad_step"))
     counts = frame.lazy().with_columns((~is_event).alias("_record")).select(exprs).collect().row(0, named=True)
     issues.without_step += int(counts.pop("_without_step"))
+    bad_step = int(counts.pop("_bad_step"))
+    if bad_step:
+        issues.bad_step += bad_step
+        lines = frame.filter(~is_event & pl.col("step").is_not_null() & ~_step_in_range())["_line"]
+        issues.bad_step_lines += [(source, int(n)) for n in lines.head(FIRST_N)]
+        del issues.bad_step_lines[FIRST_N:]
     if list_exprs:
         for start in range(0, frame.height, _LIST_COUNT_ROWS):
             part = frame.slice(start, _LIST_COUNT_ROWS).select(list_exprs).row(0, named=True)
@@ -518,7 +544,7 @@ def _decode_event(
     raw: bytes, to_canonical: Mapping[str, str], source: int, line_no: int
 ) -> LogEvent | None:
     try:
-        record = json.loads(raw)
+        record = decode_line(raw)
     except ValueError:
         return None
     if not isinstance(record, dict):
@@ -561,8 +587,9 @@ def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) ->
     step = record.get("step")
     if step is None and isinstance(record.get("resumed_from"), dict):
         step = record["resumed_from"].get("step")
-    finite = isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step)
-    return LogEvent(kind=kind, source=source, seq=line_no, step=int(step) if finite else None,
+    usable = (isinstance(step, (int, float)) and not isinstance(step, bool)
+              and abs(to_float(step)) < STEP_LIMIT)  # NaN compares False: not usable
+    return LogEvent(kind=kind, source=source, seq=line_no, step=int(step) if usable else None,
                     fields=record)
 
 
@@ -582,18 +609,21 @@ def parse_stream(
     """
     schema, _ = read_schema(fields, extra, lists)
     pieces: list[_Piece] = []
-    line_no, offset = 1, 0
+    line_no = 1
     starts: list[tuple[int, int]] = []
+    # Byte offsets in the input (not in the text handed over: an overlong line is replaced by a
+    # short marker), so fetch_lists can seek to a chunk's start.
+    stats = LineStats()
     # polars' parse of a chunk runs in a worker thread (it releases the GIL) while this thread
     # reads the next chunk and does the Python part of the previous one (line count, events):
     # on a machine with a spare core the Python work then costs no wall time.
-    queued: deque[tuple[bytes, bool, int, Future[pl.DataFrame | None]]] = deque()
+    queued: deque[tuple[bytes, bool, int, Future[pl.DataFrame | None], int]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-diag-parse") as pool:
 
         def finish_one() -> None:
             nonlocal line_no
-            text, final, body_end, parsed = queued.popleft()
-            starts.append((offset - sum(len(q[0]) for q in queued) - len(text), line_no))
+            text, final, body_end, parsed, start = queued.popleft()
+            starts.append((start, line_no))
             piece = _parse_piece(text, first_line_no=line_no, strict=strict, final=final,
                                  source=source, fields=fields, extra=extra, lists=lists,
                                  body_end=body_end, parsed=parsed)
@@ -601,17 +631,18 @@ def parse_stream(
             line_no = piece.next_line_no
 
         try:
-            for text, final in line_chunks(handle, chunk_bytes):
+            start = stats.consumed
+            for text, final in line_chunks(handle, chunk_bytes, stats=stats):
                 body_end = _complete_end(text, final=final)
                 body = text if body_end == len(text) else text[:body_end]
-                queued.append((text, final, body_end, pool.submit(_read, body, schema)))
-                offset += len(text)
+                queued.append((text, final, body_end, pool.submit(_read, body, schema), start))
+                start = stats.consumed
                 if len(queued) > _CHUNKS_AHEAD:
                     finish_one()
             while queued:
                 finish_one()
         finally:
-            for *_, parsed in queued:
+            for *_, parsed, _start in queued:
                 parsed.cancel()
     log = _assemble(pieces, source=source, fields=fields, extra=extra, lists=lists)
     log.chunk_starts = {source: starts}
@@ -682,8 +713,8 @@ def load_log(
     form. ``per_input_fields`` replaces ``fields`` input by input. How each input was read, and
     any mapped field that never occurs, is in :attr:`ParsedLog.notes`.
 
-    With ``lists=False`` the per-position lists of files are left unread (standard input is
-    always read whole, as it cannot be read twice); :func:`fetch_lists` gets them for the rows
+    With ``lists=False`` the per-position lists of files are left unread (standard input, FIFOs
+    and pipes are always read whole, as they cannot be read twice); :func:`fetch_lists` gets them for the rows
     that need them.
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
@@ -723,12 +754,14 @@ def load_log(
         with open_input(name) as handle:
             try:
                 part = parse_stream(handle, source=index, strict=strict, fields=plan.fields,
-                                    extra=extra, lists=lists or name == "-")
+                                    extra=extra, lists=lists or not can_reread(name))
             except DiagError as exc:
-                raise DiagError(f"{name}: {exc}") from None
+                message = str(exc)  # named already when the file itself could not be read
+                raise DiagError(message if visible(name) in message
+                                else f"{visible(name)}: {message}") from None
         missing = missing_mapped_fields(part, plan.fields)
         if missing:
-            notes.append(f"{name}: never in the log: {'; '.join(missing)}")
+            notes.append(f"{visible(name)}: never in the log: {'; '.join(missing)}")
         parts.append(part)
     issues = ParseIssues()
     events: list[LogEvent] = []
@@ -751,12 +784,15 @@ def load_log(
                     fields=dict(fields or {}),
                     chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
                     notes=notes)
-    shown = ", ".join(names)
+    shown = ", ".join(visible(n) for n in names)
     if issues.lines == 0:
         raise DiagError(f"empty log: {shown}")
     if metrics.height == 0:
         if issues.without_step:
             raise DiagError(
                 f"no record has a 'step' field in {shown} (map one with --field step=NAME)")
+        if issues.bad_step:
+            raise DiagError(f"every record's step is out of range (NaN/Inf or beyond ±2^53) in "
+                            f"{shown}")
         raise DiagError(f"no metric records in {shown}")
     return log

@@ -14,6 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from dflash_diag.read.json_line import decode_line, to_float
+
 # Sentinels for Python-json's non-standard tokens. Values this close to the float maximum never
 # occur in training metrics, and each parses back to exactly the same double.
 NAN_SENTINEL = 1.7976931348623155e308
@@ -58,7 +60,7 @@ def replace_nonfinite_tokens(body: bytes) -> tuple[bytes, bool]:
 
 def _sentinel_line(line: bytes) -> bytes | None:
     try:
-        record = json.loads(line)
+        record = decode_line(line)
     except ValueError:
         return None
     found = False
@@ -99,10 +101,21 @@ def _unsentinel(expr: pl.Expr) -> pl.Expr:
     )
 
 
+#: Integers of event records at least this large in magnitude become floats (see below).
+_BIG_INT = 2**53
+
+
 def restore_nonfinite(value: Any) -> Any:
-    """Sentinels back to NaN/inf inside a decoded JSON value (for event records)."""
+    """Sentinels back to NaN/inf inside a decoded JSON value (for event records).
+
+    Integers of 2^53 or more in magnitude become floats too (±inf beyond the float range), so an
+    absurd header value (``"warmup_steps": 1e400`` written as an integer) reads as the non-finite
+    number it is, not as an integer that overflows whatever float arithmetic uses it.
+    """
     if isinstance(value, float):
         return _SENTINELS.get(value, value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _BIG_INT:
+        return to_float(value)
     if isinstance(value, list):
         return [restore_nonfinite(v) for v in value]
     if isinstance(value, dict):

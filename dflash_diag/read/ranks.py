@@ -25,7 +25,6 @@ Pure Python over decoded records (no polars, no torch): small files, one pass ea
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.json_line import decode_line, to_float
 from dflash_diag.render.number_format import format_percent
 from dflash_diag.render.safe_text import visible
 
@@ -50,7 +50,8 @@ def rank_from_name(path: str) -> int | None:
 def _finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    value = to_float(value)
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def parse_rank_records(path: str, lines: Iterable[bytes | str]) -> RankLog | Non
     steps: dict[int, Mapping[str, Any]] = {}
     for line in lines:
         try:
-            rec = json.loads(line)
+            rec = decode_line(line)
         except ValueError:
             continue
         if not isinstance(rec, dict):
@@ -92,7 +93,7 @@ def parse_rank_records(path: str, lines: Iterable[bytes | str]) -> RankLog | Non
 def header_rank(first_line: bytes | str) -> int | None:
     """The ``rank`` of a ``run_start`` header line (None when the line is anything else)."""
     try:
-        rec = json.loads(first_line)
+        rec = decode_line(first_line)
     except ValueError:
         return None
     if isinstance(rec, dict) and rec.get("event") == "run_start":

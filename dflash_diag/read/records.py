@@ -14,6 +14,12 @@ import polars as pl
 #: How many offending line numbers a report keeps (the count is always exact).
 FIRST_N = 5
 
+#: Steps must be below this in magnitude: every step is then exact as a float (the reader parses
+#: numbers as floats) and window arithmetic (``start + window``) cannot overflow 64-bit integers.
+#: A record with a step at or beyond it (or NaN/Inf) is counted in
+#: :attr:`ParseIssues.bad_step` and left out, never wrapped around or dropped silently.
+STEP_LIMIT = 2**53
+
 #: Columns of :attr:`ParsedLog.metrics` besides the metric fields.
 BOOKKEEPING_COLUMNS = ("source", "seq", "run", "script")
 
@@ -33,6 +39,9 @@ class ParseIssues:
         nonnumeric_lines: ``(source, line number)`` of the first few lines with such values.
         without_step: non-event records lacking a ``step``: not metric records, not analysed.
         nonfinite: NaN/Inf values per metric field (list elements counted one by one).
+        bad_step: records whose ``step`` is NaN/Inf or at least :data:`STEP_LIMIT` in magnitude
+            (an integer beyond 2^63, say): left out of the analysis, counted here.
+        bad_step_lines: ``(source, line number)`` of the first few of them.
     """
 
     lines: int = 0
@@ -44,6 +53,18 @@ class ParseIssues:
     nonnumeric_lines: list[tuple[int, int]] = field(default_factory=list)
     without_step: int = 0
     nonfinite: dict[str, int] = field(default_factory=dict)
+    bad_step: int = 0
+    bad_step_lines: list[tuple[int, int]] = field(default_factory=list)
+
+    def reader_notes(self) -> list[str]:
+        """Remarks about the input for a report's notes (what has no line of its own)."""
+        notes = []
+        if self.bad_step:
+            where = ", ".join(str(line) for _, line in self.bad_step_lines)
+            more = ", ..." if self.bad_step > len(self.bad_step_lines) else ""
+            notes.append(f"{self.bad_step} record(s) with a step out of range (NaN/Inf or beyond "
+                         f"±2^53) left out: line(s) {where}{more}")
+        return notes
 
     @property
     def nonfinite_total(self) -> int:
@@ -60,6 +81,8 @@ class ParseIssues:
         self.nonnumeric += other.nonnumeric
         self.nonnumeric_lines = (self.nonnumeric_lines + other.nonnumeric_lines)[:FIRST_N]
         self.without_step += other.without_step
+        self.bad_step += other.bad_step
+        self.bad_step_lines = (self.bad_step_lines + other.bad_step_lines)[:FIRST_N]
         for name, count in other.nonfinite.items():
             self.nonfinite[name] = self.nonfinite.get(name, 0) + count
 

@@ -18,7 +18,8 @@ from dflash_diag.errors import DiagError
 from dflash_diag.logschema import EVENT_FIELDS, METRIC_LISTS, METRIC_NUMBERS
 
 __all__ = [
-    "CANONICAL_FIELDS", "EVENT_FIELDS", "METRIC_LISTS", "METRIC_NUMBERS", "parse_field_map", "read_schema",
+    "CANONICAL_FIELDS", "EVENT_FIELDS", "METRIC_LISTS", "METRIC_NUMBERS", "check_field_map",
+    "parse_field_map", "read_schema",
 ]
 
 #: Every canonical field that a map may rename.
@@ -45,6 +46,7 @@ def read_schema(
         to canonical names where they differ.
     """
     fields = dict(fields or {})
+    check_field_map(fields)
     canonical: dict[str, pl.DataType] = {name: pl.Float64() for name in METRIC_NUMBERS}
     for name in METRIC_LISTS if lists else ():
         canonical[name] = pl.List(pl.Float64())
@@ -81,4 +83,34 @@ def parse_field_map(specs: Iterable[str]) -> dict[str, str]:
         if new in mapping:
             raise DiagError(f"field {new!r} is mapped twice")
         mapping[new] = old
+    check_field_map(mapping)
     return mapping
+
+
+#: Column names the reader adds to a parsed chunk: a log field of that name cannot be mapped.
+RESERVED_LOG_NAMES = frozenset({"_line"})
+
+
+def check_field_map(mapping: Mapping[str, str]) -> None:
+    """Refuse a field map that would lose or clash with a field instead of reading it.
+
+    Each log field feeds at most one canonical field: two names mapped onto one log field
+    (``acc=lr, loss=lr``), or a canonical field's own log field taken by another one while it is
+    not mapped elsewhere (``acc=step`` drops the step; ``acc=lr`` drops lr), would silently lose a
+    field, so they are errors. Swaps are fine (``acc=loss, loss=acc``).
+
+    Raises:
+        DiagError: such a map, or a log name the reader reserves for itself.
+    """
+    owners: dict[str, str] = {}
+    for new, old in mapping.items():
+        if old in RESERVED_LOG_NAMES:
+            raise DiagError(f"--field {new}={old}: {old!r} is a name the reader uses internally")
+        if old in owners:
+            raise DiagError(f"--field {owners[old]}={old} and --field {new}={old} read the same "
+                            f"log field: map each field once")
+        owners[old] = new
+    for new, old in mapping.items():
+        if old in CANONICAL_FIELDS and old != new and old not in mapping:
+            raise DiagError(f"--field {new}={old} takes the log's own {old!r} field, which would "
+                            f"then not be read as {old}: map it too (--field {old}=NAME)")

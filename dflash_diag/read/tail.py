@@ -7,7 +7,11 @@ offset into the file, so a refresh costs what the new lines cost, not what the f
 * truncation (the file is now shorter than what was read, or its first bytes changed) and rotation
   (the path now names a different file: another inode or device) are detected, and the next chunk
   is the whole new file, flagged ``reset`` so the caller rebuilds its state instead of appending;
-* a missing file (rotated away and not yet re-created) reads as no new data, flagged ``missing``.
+* a missing file (rotated away and not yet re-created) reads as no new data, flagged ``missing``;
+* a line longer than :data:`~dflash_diag.read.files.MAX_LINE_BYTES` is dropped while it arrives
+  and handed out as one :data:`~dflash_diag.read.files.OVERLONG_LINE` line (the parser counts it
+  as malformed), so the held-back bytes stay bounded;
+* a path that is not a regular file (a FIFO, a device) is an error, never a blocking open.
 
 The schema guarantees at most one torn line, the last one, because a writer emits each record with
 one write call; a torn line in the middle can only come from a truncation, which is detected.
@@ -16,8 +20,13 @@ one write call; a torn line in the middle can only come from a truncation, which
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from dflash_diag.errors import DiagError
+from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE
+from dflash_diag.render.safe_text import visible
 
 # How many leading bytes are remembered to notice a file rewritten in place to the same or a
 # larger size (size alone cannot see that). Small, so the check costs one short pread.
@@ -71,6 +80,7 @@ class LogTail:
         self._fingerprint = b""  # the file's first bytes as read, to notice in-place rewrites
         self.resets = 0  # how many truncations/rotations were seen
         self._size_seen = 0  # the file's size at the last read
+        self._skipping = False  # inside an overlong line: drop bytes until its newline
 
     @property
     def backlog_bytes(self) -> int:
@@ -89,6 +99,7 @@ class LogTail:
         self._identity = None
         self._fingerprint = b""
         self._size_seen = 0
+        self._skipping = False
         self.resets += 1
 
     def _was_replaced(self, fd: int, st: os.stat_result) -> bool:
@@ -113,14 +124,20 @@ class LogTail:
             restarts from the file's beginning.
 
         Raises:
-            OSError: when the path exists but cannot be read (permissions, a directory).
+            DiagError: the path exists but cannot be read (permissions, a directory, a FIFO).
         """
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            # O_NONBLOCK: opening a FIFO that nothing writes must not hang the view
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             return TailChunk(b"", self.line_no, missing=True, pending_bytes=len(self._pending))
+        except OSError as exc:
+            raise DiagError(f"cannot read {visible(self.path)}: {visible(exc.strerror or exc)}") from None
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise DiagError(f"{visible(self.path)} is not a regular file (a pipe or a device): "
+                                "watch follows a log file; pipe a stream into converge - instead")
             reset = self._was_replaced(fd, st)
             if reset:
                 self._restart()
@@ -138,10 +155,25 @@ class LogTail:
             os.close(fd)
 
         self.offset += len(fresh)
+        marker = b""
+        if self._skipping:
+            newline = fresh.find(b"\n")
+            if newline < 0:
+                fresh = b""
+            else:
+                self._skipping, fresh = False, fresh[newline + 1:]
+                marker = OVERLONG_LINE + b"\n"
         buf = self._pending + fresh if self._pending else fresh
         cut = buf.rfind(b"\n") + 1  # 0 when no newline: everything stays pending
-        data, self._pending = buf[:cut], buf[cut:]
+        newline = buf.find(b"\n")
+        if newline < 0 and len(buf) > MAX_LINE_BYTES:
+            # an unfinished line already too long: drop it, and skip the rest as it arrives
+            self._skipping, buf, cut = True, b"", 0
+        elif newline > MAX_LINE_BYTES:  # a held-back line that ended too long
+            buf = OVERLONG_LINE + buf[newline:]
+            cut = buf.rfind(b"\n") + 1
+        data, self._pending = marker + buf[:cut], buf[cut:]
         first = self.line_no
-        if cut:
+        if data:
             self.line_no += data.count(b"\n")
         return TailChunk(data, first, reset=reset, pending_bytes=len(self._pending))

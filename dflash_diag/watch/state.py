@@ -22,6 +22,7 @@ import polars as pl
 from dflash_diag.analysis.phase import Phase, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.errors import DiagError
+from dflash_diag.read.files import check_encoding
 from dflash_diag.read.jsonl import parse_records
 from dflash_diag.read.records import ParsedLog, ParseIssues
 from dflash_diag.read.tail import LogTail
@@ -145,6 +146,8 @@ class LiveLog:
         self._snapshot_mark: tuple[float, int] | None = None
         # (the tail is never read then; it only keeps its reset count at 0)
         self.tail = LogTail(self.path, max_chunk_bytes=max_chunk_bytes)
+        #: the path did not exist at the last refresh (deleted, or rotated and not re-created)
+        self.missing = False
         self._clear()
 
     def _clear(self) -> None:
@@ -178,6 +181,8 @@ class LiveLog:
                 reset = True
             missing = chunk.missing
             if chunk.data:
+                if chunk.first_line_no == 1:
+                    check_encoding(chunk.data[:4], str(self.path))  # UTF-16: one line, not a view
                 part = parse_records(
                     chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
                 )
@@ -190,6 +195,7 @@ class LiveLog:
                     self.last_write = self.clock()
             if missing or self.tail.backlog_bytes == 0:
                 break
+        self.missing = missing
         return RefreshStats(
             new_lines=lines,
             new_records=records,

@@ -124,6 +124,9 @@ def build_view(live: LiveLog) -> WatchView:
             f"{name} (last at step {step})" for name, step in live.nonfinite_last.items()
         )
         alerts.append(Alert("nonfinite", f"NaN/Inf in {where}", max(live.nonfinite_last.values())))
+    if live.missing and live.log is not None:
+        alerts.append(Alert("missing", "the log file is gone (deleted or moved away): showing what "
+                                       "was read before; it is picked up again if it comes back"))
     stall = stall_alert(since, config.stall)
     if stall is not None:
         alerts.append(stall)

@@ -117,11 +117,16 @@ class RowCollector:
         )
 
 
-def _flatten(record: Mapping[str, Any], prefix: str):
+#: Nesting levels flattened; deeper objects are no metric (and must not exhaust the stack).
+_MAX_DEPTH = 16
+
+
+def _flatten(record: Mapping[str, Any], prefix: str, depth: int = 0):
     for key, value in record.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            yield from _flatten(value, name + "/")
+            if depth < _MAX_DEPTH:
+                yield from _flatten(value, name + "/", depth + 1)
         else:
             yield name, value
 
@@ -130,7 +135,10 @@ def _as_float(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float: no metric
+            return None
     if isinstance(value, str):
         text = value.strip()
         if not text:

@@ -56,7 +56,8 @@ def _parse_line(line: str) -> tuple[int, dict[str, float]] | None:
             record = None
         if isinstance(record, dict):
             values = {str(k): float(v) for k, v in record.items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                      if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool)
+                                                  and abs(v) < 2**1023)}
             if values:
                 return int(match.group(1)), values
     step_match = _STEP.search(line)

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.files import check_encoding
 from dflash_diag.read.formats import (
     console,
     csv_metrics,
@@ -76,6 +77,9 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
         return "wandb"
     if tensorboard.looks_like_event_file(head):
         return "tensorboard"
+    # the text formats: a UTF-16/32 file is named as such (after the binary formats, whose
+    # headers hold zero bytes too)
+    check_encoding(head, str(path))
     stripped = head.lstrip()
     if stripped.startswith(b"{"):
         if trainer_state.looks_like_trainer_state(head) and not _is_jsonl(stripped):
@@ -99,7 +103,7 @@ def _is_jsonl(head: bytes) -> bool:
         return False
     try:
         return isinstance(json.loads(first), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting is not JSONL worth reading
         return False
 
 

@@ -60,7 +60,7 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
                 issues.lines += 1
                 try:
                     record = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     record = None
                 if not isinstance(record, dict):
                     if is_tail:
@@ -89,7 +89,7 @@ def sample_keys(head: bytes) -> tuple[dict[str, type], bool]:
     for raw in head.split(b"\n")[:-1][:200]:
         try:
             record = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(record, dict) or record.get("event") not in (None, "metrics"):
             continue  # this project's event records hold objects by design

@@ -13,12 +13,14 @@ Presets and field maps may differ per input, so ``compare`` can put two trainers
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.files import check_log_path
 from dflash_diag.read.formats.detect import (
     FORMATS,
     HEAD_BYTES,
@@ -111,6 +113,8 @@ def plan_input(
         if fmt != "jsonl":
             raise DiagError(f"standard input is read as JSONL only, not {fmt}")
         return InputPlan(path, fmt, native=chosen is None, preset=chosen, fields=fields)
+    if not os.path.isdir(path):
+        check_log_path(path)  # a missing file, a symlink loop, no permission: one precise line
     fmt = check_format(input_format) if input_format else detect_format(path)
     native = fmt == "jsonl" and chosen is None and not _foreign_jsonl(Path(path), fields)
     return InputPlan(path, fmt, native=native, preset=chosen, fields=fields)

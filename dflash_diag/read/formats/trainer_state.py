@@ -55,7 +55,7 @@ def _load(path: Path) -> dict[str, Any]:
             state = json.load(handle)
     except OSError as exc:
         raise DiagError(f"cannot read {path}: {exc}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise DiagError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         raise DiagError(f"{path}: not a trainer_state.json (no log_history list)")

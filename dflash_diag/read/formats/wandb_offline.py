@@ -122,7 +122,7 @@ def _items(buf: bytes, start: int, end: int, item_field: int):
         if name and raw is not None:
             try:
                 yield name, json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
 
 

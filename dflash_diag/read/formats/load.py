@@ -115,6 +115,13 @@ def plan_input(
         return InputPlan(path, fmt, native=chosen is None, preset=chosen, fields=fields)
     if not os.path.isdir(path):
         check_log_path(path)  # a missing file, a symlink loop, no permission: one precise line
+        if not os.path.isfile(path):
+            # a named pipe or a device: opening it to look would block or consume it; the JSONL
+            # reader knows how to wait for a pipe's writer
+            fmt = check_format(input_format) if input_format else "jsonl"
+            if fmt != "jsonl":
+                raise DiagError(f"{path}: a pipe is read as JSONL only, not {fmt}")
+            return InputPlan(path, fmt, native=chosen is None, preset=chosen, fields=fields)
     fmt = check_format(input_format) if input_format else detect_format(path)
     native = fmt == "jsonl" and chosen is None and not _foreign_jsonl(Path(path), fields)
     return InputPlan(path, fmt, native=native, preset=chosen, fields=fields)

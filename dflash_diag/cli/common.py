@@ -53,8 +53,10 @@ class FailOn(str, enum.Enum):
 # Reusable option declarations (the signature is the interface).
 LogsArgument = Annotated[
     list[str],
-    typer.Argument(help="JSONL log(s): files, .gz files, or - for standard input. Several files "
-                   "are merged in step order. A quoted glob is expanded here (e.g. "
+    typer.Argument(help="Log(s): JSONL files, .gz files, - for standard input, or another "
+                   "trainer's TensorBoard run, trainer_state.json, MLflow store, W&B offline run, "
+                   "metrics.csv or console log (file or folder). Several files are merged in step "
+                   "order. A quoted glob is expanded here (e.g. "
                    "'logs/train.rank*.jsonl'); per-rank logs (*.rank{N}.jsonl, from "
                    "--log-all-ranks) give the per-rank throughput skew.", metavar="LOG..."),
 ]
@@ -67,8 +69,22 @@ FromStepOption = Annotated[int | None, typer.Option("--from-step", help="First s
 ToStepOption = Annotated[int | None, typer.Option("--to-step", help="Last step analysed (inclusive).")]
 FieldOption = Annotated[
     list[str] | None,
-    typer.Option("--field", help="Map a log field onto a canonical one, NEW=OLD (e.g. acc=train/acc). "
-                 "Repeatable.", metavar="NEW=OLD"),
+    typer.Option("--field", help="Map a log field onto a canonical one, NEW=OLD (e.g. acc=train/acc; "
+                 "acc_pos=train/acc_{i} assembles numbered keys). N:NEW=OLD maps it for the N-th "
+                 "input only. Repeatable.", metavar="NEW=OLD"),
+]
+InputFormatOption = Annotated[
+    str | None,
+    typer.Option("--input-format", help="Read every input as this format instead of telling it "
+                 "by content: jsonl, tensorboard, hf-trainer-state, csv, mlflow, mlflow-sqlite, "
+                 "wandb, console.", metavar="FORMAT"),
+]
+PresetOption = Annotated[
+    list[str] | None,
+    typer.Option("--preset", help="Another trainer's metric names and conventions: "
+                 "specforge-dflash, specforge-eagle3, torchspec, speculators, hf-trainer, "
+                 "torchtitan, or auto (detect; the default). Once for all inputs, or once per "
+                 "input in order.", metavar="NAME"),
 ]
 StrictOption = Annotated[bool, typer.Option("--strict/--no-strict", metavar="", help="Malformed lines are an error, not skipped.")]
 
@@ -120,6 +136,12 @@ FormatOption = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="auto: rich on a terminal, plain text otherwise or when NO_COLOR is set."),
 ]
+
+
+def print_notes(notes: list[str]) -> None:
+    """How the inputs were read (format, preset, fields never found): one stderr line each."""
+    for note in notes:
+        print(f"dflash-diag: note: {' '.join(str(note).split())}", file=sys.stderr)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -20,6 +20,7 @@ from dflash_diag.cli.common import (
     BlockSizeOption,
     FieldOption,
     FormatOption,
+    InputFormatOption,
     KeepAllOption,
     LossThresholdOption,
     NoiseAwareOption,
@@ -27,6 +28,7 @@ from dflash_diag.cli.common import (
     PeakLrOption,
     PhaseChoice,
     PhaseOption,
+    PresetOption,
     StrictOption,
     TargetAccOption,
     TargetTauOption,
@@ -80,6 +82,8 @@ def compare(
     baseline_tau: BaselineTauOption = None,
     alpha: AlphaOption = defaults.ALPHA,
     fields: FieldOption = None,
+    input_format: InputFormatOption = None,
+    preset: PresetOption = None,
     strict: StrictOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
 ) -> None:
@@ -93,8 +97,8 @@ def compare(
     with user_errors():
         from dflash_diag.compare.report import CompareConfig
         from dflash_diag.compare.runs import compare_log, compare_two_runs
+        from dflash_diag.read.formats.load import ReadOptions
         from dflash_diag.read.ranks import rank_skew
-        from dflash_diag.read.schema import parse_field_map
         from dflash_diag.render.json import compare_json, dump_json
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_rich
@@ -118,10 +122,11 @@ def compare(
             config = CompareConfig(k=k, window=window)
         except ValueError as exc:
             raise DiagError(str(exc)) from None
-        field_map = parse_field_map(fields or [])
+        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))
+        read.load_kwargs(len(logs))  # a bad --preset/--field count fails before any reading
         if len(logs) == 1:
             comparisons = [
-                compare_log(logs[0], config, keep_all=keep_all, strict=strict, fields=field_map,
+                compare_log(logs[0], config, keep_all=keep_all, strict=strict, read=read,
                             diagnosis=diagnosis)
             ]
             alignment = None
@@ -134,7 +139,7 @@ def compare(
                 phase=phase.value,
                 keep_all=keep_all,
                 strict=strict,
-                fields=field_map,
+                read=read,
                 diagnosis=diagnosis,
             )
         if fmt is OutputFormat.JSON:

@@ -17,6 +17,7 @@ from dflash_diag.cli.common import (
     FieldOption,
     FormatOption,
     FromStepOption,
+    InputFormatOption,
     KeepAllOption,
     LogsArgument,
     LossThresholdOption,
@@ -25,6 +26,7 @@ from dflash_diag.cli.common import (
     PeakLrOption,
     PhaseChoice,
     PhaseOption,
+    PresetOption,
     StrictOption,
     TargetAccOption,
     TargetTauOption,
@@ -33,6 +35,7 @@ from dflash_diag.cli.common import (
     WindowOption,
     diagnosis_config,
     make_console,
+    print_notes,
     use_rich,
     user_errors,
 )
@@ -57,6 +60,8 @@ def converge(
     alpha: AlphaOption = defaults.ALPHA,
     keep_all: KeepAllOption = False,
     fields: FieldOption = None,
+    input_format: InputFormatOption = None,
+    preset: PresetOption = None,
     strict: StrictOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
     rows: Annotated[int, typer.Option(
@@ -68,9 +73,9 @@ def converge(
     with user_errors():
         # Imported here so that `dflash-diag --help` does not pay for polars.
         from dflash_diag.converge.report import build_converge_report
+        from dflash_diag.read.formats.load import ReadOptions
         from dflash_diag.read.jsonl import load_log
         from dflash_diag.read.ranks import rank_skew
-        from dflash_diag.read.schema import parse_field_map
         from dflash_diag.render.csv import render_csv
         from dflash_diag.render.json import render_json
         from dflash_diag.render.markdown import render_markdown
@@ -91,7 +96,9 @@ def converge(
         )
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
         main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
-        log = load_log(main, strict=strict, fields=parse_field_map(fields or []), lists=False)
+        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))
+        log = load_log(main, strict=strict, lists=False, **read.load_kwargs(len(main)))
+        print_notes(log.notes)
         report = build_converge_report(log, config)
         if rank_logs:
             report.ranks = rank_skew(rank_logs, from_step, to_step)

@@ -21,6 +21,7 @@ from dflash_diag.cli.common import (
     BlockSizeOption,
     FieldOption,
     FromStepOption,
+    InputFormatOption,
     LossThresholdOption,
     NoiseAwareOption,
     PeakLrOption,
@@ -32,6 +33,7 @@ from dflash_diag.cli.common import (
     WindowOption,
     fail,
     make_console,
+    print_notes,
     user_errors,
 )
 from dflash_diag.cli.validate import check_numbers
@@ -170,7 +172,10 @@ class _NoKeys:
 
 def watch(
     log: Annotated[
-        Path, typer.Argument(help="The JSONL log to follow (a plain file).", metavar="LOG")
+        Path, typer.Argument(help="The log to follow: a JSONL file (only new bytes are read), or "
+                             "another trainer's TensorBoard run, trainer_state.json, MLflow store, "
+                             "W&B run, metrics.csv or console log (read again when it changes).",
+                             metavar="LOG")
     ],
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes.", show_default=True)
@@ -198,13 +203,17 @@ def watch(
         "--format", "-f", help="auto: the live view; json: one frame's diagnosis as JSON (implies --once).")] = (
         WatchFormat.AUTO),
     fields: FieldOption = None,
+    input_format: InputFormatOption = None,
+    preset: Annotated[str | None, typer.Option(
+        "--preset", help="Another trainer's names and conventions (see converge --help); "
+        "default: detected.", metavar="NAME")] = None,
 ) -> None:
     """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
 
     Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
     """
     with user_errors():
-        from dflash_diag.read.schema import parse_field_map
+        from dflash_diag.read.formats.load import ReadOptions, plan_input, read_planned
         from dflash_diag.watch import LiveLog, WatchConfig
 
         check_numbers({
@@ -234,8 +243,25 @@ def watch(
             )
         except ValueError as exc:
             fail(str(exc))
-        check_log_path(str(log))
-        live = LiveLog(log, config, fields=parse_field_map(fields or []))
+        if not log.is_dir():
+            check_log_path(str(log))  # a missing file, a symlink loop...: one precise line
+        options = ReadOptions(input_format, (preset,) if preset else (), tuple(fields or ()))
+        read = options.load_kwargs(1)
+        plan = plan_input(str(log), input_format=input_format, preset=read["presets"][0],
+                          fields=read["fields"])
+        if plan.native:
+            live = LiveLog(log, config, fields=plan.fields)
+        else:
+            notes: list[str] = []
+
+            def snapshot():
+                part = read_planned(plan, 0)
+                if not notes:  # said once, not at every refresh
+                    notes.extend(part.notes)
+                    print_notes(part.notes)
+                return part
+
+            live = LiveLog(log, config, snapshot=snapshot)
         if fmt is WatchFormat.JSON:
             from dflash_diag.render.json import dump_json, watch_json
             from dflash_diag.watch import build_view

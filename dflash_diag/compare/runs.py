@@ -15,6 +15,7 @@ from dflash_diag.errors import DiagError
 if TYPE_CHECKING:
     from dflash_diag.analysis.diagnosis import DiagnosisConfig
     from dflash_diag.compare.report import CompareConfig, RegimeComparison, RunAlignment
+    from dflash_diag.read.formats.load import ReadOptions
 
 
 def compare_log(
@@ -25,6 +26,7 @@ def compare_log(
     strict: bool = False,
     fields: dict[str, str] | None = None,
     diagnosis: DiagnosisConfig | None = None,
+    read: ReadOptions | None = None,
 ) -> RegimeComparison:
     """Load one log and compare its regimes (every record: regimes are what is compared).
 
@@ -34,9 +36,10 @@ def compare_log(
     from dflash_diag.analysis.restarts import resolve_restarts
     from dflash_diag.read.jsonl import load_log
 
-    log = load_log([path], strict=strict, fields=fields)
+    log = load_log([path], strict=strict, **_read_kwargs(read, fields, 1, None))
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
+    comparison.notes.extend(log.notes)
     comparison.notes.extend(_log_notes(log, restarts))
     return comparison
 
@@ -76,6 +79,7 @@ def compare_two_runs(
     strict: bool = False,
     fields: dict[str, str] | None = None,
     diagnosis: DiagnosisConfig | None = None,
+    read: ReadOptions | None = None,
 ) -> tuple[RunAlignment, list[RegimeComparison]]:
     """Load two runs, align them on ``x`` and compare each one's own regimes.
 
@@ -92,10 +96,11 @@ def compare_two_runs(
 
     names = _run_names(path_a, path_b)
     frames, comparisons = [], []
-    for path, name in zip((path_a, path_b), names):
-        log = load_log([path], strict=strict, fields=fields)
+    for index, (path, name) in enumerate(zip((path_a, path_b), names)):
+        log = load_log([path], strict=strict, **_read_kwargs(read, fields, 2, index))
         frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
         comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
+        comparison.notes.extend(log.notes)
         comparison.notes.extend(_log_notes(log, restarts))
         comparisons.append(_prefixed(comparison, name))
         selected, selection = select_phase(frame, phase)
@@ -135,6 +140,14 @@ def with_schedule_events(comparison: RegimeComparison, log, frame) -> RegimeComp
         boundaries.append(b)
     notes = [*comparison.notes, *(e.text() for e in events)]
     return replace(comparison, boundaries=boundaries, notes=notes, schedule_events=events)
+
+
+def _read_kwargs(read: ReadOptions | None, fields: dict[str, str] | None, n_inputs: int,
+                 only: int | None) -> dict[str, object]:
+    """load_log's reading options: a run's own format, preset and field map."""
+    if read is None:
+        return {"fields": fields}
+    return read.load_kwargs(n_inputs, only)
 
 
 def _run_names(path_a: str, path_b: str) -> tuple[str, str]:

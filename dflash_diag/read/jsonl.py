@@ -700,8 +700,18 @@ def load_log(
     fields: Mapping[str, str] | None = None,
     extra: Mapping[str, pl.DataType] | None = None,
     lists: bool = True,
+    input_format: str | None = None,
+    presets: Sequence[str | None] | None = None,
+    per_input_fields: Sequence[Mapping[str, str]] | None = None,
 ) -> ParsedLog:
     """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
+
+    Every input may be of another format (TensorBoard, HF ``trainer_state.json``, MLflow, W&B,
+    CSV, console text: :mod:`dflash_diag.read.formats`), told by its content unless
+    ``input_format`` forces one; those are read by their readers and a preset (given per input
+    in ``presets``, else detected from the field names), and come out in the same canonical
+    form. ``per_input_fields`` replaces ``fields`` input by input. How each input was read, and
+    any mapped field that never occurs, is in :attr:`ParsedLog.notes`.
 
     With ``lists=False`` the per-position lists of files are left unread (standard input, FIFOs
     and pipes are always read whole, as they cannot be read twice); :func:`fetch_lists` gets them for the rows
@@ -722,16 +732,37 @@ def load_log(
         raise DiagError("no log given")
     if names.count("-") > 1:
         raise DiagError("standard input ('-') can be read only once")
+    from dflash_diag.read.formats.load import (
+        missing_mapped_fields,
+        plan_input,
+        read_planned,
+        with_extra_columns,
+    )
+
     parts = []
+    notes: list[str] = []
     for index, name in enumerate(names):
+        own_fields = per_input_fields[index] if per_input_fields is not None else fields
+        plan = plan_input(name, input_format=input_format,
+                          preset=presets[index] if presets else None, fields=own_fields)
+        if not plan.native:
+            part = read_planned(plan, index, strict=strict)
+            part = with_extra_columns(part, extra)
+            notes += part.notes
+            parts.append(part)
+            continue
         with open_input(name) as handle:
             try:
-                parts.append(parse_stream(handle, source=index, strict=strict, fields=fields,
-                                          extra=extra, lists=lists or not can_reread(name)))
+                part = parse_stream(handle, source=index, strict=strict, fields=plan.fields,
+                                    extra=extra, lists=lists or not can_reread(name))
             except DiagError as exc:
                 message = str(exc)  # named already when the file itself could not be read
                 raise DiagError(message if visible(name) in message
                                 else f"{visible(name)}: {message}") from None
+        missing = missing_mapped_fields(part, plan.fields)
+        if missing:
+            notes.append(f"{visible(name)}: never in the log: {'; '.join(missing)}")
+        parts.append(part)
     issues = ParseIssues()
     events: list[LogEvent] = []
     frames = []
@@ -751,7 +782,8 @@ def load_log(
                     consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names,
                     lists_pending=sorted({s for p in parts for s in p.lists_pending}),
                     fields=dict(fields or {}),
-                    chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()})
+                    chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
+                    notes=notes)
     shown = ", ".join(visible(n) for n in names)
     if issues.lines == 0:
         raise DiagError(f"empty log: {shown}")

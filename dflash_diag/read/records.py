@@ -130,6 +130,8 @@ class ParsedLog:
         fields: the field map the log was read with (to read it again the same way).
         chunk_starts: per source, ``(byte offset, line number)`` where each parsed chunk began,
             so :func:`fetch_lists` can seek instead of reading a file from its start.
+        notes: how the inputs were read (format, preset) and fields mapped but never found,
+            one line each, for the user (the CLI prints them on stderr).
     """
 
     metrics: pl.DataFrame
@@ -142,6 +144,7 @@ class ParsedLog:
     lists_pending: list[int] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
     chunk_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def run_starts(self) -> list[LogEvent]:

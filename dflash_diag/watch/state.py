@@ -155,6 +155,7 @@ class LiveLog:
         clock: Clock = time.time,
         max_chunk_bytes: int | None = 16 * 2**20,
         fields: dict[str, str] | None = None,
+        snapshot: Callable[[], ParsedLog] | None = None,
     ) -> None:
         if str(path) == "-":
             raise DiagError("watch follows a file; standard input cannot be followed")
@@ -164,6 +165,11 @@ class LiveLog:
         self.config = config or WatchConfig()
         self.clock = clock
         self.fields = fields or None
+        # Formats that cannot be tailed (TensorBoard, MLflow, trainer_state.json...) are read
+        # whole by `snapshot` whenever their files change.
+        self.snapshot = snapshot
+        self._snapshot_mark: tuple[float, int] | None = None
+        # (the tail is never read then; it only keeps its reset count at 0)
         self.tail = LogTail(self.path, max_chunk_bytes=max_chunk_bytes)
         #: the path did not exist at the last refresh (deleted, or rotated and not re-created)
         self.missing = False
@@ -190,6 +196,8 @@ class LiveLog:
         after each), so catching up with a large file needs memory for one piece, not the file.
         """
         t0 = time.perf_counter()
+        if self.snapshot is not None:
+            return self._refresh_snapshot(t0)
         lines = records = 0
         reset = missing = False
         while True:
@@ -221,6 +229,25 @@ class LiveLog:
             missing=missing,
             seconds=time.perf_counter() - t0,
         )
+
+    def _refresh_snapshot(self, t0: float) -> RefreshStats:
+        """Read the whole input again when any of its files changed (size or time)."""
+        mark = _tree_mark(self.path)
+        if mark is None:
+            return RefreshStats(new_lines=0, new_records=0, reset=False, missing=True,
+                                seconds=time.perf_counter() - t0)
+        if mark == self._snapshot_mark:
+            return RefreshStats(new_lines=0, new_records=0, reset=False, missing=False,
+                                seconds=time.perf_counter() - t0)
+        assert self.snapshot is not None
+        part = self.snapshot()
+        before = self.total_records
+        self._clear()
+        self._ingest(part)
+        self._snapshot_mark = mark
+        self.last_write = mark[0]
+        return RefreshStats(new_lines=part.issues.lines, new_records=self.total_records - before,
+                            reset=False, missing=False, seconds=time.perf_counter() - t0)
 
     def _ingest(self, part: ParsedLog) -> None:
         self.issues.merge(part.issues)
@@ -307,3 +334,19 @@ class LiveLog:
         if reference is None:
             return None
         return max(0.0, self.clock() - reference)
+
+
+def _tree_mark(path: Path) -> tuple[float, int] | None:
+    """Newest modification time and total size of a file or of the files below a folder."""
+    try:
+        if path.is_file():
+            stat = path.stat()
+            return stat.st_mtime, stat.st_size
+        newest, total = 0.0, 0
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                stat = os.stat(os.path.join(root, name))
+                newest, total = max(newest, stat.st_mtime), total + stat.st_size
+        return (newest, total) if path.exists() else None
+    except OSError:
+        return None

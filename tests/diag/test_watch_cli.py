@@ -135,7 +135,7 @@ def test_nothing_selected_says_what_is_missing(tmp_path):
 
 def test_no_record_yet_shows_the_last_write_not_a_last_record(tmp_path):
     """Only malformed lines: '0 records · last write ... ago', never '0 records · last record'."""
-    path = _log(tmp_path, "step 10: {'loss': 2.9}\nstep 20: {'loss': 2.8}\n")
+    path = _log(tmp_path, '{"step": 10, "loss": 2.9\n{"step": 20, "loss"\n')
     result = runner.invoke(app, ["watch", str(path), "--once"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())

@@ -1,0 +1,512 @@
+"""From any format's scalars to the canonical parsed log every analysis reads.
+
+Every reader of :mod:`dflash_diag.read.formats` produces the same intermediate, a long frame of
+scalars (:data:`SCALAR_SCHEMA`): one row per value, ``row`` numbering the writer's records in
+the order they were written (a TensorBoard event, a W&B history row, a CSV line...), ``step``
+the writer's own step for that record when it has one, ``key`` the metric name as written and
+``value`` the number. :func:`to_parsed_log` applies a preset (or a user's field map) and builds
+the :class:`~dflash_diag.records.ParsedLog` the JSONL reader builds: metric records with the
+canonical columns, ``eval`` events carrying a measured ``tau``, and a ``run_start`` header
+carrying the block size.
+
+Records and restarts: records are merged by step, so a train row and an eval row written at
+the same step become one record (they are different kinds, not a restart). Only a step that
+goes BELOW the previous record's step starts a new segment (TensorBoard's own rule for orphaned
+data); the downstream restart logic then purges the orphaned records as it does for JSONL.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
+from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
+from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
+
+#: The long frame of scalars that every format reader produces.
+SCALAR_SCHEMA: dict[str, pl.DataType] = {
+    "row": pl.Int64(), "step": pl.Int64(), "key": pl.String(), "value": pl.Float64(),
+    "time": pl.Float64(),
+}
+
+
+@dataclass
+class Scalars:
+    """What a format reader hands over.
+
+    Attributes:
+        frame: the long frame (:data:`SCALAR_SCHEMA`).
+        format: the format's display name ("TensorBoard", ...).
+        issues: what the reader skipped (malformed records, a torn tail...), with ``lines``
+            counting the records read.
+        meta: run facts the format records besides metrics (``block_size``, ``ttt_length``,
+            ``max_steps``), from a run config or a header.
+        notes: remarks for the user (e.g. which of several runs was read).
+        wide: records already in wide form (a reader's fast path): columns ``row``, ``step``,
+            ``time`` and one Float64 column per key, one row per record; their rows number
+            the same writer records as the long frame's (the two together are the log).
+    """
+
+    frame: pl.DataFrame
+    format: str
+    issues: ParseIssues = field(default_factory=ParseIssues)
+    meta: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    wide: list[pl.DataFrame] = field(default_factory=list)
+
+    def long_frame(self) -> pl.DataFrame:
+        """Everything as one long frame in row order (the wide pieces unpivoted: a wide row's
+        i-th key column was written as record ``row + i``; its ``time`` is the first one's)."""
+        pieces = [self.frame]
+        for wide in self.wide:
+            for i, key in enumerate(c for c in wide.columns if c not in _WIDE_FIXED):
+                pieces.append(wide.select(
+                    (pl.col("row") + i).alias("row"), "step", pl.lit(key).alias("key"),
+                    pl.col(key).cast(pl.Float64).alias("value"), pl.col("time").cast(pl.Float64)))
+        return pl.concat(pieces).filter(pl.col("value").is_not_null()).sort("row")
+
+
+def empty_scalars() -> pl.DataFrame:
+    """A long frame with no rows."""
+    return pl.DataFrame(schema=SCALAR_SCHEMA)
+
+
+class RowCollector:
+    """Builds the long frame from dict records (W&B rows, HF log_history, CSV lines...).
+
+    Nested objects are flattened with "/" (so ``{"train": {"acc": 1}}`` is ``train/acc``);
+    numbers and numeric strings are kept, anything else is skipped (strings, lists, bools).
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.steps: list[int | None] = []
+        self.keys: list[str] = []
+        self.values: list[float] = []
+        self.times: list[float | None] = []
+        self.n_records = 0
+
+    def add(self, record: Mapping[str, Any], step: Any = None, time: Any = None) -> None:
+        """Add one record; ``step``/``time`` are the format's own (None: none)."""
+        row = self.n_records
+        self.n_records += 1
+        step_value = _as_step(step)
+        time_value = _as_float(time)
+        for key, value in _flatten(record, ""):
+            number = _as_float(value)
+            if number is None:
+                continue
+            self.rows.append(row)
+            self.steps.append(step_value)
+            self.keys.append(key)
+            self.values.append(number)
+            self.times.append(time_value)
+
+    def frame(self) -> pl.DataFrame:
+        """The long frame of everything added."""
+        return pl.DataFrame(
+            {"row": self.rows, "step": self.steps, "key": self.keys, "value": self.values,
+             "time": self.times},
+            schema=SCALAR_SCHEMA,
+        )
+
+
+#: Nesting levels flattened; deeper objects are no metric (and must not exhaust the stack).
+_MAX_DEPTH = 16
+
+
+def _flatten(record: Mapping[str, Any], prefix: str, depth: int = 0):
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if depth < _MAX_DEPTH:
+                yield from _flatten(value, name + "/", depth + 1)
+        else:
+            yield name, value
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float: no metric
+            return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _as_step(value: Any) -> int | None:
+    number = _as_float(value)
+    if number is None or not math.isfinite(number):
+        return None
+    return int(number)
+
+
+@dataclass
+class Resolution:
+    """Which log key feeds which canonical field (for messages and tests)."""
+
+    preset: Preset | None
+    detected: bool
+    scalars: dict[str, str] = field(default_factory=dict)
+    acc_pos: list[str] = field(default_factory=list)
+    loss_parts: list[str] = field(default_factory=list)
+    eval_tau: str | None = None
+    eval_fields: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+#: Prefix of the pivoted key columns (a log key may be called "step" or "time").
+_PREFIX = "k:"
+
+#: Canonical scalars read from a log without any preset or map (the JSONL schema's names).
+_IDENTITY = {name: (re.escape(name),) for name in METRIC_NUMBERS if name != "step"}
+
+
+def resolve_fields(
+    keys: Sequence[str], preset: Preset | None, fields: Mapping[str, str] | None,
+    detect: bool = True,
+) -> Resolution:
+    """Match a preset (given, else detected) and a user map against the keys of a log.
+
+    Warnings are collected in ``missing``: a user-mapped field that never occurs, and a
+    preset's required fields that never occur.
+    """
+    detected = False
+    if preset is None and detect:
+        preset = detect_preset(keys)
+        detected = preset is not None
+    effective = field_map_preset(fields or {}, preset) if (fields or preset) else None
+    names = sorted(set(keys))
+    res = Resolution(preset=preset, detected=detected)
+    scalar_candidates: dict[str, tuple[str, ...]] = dict(_IDENTITY)
+    if effective is not None:
+        scalar_candidates.update(effective.fields)
+    for canonical, candidates in scalar_candidates.items():
+        key = _first_match(candidates, names)
+        if key is not None:
+            res.scalars[canonical] = key
+    if effective is not None and effective.acc_pos:
+        res.acc_pos = _numbered(effective.acc_pos, names)
+    elif "acc_pos" in names:
+        pass  # a native list column is not in the long frame; nothing to assemble
+    if effective is not None and effective.loss_from_positions and "loss" not in res.scalars:
+        res.loss_parts = _numbered((effective.loss_from_positions[0],), names)
+    if effective is not None:
+        res.eval_tau = _first_match(effective.eval_tau, names)
+        for name, candidates in effective.eval_fields.items():
+            key = _first_match(candidates, names)
+            if key is not None:
+                res.eval_fields[name] = key
+    for canonical, log_name in (fields or {}).items():
+        if canonical == "acc_pos":
+            if not res.acc_pos:
+                res.missing.append(f"{canonical}={log_name}")
+        elif canonical not in ("step", "accept_pos") and res.scalars.get(canonical) != normalise_key(log_name) or canonical == "step" and normalise_key(log_name) not in names:
+            res.missing.append(f"{canonical}={log_name}")
+    if preset is not None:
+        for canonical in preset.required:
+            user = canonical in (fields or {})
+            if not user and canonical not in res.scalars:
+                res.missing.append(f"{canonical} ({', '.join(preset.fields.get(canonical, ()))})")
+        if preset.acc_pos and not res.acc_pos and "acc_pos" not in (fields or {}):
+            res.missing.append(f"acc_pos ({preset.acc_pos[0]})")
+    return res
+
+
+def _first_match(candidates: Sequence[str], names: Sequence[str]) -> str | None:
+    for pattern in candidates:
+        for name in names:
+            if re.fullmatch(pattern, name):
+                return name
+    return None
+
+
+def _numbered(patterns: Sequence[str], names: Sequence[str]) -> list[str]:
+    """Keys of a numbered family, in the order of their numbers."""
+    for pattern in patterns:
+        found = []
+        for name in names:
+            match = re.fullmatch(pattern, name)
+            if match:
+                found.append((int(match.group(1)), name))
+        if found:
+            return [name for _, name in sorted(found)]
+    return []
+
+
+@dataclass
+class Canonical:
+    """The canonical log built from one input, with how it was read."""
+
+    log: ParsedLog
+    resolution: Resolution
+    format: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def description(self) -> str:
+        """``read as TensorBoard, preset specforge-dflash (detected)``."""
+        res = self.resolution
+        if res.preset is None:
+            how = "no preset"
+        else:
+            how = f"preset {res.preset.name}" + (" (detected)" if res.detected else "")
+        return f"read as {self.format}, {how}"
+
+
+def to_parsed_log(
+    scalars: Scalars,
+    *,
+    source: int = 0,
+    preset: Preset | None = None,
+    fields: Mapping[str, str] | None = None,
+    detect: bool = True,
+) -> Canonical:
+    """Apply a preset and field map to a reader's scalars: the canonical :class:`ParsedLog`.
+
+    Args:
+        scalars: a format reader's output.
+        source: the ``source`` index to stamp on the records.
+        preset: the preset to apply (None: detect one from the keys when ``detect``).
+        fields: a user's ``--field`` map (canonical name -> log key), layered over the preset.
+        detect: detect a preset when none is given.
+    """
+    frame = scalars.frame
+    if _has_dots(frame):
+        frame = frame.with_columns(pl.col("key").str.replace_all(".", "/", literal=True))
+    wides = [w.rename({c: normalise_key(c) for c in w.columns if c not in _WIDE_FIXED})
+             for w in scalars.wide]
+    keys = set(frame["key"].unique().to_list())
+    for wide in wides:
+        keys.update(c for c in wide.columns if c not in _WIDE_FIXED)
+    res = resolve_fields(sorted(keys), preset, fields, detect)
+    effective = res.preset
+    issues = ParseIssues()
+    issues.merge(scalars.issues)
+    notes = list(scalars.notes)
+    if res.missing:
+        notes.append("never in the log: " + "; ".join(res.missing))
+
+    step_keys = _step_keys(effective, fields)
+    frame = _apply_step_keys(frame, step_keys)
+    wides = [_apply_wide_step_keys(w, step_keys) for w in wides]
+    wanted = set(res.scalars.values()) | set(res.acc_pos) | set(res.loss_parts) | set(
+        res.eval_fields.values())
+    if res.eval_tau:
+        wanted.add(res.eval_tau)
+    if not frame["row"].is_sorted():
+        frame = frame.sort("row", maintain_order=True)
+    no_step = frame.filter(pl.col("step").is_null())
+    if no_step.height:
+        issues.without_step += no_step["row"].n_unique()
+        frame = frame.filter(pl.col("step").is_not_null())
+    for i, wide in enumerate(wides):
+        if wide["step"].null_count():
+            issues.without_step += wide["step"].null_count()
+            wides[i] = wide.filter(pl.col("step").is_not_null())
+    frame, wides = _segments(frame, wides)
+    key = pl.col("key")
+    aggs = [pl.col("time").min()] + [
+        pl.col("value").filter(key == name).last().alias(_PREFIX + name) for name in sorted(wanted)]
+    parts = [frame.group_by("_segment", "step").agg(aggs)]
+    parts += [w.select("_segment", "step", pl.col("time").cast(pl.Float64),
+                       *(pl.col(k).cast(pl.Float64).alias(_PREFIX + k)
+                         for k in sorted(wanted) if k in w.columns)) for w in wides]
+    records = (pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+    records = records.sort("_segment", "step")
+    if len(parts) > 1 and records.select(pl.struct("_segment", "step").is_duplicated().any()).item():
+        # a step written partly by each path (an eval record between two fast runs): one record
+        value_columns = [c for c in records.columns if c.startswith(_PREFIX)]
+        records = records.group_by("_segment", "step", maintain_order=True).agg(
+            pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
+    records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
+    metrics, events = _build(records, res, effective, source, scalars.meta)
+    log = ParsedLog(metrics=metrics, events=events, issues=issues,
+                    sources=[], fields=dict(fields or {}))
+    log.next_line_no = records.height + 1
+    return Canonical(log=log, resolution=res, format=scalars.format, notes=notes)
+
+
+def _has_dots(frame: pl.DataFrame) -> bool:
+    return bool(frame.height) and bool(frame.select(pl.col("key").str.contains(".", literal=True).any()).item())
+
+
+#: Columns of a wide piece that are not keys.
+_WIDE_FIXED = ("row", "step", "time")
+
+
+def _step_keys(preset: Preset | None, fields: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The keys holding the step: the map's, else the preset's (none: the format's own)."""
+    if fields and "step" in fields:
+        return (normalise_key(fields["step"]),)
+    return tuple(preset.step_keys) if preset is not None else ()
+
+
+def _apply_step_keys(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.DataFrame:
+    """Take each record's step from the step keys when present."""
+    if not step_keys:
+        return frame
+    ranked = pl.DataFrame({"key": list(step_keys), "_rank": list(range(len(step_keys)))},
+                          schema={"key": pl.String, "_rank": pl.Int64})
+    chosen = (frame.join(ranked, on="key", how="inner")
+              .sort("row", "_rank")
+              .group_by("row", maintain_order=True)
+              .agg(pl.col("value").first().alias("_step")))
+    if chosen.height == 0:
+        return frame
+    return (frame.join(chosen, on="row", how="left")
+            .with_columns(pl.coalesce(pl.col("_step").round(0).cast(pl.Int64, strict=False),
+                                      pl.col("step")).alias("step"))
+            .drop("_step"))
+
+
+def _apply_wide_step_keys(wide: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.DataFrame:
+    present = [k for k in step_keys if k in wide.columns]
+    if not present:
+        return wide
+    return wide.with_columns(pl.coalesce(
+        *(pl.col(k).round(0).cast(pl.Int64, strict=False) for k in present),
+        pl.col("step")).alias("step"))
+
+
+def _segments(frame: pl.DataFrame,
+              wides: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """Number the segments: a record whose step is below the previous record's starts one.
+
+    The records of the long frame and of the wide pieces interleave by ``row``; when steps
+    never go down (the usual case) everything is segment 0 without any join.
+    """
+    order = pl.concat([frame.select("row", "step"), *(w.select("row", "step") for w in wides)])
+    if wides:
+        order = order.sort("row")
+    if not order.select((pl.col("step") < pl.col("step").shift(1)).any()).item():
+        zero = pl.lit(0, pl.UInt32).alias("_segment")
+        return frame.with_columns(zero), [w.with_columns(zero) for w in wides]
+    # within a row the step is one, so rows in order tell the same as records would
+    marks = (order.with_columns(
+        (pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum()
+        .cast(pl.UInt32).alias("_segment"))
+        .unique("row", keep="first").select("row", "_segment"))
+    return (frame.join(marks, on="row", how="left"),
+            [w.join(marks, on="row", how="left") for w in wides])
+
+
+def _build(
+    records: pl.DataFrame, res: Resolution, preset: Preset | None, source: int,
+    meta: Mapping[str, Any],
+) -> tuple[pl.DataFrame, list[LogEvent]]:
+    """The metric frame (canonical columns) and the events of the merged records."""
+    cols = {c[len(_PREFIX):] for c in records.columns if c.startswith(_PREFIX)}
+
+    def col(key: str | None) -> pl.Expr:
+        if key is None or key not in cols:
+            return pl.lit(None, pl.Float64)
+        return pl.col(_PREFIX + key).cast(pl.Float64)
+
+    exprs: dict[str, pl.Expr] = {}
+    for name in METRIC_NUMBERS:
+        if name in ("step",):
+            continue
+        if name == "time" and "time" not in res.scalars:
+            exprs["time"] = pl.col("time")
+            continue
+        exprs[name] = col(res.scalars.get(name))
+    if "tau_train" in res.scalars and preset is not None and preset.tau_train_offset:
+        exprs["tau_train"] = exprs["tau_train"] + preset.tau_train_offset
+    present_pos = [k for k in res.acc_pos if k in cols]
+    if present_pos:
+        any_pos = pl.any_horizontal(*(col(k).is_not_null() for k in present_pos))
+        exprs["acc_pos"] = pl.when(any_pos).then(pl.concat_list(*(col(k) for k in present_pos)))
+        if preset is not None and preset.acc_from_positions and "acc" not in res.scalars:
+            exprs["acc"] = pl.when(any_pos).then(pl.mean_horizontal(*(col(k) for k in present_pos)))
+    else:
+        exprs["acc_pos"] = pl.lit(None, pl.List(pl.Float64))
+    exprs["accept_pos"] = pl.lit(None, pl.List(pl.Float64))
+    parts = [k for k in res.loss_parts if k in cols]
+    if parts and preset is not None and preset.loss_from_positions:
+        decay = preset.loss_from_positions[1]
+        exprs["loss"] = pl.when(pl.any_horizontal(*(col(k).is_not_null() for k in parts))).then(
+            pl.sum_horizontal(*(col(k) * decay**i for i, k in enumerate(parts))))
+    metric_names = [n for n in exprs if n not in ("time",)]
+    block_size = _block_size(preset, meta, len(present_pos))
+    total_steps = _as_step(meta.get("max_steps"))
+    header_needed = block_size is not None or bool(total_steps and total_steps > 0)
+    built = records.select(
+        pl.lit(source, pl.Int32).alias("source"), pl.col("seq"),
+        pl.lit(0 if header_needed else -1, pl.Int32).alias("run"),
+        pl.lit(None, pl.String).alias("script"),
+        pl.col("step").cast(pl.Int64),
+        *(exprs[n].alias(n) for n in (m for m in METRIC_NUMBERS if m != "step")),
+        *(exprs[n].alias(n) for n in METRIC_LISTS),
+    )
+    is_metric = pl.any_horizontal(*(pl.col(n).is_not_null() for n in metric_names
+                                    if n not in ("epoch",)))
+    metrics = built.filter(is_metric)
+    events: list[LogEvent] = []
+    if header_needed:
+        header: dict[str, Any] = {"script": None, "block_size": block_size}
+        if total_steps and total_steps > 0:
+            # the run's length (HF's max_steps): the schedule position says how far it is
+            header["schedule"] = {"total_steps": total_steps}
+        if preset is not None:
+            header["preset"] = preset.name
+        events.append(LogEvent(kind="run_start", source=source, seq=0, step=None, fields=header))
+    events += _eval_events(records, res, preset, source)
+    return metrics, events
+
+
+def _block_size(preset: Preset | None, meta: Mapping[str, Any], n_positions: int) -> int | None:
+    for key in ("block_size",):
+        value = _as_step(meta.get(key))
+        if value is not None and value >= 2:
+            return value
+    ttt = _as_step(meta.get("ttt_length"))
+    if ttt is not None and ttt >= 1:
+        return ttt + 1
+    if n_positions >= 1:
+        return n_positions + 1
+    if preset is not None and preset.block_size:
+        return preset.block_size
+    return None
+
+
+def _eval_events(records: pl.DataFrame, res: Resolution, preset: Preset | None,
+                 source: int) -> list[LogEvent]:
+    keys = {name: _PREFIX + key for name, key in res.eval_fields.items()
+            if _PREFIX + key in records.columns}
+    tau_key = _PREFIX + res.eval_tau if res.eval_tau and _PREFIX + res.eval_tau in records.columns else None
+    if not keys and tau_key is None:
+        return []
+    selected = [pl.col("seq"), pl.col("step")]
+    if tau_key is not None:
+        selected.append(pl.col(tau_key).alias("_tau"))
+    selected += [pl.col(key).alias(name) for name, key in keys.items()]
+    present = [pl.col(c).is_not_null() for c in (["_tau"] if tau_key else []) + list(keys)]
+    rows = records.select(selected).filter(pl.any_horizontal(*present))
+    offset = preset.eval_tau_offset if preset is not None else 0.0
+    events = []
+    for row in rows.iter_rows(named=True):
+        fields: dict[str, Any] = {k: row[k] for k in keys if row[k] is not None}
+        tau = row.get("_tau")
+        if tau is not None:
+            fields["tau"] = tau + offset
+            fields["tau_basis"] = f"{res.eval_tau}" + (f" + {offset:g}" if offset else "")
+        events.append(LogEvent(kind="eval", source=source, seq=int(row["seq"]),
+                               step=int(row["step"]), fields=fields))
+    return events

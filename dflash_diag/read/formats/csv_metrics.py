@@ -1,0 +1,84 @@
+"""CSV metrics, as PyTorch Lightning's ``CSVLogger`` writes them (``version_N/metrics.csv``).
+
+One header line naming every metric ever logged, then one line per logging call; a call fills
+only its own columns (train and validation metrics land on different, sparse lines). ``step``
+is the step column (Lightning writes it); ``epoch`` is a metric like the others. Given a
+``lightning_logs/`` folder, the highest ``version_N`` is read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from dflash_diag.errors import DiagError
+from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
+from dflash_diag.read.records import ParseIssues
+
+FORMAT = "CSV metrics"
+FILENAME = "metrics.csv"
+#: Step columns, first present wins.
+STEP_COLUMNS = ("step", "global_step", "_step", "iteration", "iter")
+
+
+def looks_like_metrics_csv(head: bytes) -> bool:
+    """Whether the first line is a CSV header with a step column."""
+    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace")
+    names = [n.strip().strip('"') for n in first.split(",")]
+    return len(names) >= 2 and any(n in STEP_COLUMNS for n in names)
+
+
+def find_metrics_csv(folder: Path) -> Path | None:
+    """``metrics.csv`` of a version folder, or of the newest ``version_N`` below ``folder``."""
+    direct = folder / FILENAME
+    if direct.is_file():
+        return direct
+    versions = []
+    for child in folder.rglob(FILENAME):
+        match = re.search(r"version_(\d+)", str(child.parent))
+        versions.append((int(match.group(1)) if match else -1, child.stat().st_mtime, child))
+    return max(versions)[2] if versions else None
+
+
+def read_metrics_csv(path: str | Path) -> Scalars:
+    """Read a ``metrics.csv`` (or the newest one below a folder) into scalars.
+
+    Raises:
+        DiagError: no file, not CSV, or no step column.
+    """
+    path = Path(path)
+    notes = []
+    if path.is_dir():
+        found = find_metrics_csv(path)
+        if found is None:
+            raise DiagError(f"{path}: no metrics.csv in it")
+        if found.parent != path:
+            notes.append(f"read {found}")
+        path = found
+    try:
+        # Every column as text: sparse lines and values such as "nan" must not upset the
+        # type inference; numbers are converted below, anything else becomes null.
+        frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
+    step_column = next((c for c in STEP_COLUMNS if c in frame.columns), None)
+    if step_column is None:
+        raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
+    issues = ParseIssues(lines=frame.height)
+    numbers = frame.with_row_index("row").select(
+        pl.col("row").cast(pl.Int64),
+        pl.col(step_column).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).alias("step"),
+        *(pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c)
+          for c in frame.columns if c != step_column),
+    )
+    value_columns = [c for c in numbers.columns if c not in ("row", "step")]
+    if not value_columns:
+        return Scalars(frame=pl.DataFrame(schema=SCALAR_SCHEMA), format=FORMAT, issues=issues)
+    long = (numbers.unpivot(index=["row", "step"], on=value_columns, variable_name="key",
+                            value_name="value")
+            .filter(pl.col("value").is_not_null())
+            .with_columns(pl.lit(None, pl.Float64).alias("time"))
+            .select(list(SCALAR_SCHEMA)))
+    return Scalars(frame=long.cast(SCALAR_SCHEMA), format=FORMAT, issues=issues, notes=notes)

@@ -1,0 +1,221 @@
+"""MLflow's local stores: the file store (``mlruns/``) and the SQLite store (``mlflow.db``).
+
+File store: ``mlruns/<experiment id>/<run id>/`` holds ``meta.yaml`` (``start_time`` in ms,
+``lifecycle_stage``...), ``params/<name>`` (the value as text) and ``metrics/<key>``: one line
+per logged value, ``<timestamp ms> <value> <step>`` (files of very old versions lack the step:
+MLflow reads those as step 0). A "/" in a key makes sub-folders (``metrics/train/loss``).
+Deleted runs move to ``.trash``.
+
+SQLite store (the default tracking URI since MLflow 3.7 is ``sqlite:///mlflow.db``): table
+``runs`` (``run_uuid``, ``name``, ``start_time``, ``lifecycle_stage``), table ``metrics``
+(``key``, ``value``, ``timestamp``, ``step``, ``is_nan``: NaN is stored as 0 with ``is_nan``
+set) and table ``params`` (``key``, ``value``). Read with the standard library's ``sqlite3``.
+
+A store usually holds many runs: the most recently started active run is read, and a note says
+which (a run's own folder reads that run).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from dflash_diag.errors import DiagError
+from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
+from dflash_diag.read.records import ParseIssues
+
+FORMAT_FILES = "MLflow file store"
+FORMAT_SQLITE = "MLflow SQLite store"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Params that carry run facts the diagnostics use.
+_META_PARAMS = ("block_size", "ttt_length", "max_steps")
+
+
+@dataclass(frozen=True)
+class _Run:
+    path: Path
+    start_time: int
+    name: str
+
+
+def _meta(run: Path) -> tuple[int, str, str]:
+    """``(start_time, run name, lifecycle stage)`` from a run's ``meta.yaml`` (simple key: value)."""
+    try:
+        text = (run / "meta.yaml").read_text(errors="replace")
+    except OSError:
+        return 0, run.name, "active"
+    fields = dict(re.findall(r"(?m)^(\w+):\s*'?([^'\n]*)'?\s*$", text))
+    start = fields.get("start_time", "0")
+    return (int(start) if start.isdigit() else 0, fields.get("run_name", run.name),
+            fields.get("lifecycle_stage", "active"))
+
+
+def is_run_folder(path: Path) -> bool:
+    """A run's own folder: it has ``metrics/`` and ``meta.yaml``."""
+    return (path / "metrics").is_dir() and (path / "meta.yaml").is_file()
+
+
+def looks_like_file_store(path: Path) -> bool:
+    """A store, an experiment or a run folder of the MLflow file store."""
+    if is_run_folder(path):
+        return True
+    return any(is_run_folder(run) for run in _candidate_runs(path, limit=50))
+
+
+def _candidate_runs(path: Path, limit: int | None = None):
+    count = 0
+    for child in sorted(path.iterdir()) if path.is_dir() else ():
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if is_run_folder(child):
+            yield child
+            count += 1
+        else:
+            for grandchild in sorted(child.iterdir()):
+                if grandchild.is_dir() and is_run_folder(grandchild):
+                    yield grandchild
+                    count += 1
+        if limit is not None and count >= limit:
+            return
+
+
+def read_file_store(path: str | Path) -> Scalars:
+    """Read a run of the MLflow file store (the latest active one below ``path``).
+
+    Raises:
+        DiagError: no run below ``path``, or an unreadable metric file.
+    """
+    path = Path(path)
+    notes = []
+    if is_run_folder(path):
+        run = path
+    else:
+        runs = []
+        for candidate in _candidate_runs(path):
+            start, name, stage = _meta(candidate)
+            if stage == "active":
+                runs.append(_Run(candidate, start, name))
+        if not runs:
+            raise DiagError(f"{path}: no MLflow run in it (mlruns/<experiment>/<run>/metrics)")
+        latest = max(runs, key=lambda r: (r.start_time, str(r.path)))
+        run = latest.path
+        if len(runs) > 1:
+            notes.append(f"latest of {len(runs)} MLflow runs: {latest.name} ({run.name})")
+    metrics_dir = run / "metrics"
+    pieces = []
+    issues = ParseIssues()
+    for file in sorted(p for p in metrics_dir.rglob("*") if p.is_file()):
+        key = file.relative_to(metrics_dir).as_posix()
+        pieces.append(_read_metric_file(file, key, issues))
+    frame = pl.concat(pieces) if pieces else pl.DataFrame(
+        schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String, "value": pl.Float64})
+    meta = _params(run / "params")
+    return Scalars(frame=_ordered(frame), format=FORMAT_FILES, issues=issues, meta=meta, notes=notes)
+
+
+def _read_metric_file(file: Path, key: str, issues: ParseIssues) -> pl.DataFrame:
+    try:
+        text = file.read_bytes()
+    except OSError as exc:
+        raise DiagError(f"cannot read {file}: {exc}") from None
+    lines = text.decode("utf-8", "replace").splitlines()
+    timestamps, values, steps = [], [], []
+    for line in lines:
+        parts = line.split()
+        if not parts:
+            continue
+        issues.lines += 1
+        try:
+            timestamp = int(parts[0])
+            value = float(parts[1])
+            step = int(parts[2]) if len(parts) > 2 else 0
+        except (ValueError, IndexError):
+            issues.malformed += 1
+            continue
+        timestamps.append(timestamp)
+        values.append(value)
+        steps.append(step)
+    return pl.DataFrame({"timestamp": timestamps, "step": steps, "key": [key] * len(values),
+                         "value": values},
+                        schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String,
+                                "value": pl.Float64})
+
+
+def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows in logging order (timestamp, then step): one row per logged value."""
+    frame = frame.sort("timestamp", "step", "key", maintain_order=True)
+    return frame.select(
+        pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"), "step", "key", "value",
+        (pl.col("timestamp") / 1000.0).alias("time"),
+    ).cast(SCALAR_SCHEMA)
+
+
+def _params(folder: Path) -> dict[str, str]:
+    meta = {}
+    for name in _META_PARAMS:
+        try:
+            meta[name] = (folder / name).read_text().strip()
+        except OSError:
+            continue
+    return meta
+
+
+def looks_like_sqlite(head: bytes) -> bool:
+    """Whether a file starts with the SQLite header."""
+    return head.startswith(SQLITE_MAGIC)
+
+
+def read_sqlite_store(path: str | Path) -> Scalars:
+    """Read the latest active run of an ``mlflow.db``.
+
+    Raises:
+        DiagError: not an MLflow database, or no run in it.
+    """
+    name = str(path)
+    name = name.removeprefix("sqlite:///")
+    try:
+        connection = sqlite3.connect(f"file:{name}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise DiagError(f"cannot open {name}: {exc}") from None
+    try:
+        with connection:
+            tables = {row[0] for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"runs", "metrics"} <= tables:
+                raise DiagError(f"{name}: an SQLite file, but not an MLflow store (no runs/metrics tables)")
+            runs = connection.execute(
+                "SELECT run_uuid, name, start_time FROM runs WHERE lifecycle_stage = 'active' "
+                "ORDER BY start_time DESC, run_uuid").fetchall()
+            if not runs:
+                raise DiagError(f"{name}: no active MLflow run in it")
+            run_uuid, run_name, _ = runs[0]
+            notes = [f"latest of {len(runs)} MLflow runs: {run_name} ({run_uuid})"] if len(runs) > 1 else []
+            keys, values, timestamps, steps = [], [], [], []
+            cursor = connection.execute(
+                "SELECT key, value, is_nan, timestamp, step FROM metrics WHERE run_uuid = ? "
+                "ORDER BY timestamp, step, key", (run_uuid,))
+            while batch := cursor.fetchmany(65536):
+                for key, value, is_nan, timestamp, step in batch:
+                    keys.append(key)
+                    values.append(float("nan") if is_nan else value)
+                    timestamps.append(timestamp)
+                    steps.append(step)
+            meta = {}
+            if "params" in tables:
+                for key, value in connection.execute(
+                        "SELECT key, value FROM params WHERE run_uuid = ?", (run_uuid,)):
+                    if key in _META_PARAMS:
+                        meta[key] = value
+    except sqlite3.Error as exc:
+        raise DiagError(f"{name}: cannot read the MLflow store ({exc})") from None
+    finally:
+        connection.close()
+    frame = pl.DataFrame({"timestamp": timestamps, "step": steps, "key": keys, "value": values},
+                         schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String,
+                                 "value": pl.Float64})
+    issues = ParseIssues(lines=frame.height)
+    return Scalars(frame=_ordered(frame), format=FORMAT_SQLITE, issues=issues, meta=meta, notes=notes)

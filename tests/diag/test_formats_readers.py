@@ -1,0 +1,373 @@
+"""Each format reader on its fixture (written by the real writer where it installs) and on
+malformed input (one-line DiagError, never a traceback)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import struct
+import zlib
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from dflash_diag.errors import DiagError
+from dflash_diag.read.formats import detect, tensorboard
+from dflash_diag.read.formats.console import read_console
+from dflash_diag.read.formats.csv_metrics import read_metrics_csv
+from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
+from dflash_diag.read.formats.mlflow_store import read_file_store, read_sqlite_store
+from dflash_diag.read.formats.tensorboard import masked_crc32c, read_tensorboard
+from dflash_diag.read.formats.trainer_state import read_trainer_state
+from dflash_diag.read.formats.wandb_offline import read_wandb
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+
+
+def one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+# --------------------------------------------------------------------------------------------
+# TensorBoard
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _framed(event: bytes) -> bytes:
+    header = struct.pack("<Q", len(event))
+    return (header + struct.pack("<I", masked_crc32c(header)) + event
+            + struct.pack("<I", masked_crc32c(event)))
+
+
+def _scalar_event(step: int, tag: str, value: float, wall: float = 1.7e9) -> bytes:
+    """An Event as SummaryWriter.add_scalar writes it (simple_value)."""
+    raw = tag.encode()
+    item = b"\x0a" + _varint(len(raw)) + raw + b"\x15" + struct.pack("<f", value)
+    summary = b"\x0a" + _varint(len(item)) + item
+    return _framed(b"\x09" + struct.pack("<d", wall + step) + b"\x10" + _varint(step)
+                   + b"\x2a" + _varint(len(summary)) + summary)
+
+
+def _tensor_event(step: int, tag: str, value: float) -> bytes:
+    """An Event as TF2 / tensorboard's own writers write a scalar (a DT_FLOAT TensorProto)."""
+    raw = tag.encode()
+    tensor = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04" + struct.pack("<f", value)
+    item = b"\x0a" + _varint(len(raw)) + raw + b"\x42" + _varint(len(tensor)) + tensor
+    summary = b"\x0a" + _varint(len(item)) + item
+    return _framed(b"\x10" + _varint(step) + b"\x2a" + _varint(len(summary)) + summary)
+
+
+VERSION = _framed(b"\x09" + struct.pack("<d", 1.7e9) + b"\x1a\x0dbrain.Event:2")
+
+
+def test_tensorboard_fixture_written_by_summarywriter():
+    frame = read_tensorboard(FIXTURES / "specforge_dflash" / "runs").long_frame()
+    keys = set(frame["key"].unique())
+    assert {"train/loss", "train/accuracy", "train/lr", "eval/loss", "eval/accuracy"} <= keys
+    loss = frame.filter(pl.col("key") == "train/loss")
+    assert loss["step"].to_list() == list(range(4, 321, 4))
+
+
+def test_tensorboard_against_tensorboards_own_reader(tmp_path):
+    """When tensorboard installs, a run written by SummaryWriter reads the same as its reader."""
+    pytest.importorskip("tensorboard")
+    torch_tb = pytest.importorskip("torch.utils.tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    writer = torch_tb.SummaryWriter(log_dir=str(tmp_path))
+    for step in range(300):
+        writer.add_scalar("train/loss", 1.0 / (step + 1), step)
+        writer.add_scalar("train/accuracy", step / 300, step)
+        if step % 50 == 0:
+            writer.add_scalar("eval/accuracy", 0.5, step)
+    writer.close()
+    ours = read_tensorboard(tmp_path).long_frame()
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    for tag in accumulator.Tags()["scalars"]:
+        theirs = [(e.step, e.value) for e in accumulator.Scalars(tag)]
+        mine = ours.filter(pl.col("key") == tag).select("step", "value").rows()
+        assert [s for s, _ in mine] == [s for s, _ in theirs]
+        assert [v for _, v in mine] == pytest.approx([v for _, v in theirs])
+
+
+def test_tensorboard_fast_path_equals_record_by_record(tmp_path, monkeypatch):
+    events = [VERSION]
+    for step in range(1, 400):  # varint length changes at 128: two fast runs and a break
+        events += [_scalar_event(step, "train/loss", 1.0 / step),
+                   _scalar_event(step, "train/acc_0", step / 400),
+                   _scalar_event(step, "train/acc_1", step / 800)]
+        if step % 37 == 0:
+            events.append(_scalar_event(step, "eval/accuracy", 0.25))
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"".join(events))
+    from dflash_diag.read.formats.canonical import to_parsed_log
+
+    fast = read_tensorboard(tmp_path)
+    assert fast.wide  # the fast path did decode runs
+    fast_log = to_parsed_log(fast).log
+    monkeypatch.setattr(tensorboard, "_fast_run", lambda *args: (-1, 1))
+    slow = read_tensorboard(tmp_path)
+    assert fast.long_frame().drop("time").equals(slow.long_frame().drop("time"))
+    assert fast_log.metrics.equals(to_parsed_log(slow).log.metrics)
+    assert fast.long_frame().height == 399 * 3 + 10
+
+
+def test_tensorboard_tensor_scalars_and_torn_tail(tmp_path):
+    data = VERSION + _tensor_event(5, "loss", 0.5) + _tensor_event(6, "loss", 0.25)
+    torn = _scalar_event(7, "loss", 0.125)
+    (tmp_path / "events.out.tfevents.2.host").write_bytes(data + torn[:-6])
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.long_frame().select("step", "value").rows() == [(5, 0.5), (6, 0.25)]
+    assert scalars.issues.torn_tail == [0]
+
+
+def test_tensorboard_corrupt_length_stops_and_counts(tmp_path):
+    good = _scalar_event(1, "loss", 1.0)
+    bad = bytearray(_scalar_event(2, "loss", 2.0))
+    bad[0] ^= 0x40  # the length no longer matches its CRC
+    (tmp_path / "events.out.tfevents.3.host").write_bytes(VERSION + good + bytes(bad) + good)
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.long_frame()["value"].to_list() == [1.0]
+    assert scalars.issues.malformed == 1
+
+
+def test_tensorboard_not_an_event_file(tmp_path):
+    path = tmp_path / "events.out.tfevents.4.host"
+    path.write_bytes(b"hello, this is not a TFRecord file at all\n")
+    with pytest.raises(DiagError) as exc:
+        read_tensorboard(path)
+    assert "not a TensorBoard event file" in one_line(exc)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DiagError) as exc:
+        read_tensorboard(tmp_path / "empty")
+    assert "no TensorBoard event files" in one_line(exc)
+
+
+# --------------------------------------------------------------------------------------------
+# HF trainer_state.json
+
+
+def test_trainer_state_latest_checkpoint_wins():
+    scalars = read_trainer_state(FIXTURES / "hf_trainer")
+    assert any("checkpoint-260" in note for note in scalars.notes)
+    assert scalars.frame["step"].max() == 260
+    keys = set(scalars.frame["key"].unique())
+    assert {"loss", "learning_rate", "grad_norm", "mean_token_accuracy", "eval_loss"} <= keys
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"{not json", "not valid JSON"),
+    (b'{"global_step": 3}', "no log_history"),
+])
+def test_trainer_state_malformed(tmp_path, content, message):
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(content)
+    with pytest.raises(DiagError) as exc:
+        read_trainer_state(path)
+    assert message in one_line(exc)
+
+
+# --------------------------------------------------------------------------------------------
+# CSV, MLflow, W&B, console, JSONL rows
+
+
+def test_lightning_csv_newest_version_and_sparse_lines():
+    scalars = read_metrics_csv(FIXTURES / "lightning")
+    assert "version_1" in scalars.notes[0]
+    val = scalars.frame.filter(pl.col("key") == "val_loss")
+    assert val["step"].to_list() == [80, 160, 240, 320]
+
+
+def test_csv_without_step_column(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(DiagError) as exc:
+        read_metrics_csv(path)
+    assert "no step column" in one_line(exc)
+
+
+def test_mlflow_file_store_reads_latest_run_with_nested_keys(tmp_path):
+    scalars = read_file_store(FIXTURES / "specforge_eagle3" / "mlruns")
+    assert "train/acc_6" in set(scalars.frame["key"].unique())
+    assert scalars.meta["ttt_length"] == "7"
+    # a malformed line is counted, not fatal
+    run = tmp_path / "0" / "r1"
+    (run / "metrics").mkdir(parents=True)
+    (run / "meta.yaml").write_text("start_time: 5\nlifecycle_stage: active\n")
+    (run / "metrics" / "loss").write_text("1000 0.5 1\ngarbage\n2000 0.25 2\n")
+    scalars = read_file_store(tmp_path)
+    assert scalars.frame["value"].to_list() == [0.5, 0.25]
+    assert scalars.issues.malformed == 1
+
+
+def test_mlflow_sqlite_latest_active_run_and_nan(tmp_path):
+    scalars = read_sqlite_store(FIXTURES / "specforge_dflash_mlflow" / "mlflow.db")
+    assert "dflash-1" in scalars.notes[0]
+    assert scalars.frame["step"].min() == 4  # the older run's step 1 is not mixed in
+    assert scalars.meta["block_size"] == "16"
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).executescript("CREATE TABLE t (x INT);").close()
+    with pytest.raises(DiagError) as exc:
+        read_sqlite_store(other)
+    assert "not an MLflow store" in one_line(exc)
+
+
+def test_wandb_offline_records_across_blocks():
+    scalars = read_wandb(FIXTURES / "speculators" / "wandb")
+    frame = scalars.frame
+    assert frame["row"].n_unique() == 80
+    assert scalars.meta["block_size"] == 8
+    assert frame.filter(pl.col("key") == "train/full_acc")["step"].to_list() == list(range(0, 320, 4))
+    # the fixture is larger than one 32 KiB block: records were cut and joined again
+    size = next((FIXTURES / "speculators" / "wandb").rglob("*.wandb")).stat().st_size
+    assert size > 32768 and scalars.issues.malformed == 0
+
+
+def test_wandb_bad_checksum_stops_the_read(tmp_path):
+    data = bytearray(next((FIXTURES / "speculators" / "wandb").rglob("*.wandb")).read_bytes())
+    data[7 + 7 + 40] ^= 0xFF  # inside the first record's payload
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(bytes(data))
+    scalars = read_wandb(path)
+    assert scalars.issues.malformed == 1 and scalars.frame.height == 0
+    path.write_bytes(b":W&Bxx" + bytes(20))
+    with pytest.raises(DiagError) as exc:
+        read_wandb(path)
+    assert "not a W&B datastore" in one_line(exc)
+
+
+def test_console_lines(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text(
+        "loading...\n"
+        "Train - Step 10 [10/100?], Loss: 2.5000, Acc: 0.1000\n"
+        "\x1b[32mEval - Step 10 [10/100?], Loss: 2.6, Acc: 0.09\x1b[0m\n"
+        "step 20: {'train/loss': 2.0, 'train/accuracy': 0.2, 'note': 'x'}\n"
+        "epoch 1 step=30 loss=1.5 acc=0.3\r"
+        "step=40 loss=nan\n"
+        "[2026] Step 50 something without numbers\n")
+    rows = read_console(path).frame.group_by("step").agg(pl.col("key").sort()).sort("step").rows()
+    assert rows == [(10, ["eval/acc", "eval/loss", "train/acc", "train/loss"]),
+                    (20, ["train/accuracy", "train/loss"]), (30, ["acc", "loss"]), (40, ["loss"])]
+
+
+def test_jsonl_rows_flatten_nested_and_count_bad_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1, "train": {"full_acc": 0.5, "pos": {"k": 1}}}\n'
+                    "not json\n"
+                    '{"step": 2, "train.full_acc": 0.6}\n'
+                    '{"step": 3, "tra')
+    scalars = read_jsonl_rows(path)
+    assert scalars.frame.select("step", "key").rows() == [
+        (1, "step"), (1, "train/full_acc"), (1, "train/pos/k"), (2, "step"), (2, "train.full_acc")]
+    assert scalars.issues.malformed == 1 and scalars.issues.torn_tail == [0]
+    with pytest.raises(DiagError) as exc:
+        read_jsonl_rows(path, strict=True)
+    assert "malformed line 2" in one_line(exc)
+
+
+# --------------------------------------------------------------------------------------------
+# detection
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("specforge_dflash/runs", "tensorboard"),
+    ("specforge_dflash", "tensorboard"),
+    ("hf_trainer", "hf-trainer-state"),
+    ("hf_trainer/checkpoint-260/trainer_state.json", "hf-trainer-state"),
+    ("specforge_eagle3/mlruns", "mlflow"),
+    ("specforge_dflash_mlflow/mlflow.db", "mlflow-sqlite"),
+    ("specforge_dflash_mlflow", "mlflow-sqlite"),
+    ("speculators/wandb", "wandb"),
+    ("lightning", "csv"),
+    ("specforge_console/train.log", "console"),
+    ("speculators_jsonl/metrics.jsonl", "jsonl"),
+])
+def test_detect_by_content(path, expected):
+    assert detect.detect_format(FIXTURES / path) == expected
+
+
+def test_detection_ignores_the_extension(tmp_path):
+    copy = tmp_path / "metrics.txt"
+    copy.write_bytes(next((FIXTURES / "torchspec").rglob("events*")).read_bytes())
+    assert detect.detect_format(copy) == "tensorboard"
+    state = tmp_path / "state.log"
+    state.write_text(json.dumps({"log_history": [{"step": 1, "loss": 2.0}], "global_step": 1}))
+    assert detect.detect_format(state) == "hf-trainer-state"
+
+
+def test_unknown_content_and_format(tmp_path):
+    path = tmp_path / "blob.bin"
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(DiagError) as exc:
+        detect.detect_format(path)
+    assert "supported: jsonl, tensorboard" in one_line(exc) and "--input-format" in str(exc.value)
+    with pytest.raises(DiagError) as exc:
+        detect.check_format("parquet")
+    assert "unknown input format 'parquet'" in one_line(exc)
+
+
+def test_reader_errors_stay_one_line(tmp_path):
+    """Garbage read as each format is a DiagError or an empty read, never another exception."""
+    path = tmp_path / "garbage"
+    path.write_bytes(zlib.compress(b"x" * 1000) * 3)
+    for name in detect.FORMATS:
+        try:
+            detect.read_scalars(path, name)
+        except DiagError as exc:
+            assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("name", sorted(detect.FORMATS))
+def test_random_bytes_never_escape_as_another_exception(tmp_path, name):
+    """Seeded garbage of many shapes, read as each format: a result or a one-line DiagError."""
+    import random
+
+    rng = random.Random(sum(map(ord, name)))
+    fixture_bytes = [p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()
+                     and p.suffix != ".py" and p.stat().st_size < 200_000]
+    for trial in range(40):
+        if trial % 2 and fixture_bytes:
+            data = bytearray(rng.choice(fixture_bytes))  # a real file, damaged
+            for _ in range(rng.randint(1, 20)):
+                if data:
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+            data = bytes(data[:rng.randint(0, len(data))])
+        else:
+            data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 3000)))
+        path = tmp_path / f"input{trial}"
+        path.write_bytes(data)
+        try:
+            detect.read_scalars(path, name)
+        except DiagError as exc:
+            assert "\n" not in str(exc)
+
+
+def test_tensorboard_resumed_run_in_a_second_file_is_a_restart(tmp_path):
+    """A resumed run writes a new event file whose steps go back: one restart, orphans purged."""
+    from dflash_diag.analysis.restarts import resolve_restarts
+    from dflash_diag.read.formats.canonical import to_parsed_log
+
+    def run(steps) -> bytes:
+        return VERSION + b"".join(_scalar_event(s, "train/loss", 1.0 / s)
+                                  + _scalar_event(s, "train/accuracy", s / 1000) for s in steps)
+
+    (tmp_path / "events.out.tfevents.100.host").write_bytes(run(range(1, 301)))
+    (tmp_path / "events.out.tfevents.200.host").write_bytes(run(range(201, 401)))
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.notes == ["2 event files read in order"]
+    log = to_parsed_log(scalars).log
+    frame, restarts = resolve_restarts(log.metrics)
+    assert [(r.step, r.previous_step) for r in restarts] == [(201, 300)]
+    assert frame["step"].to_list() == list(range(1, 401))

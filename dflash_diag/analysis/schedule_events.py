@@ -199,5 +199,8 @@ def schedule_events_of(log: Any, keep_all: bool = False) -> list[ScheduleEvent]:
         return []
     from dflash_diag.analysis.restarts import resolve_restarts
 
-    frame, _ = resolve_restarts(log.metrics, keep_all=keep_all)
+    # Only the step and lr series are needed: resolving the restarts of those columns alone
+    # moves far less data than the whole frame (the same rows survive either way).
+    columns = [c for c in ("source", "seq", "step", "lr") if c in log.metrics.columns]
+    frame, _ = resolve_restarts(log.metrics.select(columns), keep_all=keep_all)
     return detect_schedule_events(headers, frame["step"], frame["lr"])

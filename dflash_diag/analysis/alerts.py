@@ -62,12 +62,18 @@ def loss_spikes(
         if v is None:
             continue
         before = [u for u in finite[max(0, i - neighbours) : i] if u is not None]
-        after = [u for u in finite[i + 1 : i + 1 + neighbours] if u is not None]
-        around = before + after
-        if len(around) < 2 or not before:
+        if not before:
             continue  # the oldest window of a falling curve is above the later ones: no spike
-        if v <= before[-1] or (after and v <= after[0]):
+        if v <= before[-1]:
             continue  # not a local peak: a steep fall (early training) is not a spike
+        # Only local peaks get this far (about half the windows of a noisy curve), so most
+        # windows of a long log skip the neighbour lists and medians below.
+        after = [u for u in finite[i + 1 : i + 1 + neighbours] if u is not None]
+        if after and v <= after[0]:
+            continue
+        around = before + after
+        if len(around) < 2:
+            continue
         median = statistics.median(around)
         mad = statistics.median(abs(u - median) for u in around)
         scale = max(1.4826 * mad, rel_floor * abs(median))

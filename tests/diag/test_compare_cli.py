@@ -265,3 +265,30 @@ def test_a_wrapped_boundary_explanation_keeps_its_indent(tmp_path):
         explanation.append(line)
     assert len(explanation) >= 2, out  # it did wrap, and every wrapped line is indented
     assert "not a change in the model" in " ".join(explanation), out
+
+
+def test_from_and_to_step_select_the_compared_records(tmp_path):
+    """--from-step/--to-step (shared with converge and watch) keep one log's regimes within the
+    range, and both runs' records; bad bounds are one-line usage errors."""
+    story = str(write_story(tmp_path / "story.jsonl"))
+    full = run_json(story)
+    assert len(full["boundaries"]) == 1
+    late = run_json(story, "--from-step", "15050", "--to-step", "15149")
+    assert [(r["name"], r["start_step"], r["end_step"], r["n"]) for r in late["regimes"]] == [
+        ("pipeline", 15050, 15149, 100)]
+    assert late["boundaries"] == []
+    early = run_json(story, "--to-step", "14899")
+    assert [(r["start_step"], r["end_step"]) for r in early["regimes"]] == [(14800, 14899)]
+    a = write_run(tmp_path / "a.jsonl", 1000, 400)
+    b = write_run(tmp_path / "b.jsonl", 1000, 400)
+    windows = run_json(str(a), str(b), "--from-step", "101", "--to-step", "250")["alignment"]["windows"]
+    assert windows[0]["start"] == 101 and windows[-1]["end"] == 251, windows  # end exclusive
+    assert sum(w["n_a"] for w in windows) == sum(w["n_b"] for w in windows) == 150
+    for args, message in (
+        (["--from-step", "15100", "--to-step", "15000"], "--from-step 15100 is after --to-step 15000"),
+        (["--from-step", "99999"], "no records in steps 99999-"),
+        (["--to-step", str(2**60)], "--to-step must be between"),
+    ):
+        result = runner.invoke(app, ["compare", story, *args])
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

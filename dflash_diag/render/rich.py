@@ -28,7 +28,7 @@ from dflash_diag.render.compare_rows import (
     short_count,
 )
 from dflash_diag.render.converge_rows import DEFAULT_ROWS, shown_rows, summary_lines, window_table
-from dflash_diag.render.fit import dropped_note, fit_columns
+from dflash_diag.render.fit import dropped_note, fit_columns, wrap
 from dflash_diag.render.safe_text import visible
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
@@ -67,8 +67,15 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    for label, text in summary_lines(report):
-        value = Text(text)
+    lines = summary_lines(report)
+    # Wrapped here, not by rich: rich breaks at any space (inside "p = 0.0242" too) and starts a
+    # continuation at the cell's edge; fit.wrap keeps such units whole and indents continuations
+    # two columns in, as the plain text does (under the estimator names of the acceptance list).
+    # The panel's border and padding take 4 columns, the grid's gap 2.
+    label_width = max((len(label) for label, _ in lines), default=0)
+    value_width = max(20, console.width - 4 - label_width - 2)
+    for label, text in lines:
+        value = Text("\n".join(wrap(text, value_width)), no_wrap=True, overflow="fold")
         if label == "verdict":
             value.stylize(_STATUS_STYLE.get(report.verdict.status, "bold"), 0, len(report.verdict.status))
         if label == "WARNING":

@@ -11,7 +11,6 @@ import enum
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import (
@@ -107,7 +106,7 @@ def compare(
         from dflash_diag.read.ranks import rank_skew
         from dflash_diag.render.json import compare_json, dump_json
         from dflash_diag.render.markdown import render_compare_markdown
-        from dflash_diag.render.rich import render_compare_rich
+        from dflash_diag.render.rich import render_compare_plain, render_compare_rich
 
         check_numbers({
             "--k": k, "--from-step": from_step, "--to-step": to_step, "--window": window, "--threshold": threshold, "--loss-threshold": loss_threshold,
@@ -162,6 +161,7 @@ def compare(
         console = make_console()
         if not use_rich(fmt, console):
             # plain text: no colour, at the terminal's width (COLUMNS when not a terminal)
-            console = Console(color_system=None, force_terminal=False, highlight=False,
-                              width=console.width, soft_wrap=False)
+            typer.echo(render_compare_plain(comparisons, alignment, ranks, width=console.width),
+                       nl=False)
+            return
         console.print(render_compare_rich(comparisons, alignment, ranks, width=console.width))

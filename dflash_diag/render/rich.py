@@ -134,3 +134,16 @@ def render_compare_rich(
         for label, text in skew_lines(ranks):
             parts.append(Text(f"{label}: {text}" if label else text, style="bold" if label else ""))
     return Group(*parts)
+
+
+def render_compare_plain(
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None, width: int = 80,
+) -> str:
+    """The compare report as plain text (no colour or escapes) fitted to ``width`` columns: the
+    rich layout rendered without styles, each line without the padding rich puts after it."""
+    console = Console(color_system=None, force_terminal=False, highlight=False, width=width,
+                      soft_wrap=False, emoji=False)
+    with console.capture() as capture:
+        console.print(render_compare_rich(comparisons, alignment, ranks, width=width))
+    return "".join(line.rstrip() + "\n" for line in capture.get().splitlines())

@@ -292,3 +292,16 @@ def test_from_and_to_step_select_the_compared_records(tmp_path):
         result = runner.invoke(app, ["compare", story, *args])
         assert result.exit_code == 2, result.output
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_plain_output_has_no_trailing_spaces_and_fits(tmp_path, columns):
+    """Plain compare output (one log and two runs) carries no padding after its lines."""
+    story = str(write_story(tmp_path / "story.jsonl"))
+    for args in ([story], [story, story]):
+        result = runner.invoke(app, ["compare", *args, "-f", "text"], env={"COLUMNS": str(columns)})
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert "regimes (split on script)" in lines
+        assert all(line == line.rstrip() for line in lines), [ln for ln in lines if ln != ln.rstrip()]
+        assert all(len(line) <= columns for line in lines)

@@ -266,3 +266,22 @@ def test_rich_continuations_stay_under_the_estimator_column(columns):
         assert body.startswith(("harmonic", "chain", "linear", "prefix", "(* primary")) or (
             line.index(body) == column), (columns, line)
     assert all(len(line) <= columns for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_one_step_windows_are_labelled_by_their_step(tmp_path, columns):
+    """A window of one step is '5', not '5-5', in converge's tables and compare's aligned windows."""
+    records = [{"step": s, "loss": 5.0 - s * 0.5, "acc": 0.1 * s, "lr": 6e-4} for s in range(1, 6)]
+    path = write(tmp_path / "short.jsonl", records)
+    env = {"COLUMNS": str(columns)}
+    text = runner.invoke(app, ["converge", str(path), "-w", "1", "-f", "text"], env=env).stdout
+    labels = [line.split()[0] for line in text.splitlines() if line[:1].isdigit()]
+    assert labels == ["1", "2", "3", "4", "5"], text
+    markdown = runner.invoke(app, ["converge", str(path), "-w", "2", "-f", "markdown"], env=env).stdout
+    assert "| 5 | 1 |" in markdown and "| 1-2 | 2 |" in markdown and "5-5" not in markdown.split(
+        "**accuracy**")[0], markdown
+    compare = runner.invoke(app, ["compare", str(path), str(path), "-w", "2", "-f", "text"],
+                            env=env).stdout
+    rows = [line.split()[0] for line in compare.splitlines() if line.startswith("  ") and
+            line.split()[0][:1].isdigit()]
+    assert rows[-3:] == ["1-2", "3-4", "5"], compare

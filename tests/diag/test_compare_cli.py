@@ -305,3 +305,28 @@ def test_plain_output_has_no_trailing_spaces_and_fits(tmp_path, columns):
         assert lines[0].startswith("regimes")
         assert all(line == line.rstrip() for line in lines), [ln for ln in lines if ln != ln.rstrip()]
         assert all(len(line) <= columns for line in lines)
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_a_jump_without_accuracy_signal_is_unexplained(tmp_path, columns):
+    """acc 0 on both sides of a boundary (or no acc at all) is no evidence that the model did not
+    change: a loss jump no config factor explains is called unexplained, not a likely unrecorded
+    normalisation."""
+    rows = [{"step": s, "loss": 2.0, "acc": 0.0} for s in range(1, 101)]
+    rows += [{"step": s, "loss": 2.86, "acc": 0.0, "tok_per_sec": 1e4} for s in range(101, 201)]
+    zero = tmp_path / "zero.jsonl"
+    zero.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    none = tmp_path / "none.jsonl"
+    none.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "acc"}) + "\n" for r in rows))
+    for path, why in ((zero, "acc is 0 on both sides"), (none, "no acc is logged around it")):
+        (b,) = run_json(str(path))["boundaries"]
+        assert b["matched"] is None and "the loss jump is unexplained" in b["explanation"], b
+        assert why in b["explanation"] and "headers do not record" not in b["explanation"], b
+        out = runner.invoke(app, ["compare", str(path), "-f", "text"], env={"COLUMNS": str(columns)})
+        text = " ".join(out.stdout.split())
+        assert "the loss jump is unexplained" in text and "is likely" not in text, text
+    rows = [dict(r, acc=0.15) for r in rows]  # a real, unchanged acc: the old reading stands
+    steady = tmp_path / "steady.jsonl"
+    steady.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (b,) = run_json(str(steady))["boundaries"]
+    assert "headers do not record" in b["explanation"], b

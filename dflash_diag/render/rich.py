@@ -125,7 +125,7 @@ def render_compare_rich(
         head, rows = alignment_rows(alignment)
         parts.append(
             _rich_table(
-                f"two runs, windows of {short_count(alignment.width)} {axis_unit(alignment)}", head, rows,
+                f"two runs, windows of {short_count(alignment.width)} {_unit(alignment)}", head, rows,
                 kind="alignment", width=width,
             )
         )
@@ -134,6 +134,12 @@ def render_compare_rich(
         for label, text in skew_lines(ranks):
             parts.append(Text(f"{label}: {text}" if label else text, style="bold" if label else ""))
     return Group(*parts)
+
+
+def _unit(alignment: RunAlignment) -> str:
+    """The axis unit of a window of this width: "1 step", "50 steps"."""
+    unit = axis_unit(alignment)
+    return unit[:-1] if alignment.width == 1 else unit
 
 
 def render_compare_plain(

@@ -285,3 +285,5 @@ def test_one_step_windows_are_labelled_by_their_step(tmp_path, columns):
     rows = [line.split()[0] for line in compare.splitlines() if line.startswith("  ") and
             line.split()[0][:1].isdigit()]
     assert rows[-3:] == ["1-2", "3-4", "5"], compare
+    one = runner.invoke(app, ["compare", str(path), str(path), "-w", "1", "-f", "text"], env=env).stdout
+    assert "two runs, windows of 1 step" in one.splitlines(), one

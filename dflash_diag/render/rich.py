@@ -115,10 +115,13 @@ def render_compare_rich(
             parts.append(_rich_table("diagnosis per regime (as converge computes it)", head, rows,
                                      kind="diagnosis", width=width))
         for line in boundary_lines(comparison):
-            if line.startswith("  "):  # the explanation: wrapped lines keep its indent
-                parts.append(Padding(Text(line.strip()), (0, 0, 0, 2)))
+            # wrapped by fit.wrap (comparisons and "a -> b" stay whole); the explanation's
+            # wrapped lines keep its indent
+            if line.startswith("  "):
+                text = "\n".join(wrap(line.strip(), width, 2, hang=""))
+                parts.append(Padding(Text(text, overflow="fold"), (0, 0, 0, 2)))
             else:
-                parts.append(Text(line, style="bold"))
+                parts.append(Text("\n".join(wrap(line, width, hang="")), style="bold", overflow="fold"))
         for note in comparison.notes:
             parts.append(Text(note, style="dim"))
     if alignment is not None:

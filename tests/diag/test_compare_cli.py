@@ -305,6 +305,8 @@ def test_plain_output_has_no_trailing_spaces_and_fits(tmp_path, columns):
         assert lines[0].startswith("regimes")
         assert all(line == line.rstrip() for line in lines), [ln for ln in lines if ln != ln.rstrip()]
         assert all(len(line) <= columns for line in lines)
+        # "loss 1.5693 -> 3.1201" and the like stay whole when the boundary line wraps
+        assert not any(line.endswith(" ->") or line.lstrip().startswith("-> ") for line in lines), lines
 
 
 @pytest.mark.parametrize("columns", [80, 100])

@@ -11,7 +11,6 @@ import enum
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import (
@@ -20,6 +19,7 @@ from dflash_diag.cli.common import (
     BlockSizeOption,
     FieldOption,
     FormatOption,
+    FromStepOption,
     InputFormatOption,
     KeepAllOption,
     LossThresholdOption,
@@ -33,6 +33,7 @@ from dflash_diag.cli.common import (
     TargetAccOption,
     TargetTauOption,
     ThresholdOption,
+    ToStepOption,
     WindowOption,
     diagnosis_config,
     fail,
@@ -71,6 +72,8 @@ def compare(
     ),
     window: WindowOption = defaults.WINDOW,
     phase: PhaseOption = PhaseChoice.AUTO,
+    from_step: FromStepOption = None,
+    to_step: ToStepOption = None,
     keep_all: KeepAllOption = False,
     threshold: ThresholdOption = defaults.ACC_THRESHOLD,
     loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
@@ -92,7 +95,9 @@ def compare(
     The jump at each regime boundary is measured over --k steps on each side and explained when
     it matches a loss-normalisation factor of the configs (data-parallel size, gradient
     accumulation, token budget). Two runs are aligned on --x (step or tokens seen) and shown
-    window by window with their difference; --phase selects their records.
+    window by window with their difference; --phase selects their records. --from-step and
+    --to-step keep the records of those steps only (one log: the regimes found within them; two
+    runs: both runs).
     """
     with user_errors():
         from dflash_diag.compare.report import CompareConfig
@@ -101,10 +106,10 @@ def compare(
         from dflash_diag.read.ranks import rank_skew
         from dflash_diag.render.json import compare_json, dump_json
         from dflash_diag.render.markdown import render_compare_markdown
-        from dflash_diag.render.rich import render_compare_rich
+        from dflash_diag.render.rich import render_compare_plain, render_compare_rich
 
         check_numbers({
-            "--k": k, "--window": window, "--threshold": threshold, "--loss-threshold": loss_threshold,
+            "--k": k, "--from-step": from_step, "--to-step": to_step, "--window": window, "--threshold": threshold, "--loss-threshold": loss_threshold,
             "--peak-lr": peak_lr, "--block-size": block_size, "--target-acc": target_acc,
             "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
         })
@@ -113,7 +118,7 @@ def compare(
             fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")
         ranks = rank_skew(rank_logs) if rank_logs else None
         diagnosis = diagnosis_config(
-            phase=phase.value, from_step=None, to_step=None, window=window, keep_all=keep_all,
+            phase=phase.value, from_step=from_step, to_step=to_step, window=window, keep_all=keep_all,
             peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
             noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
             target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
@@ -156,6 +161,7 @@ def compare(
         console = make_console()
         if not use_rich(fmt, console):
             # plain text: no colour, at the terminal's width (COLUMNS when not a terminal)
-            console = Console(color_system=None, force_terminal=False, highlight=False,
-                              width=console.width, soft_wrap=False)
+            typer.echo(render_compare_plain(comparisons, alignment, ranks, width=console.width),
+                       nl=False)
+            return
         console.print(render_compare_rich(comparisons, alignment, ranks, width=console.width))

@@ -127,6 +127,17 @@ def _near_whole(ratio: float, tol: float) -> int | None:
     return n if 2 <= n <= 16 and abs(r - n) / n <= tol else None
 
 
+def _no_acc_signal(acc_before: float | None, acc_after: float | None) -> str | None:
+    """Why the accuracy around a boundary says nothing about the model, or None when it does."""
+    if acc_before is None and acc_after is None:
+        return "no acc is logged around it"
+    if acc_before is None or acc_after is None:
+        return "acc is logged on one side only"
+    if acc_before == 0 and acc_after == 0:
+        return "acc is 0 on both sides (no accuracy signal)"
+    return None
+
+
 def explain_boundary(
     step: int,
     loss_ratio: float | None,
@@ -134,11 +145,15 @@ def explain_boundary(
     factors: Sequence[tuple[str, float]],
     config: CompareConfig,
     headerless: str | None = None,
+    no_acc_signal: str | None = None,
 ) -> tuple[str, str | None]:
     """The sentence describing a boundary jump, and the matched factor's label if any.
 
     ``headerless`` names a regime without a ``run_start`` header: its settings are unknown, so a
     ratio close to a small whole number is reported as a likely, unconfirmed normalisation.
+    ``no_acc_signal`` says why accuracy tells nothing here (no acc on a side, or acc 0 on both):
+    an unchanged acc is then no evidence that the model did not change, so a jump no config
+    factor explains is reported as unexplained, not as a likely normalisation.
     """
     if loss_ratio is None:
         acc_part = f"; acc {acc_delta:+.4f}" if acc_delta is not None else ""
@@ -164,6 +179,15 @@ def explain_boundary(
         ), matched
     tried = ", ".join(f"{label} (x{f:.3g})" for label, f in factors) or "none known from headers"
     whole = _near_whole(loss_ratio, config.factor_tolerance)
+    if no_acc_signal is not None:
+        near = (f"; it is close to x{whole}, a typical loss-normalisation factor, but the "
+                f"{headerless} regime has no run_start header to confirm it"
+                if headerless is not None and whole is not None else "")
+        return (
+            f"{head} matches no normalisation factor in the configs ({tried}){near}; "
+            f"{no_acc_signal}, so nothing tells a normalisation from a change in training: "
+            "the loss jump is unexplained"
+        ), None
     if headerless is not None and whole is not None and acc_small:
         return (
             f"{head} is close to x{whole}, a typical loss-normalisation factor (data-parallel size "
@@ -209,7 +233,8 @@ def measure_boundary(
         regime_after.tokens_per_step,
     )
     headerless = next((r.name for r in (regime_before, regime_after) if r.config is None), None)
-    text, matched = explain_boundary(step, ratio, delta, factors, config, headerless)
+    text, matched = explain_boundary(step, ratio, delta, factors, config, headerless,
+                                     _no_acc_signal(ab, aa))
     return Boundary(
         step=step,
         loss_ratio=ratio,

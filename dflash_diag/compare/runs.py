@@ -38,10 +38,46 @@ def compare_log(
 
     log = load_log([path], strict=strict, **_read_kwargs(read, fields, 1, None))
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
+    frame = _step_range(frame, diagnosis, path)
+    restarts = _restarts_in_range(restarts, diagnosis)
     comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
     comparison.notes.extend(log.notes)
     comparison.notes.extend(_log_notes(log, restarts))
     return comparison
+
+
+def _step_range(frame, diagnosis: DiagnosisConfig | None, path: str):
+    """The records within ``--from-step``/``--to-step`` (the diagnosis config's bounds), after
+    restart resolution so that a rewound run's replaced records stay out.
+
+    Raises:
+        DiagError: no record lies within the bounds.
+    """
+    import polars as pl
+
+    low = diagnosis.from_step if diagnosis is not None else None
+    high = diagnosis.to_step if diagnosis is not None else None
+    if low is None and high is None:
+        return frame
+    condition = pl.lit(True)
+    if low is not None:
+        condition = condition & (pl.col("step") >= low)
+    if high is not None:
+        condition = condition & (pl.col("step") <= high)
+    kept = frame.filter(condition)
+    if kept.height == 0:
+        bounds = f"{low if low is not None else '...'}-{high if high is not None else '...'}"
+        raise DiagError(f"{path}: nothing selected: no records in steps {bounds} "
+                        f"({plural(frame.height, 'metric record')} in the log)")
+    return kept
+
+
+def _restarts_in_range(restarts, diagnosis: DiagnosisConfig | None) -> list:
+    """The restarts whose new segment starts within ``--from-step``/``--to-step``."""
+    low = diagnosis.from_step if diagnosis is not None else None
+    high = diagnosis.to_step if diagnosis is not None else None
+    return [r for r in restarts
+            if (low is None or r.step >= low) and (high is None or r.step <= high)]
 
 
 def _log_notes(log, restarts) -> list[str]:
@@ -99,6 +135,8 @@ def compare_two_runs(
     for index, (path, name) in enumerate(zip((path_a, path_b), names)):
         log = load_log([path], strict=strict, **_read_kwargs(read, fields, 2, index))
         frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
+        frame = _step_range(frame, diagnosis, path)
+        restarts = _restarts_in_range(restarts, diagnosis)
         comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
         comparison.notes.extend(log.notes)
         comparison.notes.extend(_log_notes(log, restarts))
@@ -125,8 +163,13 @@ def with_schedule_events(comparison: RegimeComparison, log, frame) -> RegimeComp
 
     from dflash_diag.analysis.schedule_events import detect_schedule_events, event_at
 
-    events = detect_schedule_events([e.fields for e in log.run_starts], frame["step"].to_list(),
+    steps = frame["step"].to_list()
+    events = detect_schedule_events([e.fields for e in log.run_starts], steps,
                                     frame["lr"].to_list())
+    # With --from-step/--to-step the frame is a step range: an event outside it is not this
+    # comparison's (a restart of the schedule at its first step is, like a boundary there).
+    if steps:
+        events = [e for e in events if min(steps) <= e.step <= max(steps)]
     if not events:
         return comparison
     boundaries = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from dflash_diag.analysis.spans import step_span
 from dflash_diag.render.number_format import format_number, format_percent
 from dflash_diag.render.safe_text import visible
 
@@ -34,7 +35,7 @@ def regime_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[str]
     rows = [
         [
             visible(r.name),
-            f"{r.start_step}-{r.end_step}",
+            step_span(r.start_step, r.end_step),
             str(r.n),
             format_number(r.tokens_per_step, ",.0f"),
             format_number(r.tok_per_sec, ",.0f"),
@@ -87,7 +88,7 @@ def alignment_rows(alignment: RunAlignment) -> tuple[list[str], list[list[str]]]
     for w in alignment.windows:
         end = w.end if alignment.last_x is None else min(w.end, max(alignment.last_x, w.start))
         if alignment.x == "step":  # the last window ends at the data, as converge's labels do
-            span = f"{w.start:.0f}-{min(w.end - 1, end):.0f}"
+            span = step_span(round(w.start), round(min(w.end - 1, end)))
         else:
             span = f"{short_count(w.start)}-{short_count(end)}"
         rows.append(

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.acceptance import ESTIMATOR_LABELS
 from dflash_diag.analysis.alerts import format_duration
-from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, window_label
+from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
 from dflash_diag.analysis.numbers import plural
+from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.converge.report import ConvergeReport
 from dflash_diag.read.ranks import skew_lines

@@ -7,6 +7,7 @@ between words, so every number stays whole on one line.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -56,11 +57,34 @@ def dropped_note(dropped: Sequence[str], width: int | None) -> str | None:
     return f"(left out to fit {width} columns: {', '.join(dropped)})"
 
 
-def wrap(text: str, width: int | None, indent: int = 0) -> list[str]:
-    """``text`` wrapped at spaces to ``width`` columns, continuation lines indented by ``indent``
-    (the first line is not); a word longer than a line stays whole (never cut)."""
+#: A comparison operator standing alone between spaces before a number (``p = 0.0242``), or
+#: opening a bracket (``(< 0.05)``): the spaces around it are not places to break a line (the
+#: space before the bracket is).
+_OPERATOR = r"(?:<=|>=|!=|==|->|<|>|=|≤|≥|≠|≈|→)"
+#: What a comparison is glued to: a number (``0.0242``, ``-0.65``, ``x1.02``, ``10%``); a chain of
+#: words (``measured > walk > harmonic``) may still break.
+_NUMBER = r"[-+]?x?[0-9.]"
+_BEFORE_OPERATOR = re.compile(rf"(?<=\S) (?={_OPERATOR} {_NUMBER})")
+_OPERATOR_SPACE = re.compile(rf"((?:^|(?<=[ \ue000]))\(?{_OPERATOR}) (?={_NUMBER})")
+#: Stands for a space that must not break while textwrap runs (a private-use character, so that
+#: no log text can contain it by accident after ``visible``; textwrap only breaks at ASCII space).
+_GLUE = "\ue000"
+
+
+def glue_units(text: str) -> str:
+    """``text`` with the spaces around a lone comparison operator replaced by :data:`_GLUE`, so
+    that ``p = 0.0242`` and ``(< 0.05)`` each stay on one line."""
+    text = _BEFORE_OPERATOR.sub(_GLUE, text)
+    return _OPERATOR_SPACE.sub(lambda m: m.group(1) + _GLUE, text)
+
+
+def wrap(text: str, width: int | None, indent: int = 0, hang: str = "  ") -> list[str]:
+    """``text`` wrapped at spaces to ``width`` columns less ``indent`` (the columns the caller
+    puts before every line), continuation lines starting with ``hang``; a word longer than a line
+    stays whole (never cut), and so does a comparison such as ``p = 0.0242``, ``(< 0.05)`` or
+    ``2.68 -> 2.40``."""
     if width is None or len(text) + indent <= width:
         return [text]
-    lines = textwrap.wrap(text, width=max(20, width - indent), break_long_words=False,
-                          break_on_hyphens=False, subsequent_indent="  ")
-    return lines or [text]
+    lines = textwrap.wrap(glue_units(text), width=max(20, width - indent), break_long_words=False,
+                          break_on_hyphens=False, subsequent_indent=hang)
+    return [line.replace(_GLUE, " ") for line in lines] or [text]

@@ -28,7 +28,7 @@ from dflash_diag.render.compare_rows import (
     short_count,
 )
 from dflash_diag.render.converge_rows import DEFAULT_ROWS, shown_rows, summary_lines, window_table
-from dflash_diag.render.fit import dropped_note, fit_columns
+from dflash_diag.render.fit import dropped_note, fit_columns, wrap
 from dflash_diag.render.safe_text import visible
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
@@ -67,8 +67,15 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    for label, text in summary_lines(report):
-        value = Text(text)
+    lines = summary_lines(report)
+    # Wrapped here, not by rich: rich breaks at any space (inside "p = 0.0242" too) and starts a
+    # continuation at the cell's edge; fit.wrap keeps such units whole and indents continuations
+    # two columns in, as the plain text does (under the estimator names of the acceptance list).
+    # The panel's border and padding take 4 columns, the grid's gap 2.
+    label_width = max((len(label) for label, _ in lines), default=0)
+    value_width = max(20, console.width - 4 - label_width - 2)
+    for label, text in lines:
+        value = Text("\n".join(wrap(text, value_width)), no_wrap=True, overflow="fold")
         if label == "verdict":
             value.stylize(_STATUS_STYLE.get(report.verdict.status, "bold"), 0, len(report.verdict.status))
         if label == "WARNING":
@@ -108,17 +115,20 @@ def render_compare_rich(
             parts.append(_rich_table("diagnosis per regime (as converge computes it)", head, rows,
                                      kind="diagnosis", width=width))
         for line in boundary_lines(comparison):
-            if line.startswith("  "):  # the explanation: wrapped lines keep its indent
-                parts.append(Padding(Text(line.strip()), (0, 0, 0, 2)))
+            # wrapped by fit.wrap (comparisons and "a -> b" stay whole); the explanation's
+            # wrapped lines keep its indent
+            if line.startswith("  "):
+                text = "\n".join(wrap(line.strip(), width, 2, hang=""))
+                parts.append(Padding(Text(text, overflow="fold"), (0, 0, 0, 2)))
             else:
-                parts.append(Text(line, style="bold"))
+                parts.append(Text("\n".join(wrap(line, width, hang="")), style="bold", overflow="fold"))
         for note in comparison.notes:
             parts.append(Text(note, style="dim"))
     if alignment is not None:
         head, rows = alignment_rows(alignment)
         parts.append(
             _rich_table(
-                f"two runs, windows of {short_count(alignment.width)} {axis_unit(alignment)}", head, rows,
+                f"two runs, windows of {short_count(alignment.width)} {_unit(alignment)}", head, rows,
                 kind="alignment", width=width,
             )
         )
@@ -127,3 +137,22 @@ def render_compare_rich(
         for label, text in skew_lines(ranks):
             parts.append(Text(f"{label}: {text}" if label else text, style="bold" if label else ""))
     return Group(*parts)
+
+
+def _unit(alignment: RunAlignment) -> str:
+    """The axis unit of a window of this width: "1 step", "50 steps"."""
+    unit = axis_unit(alignment)
+    return unit[:-1] if alignment.width == 1 else unit
+
+
+def render_compare_plain(
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None, width: int = 80,
+) -> str:
+    """The compare report as plain text (no colour or escapes) fitted to ``width`` columns: the
+    rich layout rendered without styles, each line without the padding rich puts after it."""
+    console = Console(color_system=None, force_terminal=False, highlight=False, width=width,
+                      soft_wrap=False, emoji=False)
+    with console.capture() as capture:
+        console.print(render_compare_rich(comparisons, alignment, ranks, width=width))
+    return "".join(line.rstrip() + "\n" for line in capture.get().splitlines())

@@ -14,8 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dflash_diag.analysis.alerts import format_duration
-from dflash_diag.analysis.diagnosis import Diagnosis, window_label
+from dflash_diag.analysis.diagnosis import Diagnosis
 from dflash_diag.analysis.numbers import plural
+from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.render.converge_rows import eta_text, schedule_text, target_text, tau_text
 from dflash_diag.render.number_format import format_number

@@ -229,3 +229,61 @@ def test_a_run_past_its_schedules_end_says_so(tmp_path):
                         for s in range(5, 9)]
     text = " ".join(invoke(write(tmp_path / "past.jsonl", records), "-w", "1", "-f", "text").stdout.split())
     assert "past the schedule's end (step 4)" in text and "200%" not in text, text
+
+
+SAMPLE_LOG = __import__("pathlib").Path(__file__).resolve().parents[2] / "sample_logs" / "train.jsonl"
+
+
+@pytest.mark.parametrize("fmt", ["text", "rich"])
+@pytest.mark.parametrize("columns", range(60, 121, 4))
+def test_wrapping_keeps_a_comparison_whole(fmt, columns):
+    """'p = 0.0242' and '(< 0.05)' never break across lines, plain or rich, at any width."""
+    result = runner.invoke(app, ["converge", str(SAMPLE_LOG), "-f", fmt],
+                           env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = [line.strip(" │") for line in result.stdout.splitlines()]
+    for line in lines:
+        assert not line.endswith(("(<", " p =", " p", " =")), (columns, line)
+        assert not line.startswith(("0.05)", "= ", "0.0")), (columns, line)
+    joined = "\n".join(lines)
+    assert "Mann-Kendall" in joined and "(< 0.05)" in joined, joined
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_rich_continuations_stay_under_the_estimator_column(columns):
+    """In the rich summary a wrapped estimator line continues under the estimator names (as in
+    plain text), not at the edge of the value column."""
+    result = runner.invoke(app, ["converge", str(SAMPLE_LOG), "-f", "rich"],
+                           env={"COLUMNS": str(columns)})
+    lines = [line.rstrip(" │") for line in result.stdout.splitlines()]
+    walk = next(i for i, line in enumerate(lines) if "  walk  " in line)
+    column = lines[walk].index("walk")
+    following = lines[walk + 1:]
+    end = next(i for i, line in enumerate(following) if "calibration" in line or "target" in line)
+    for line in following[:end]:  # estimator lines, their continuations, the ranking note
+        assert len(line) - len(line.lstrip(" │")) >= column - 2, (columns, line)
+        body = line.lstrip(" │")
+        assert body.startswith(("harmonic", "chain", "linear", "prefix", "(* primary")) or (
+            line.index(body) == column), (columns, line)
+    assert all(len(line) <= columns for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_one_step_windows_are_labelled_by_their_step(tmp_path, columns):
+    """A window of one step is '5', not '5-5', in converge's tables and compare's aligned windows."""
+    records = [{"step": s, "loss": 5.0 - s * 0.5, "acc": 0.1 * s, "lr": 6e-4} for s in range(1, 6)]
+    path = write(tmp_path / "short.jsonl", records)
+    env = {"COLUMNS": str(columns)}
+    text = runner.invoke(app, ["converge", str(path), "-w", "1", "-f", "text"], env=env).stdout
+    labels = [line.split()[0] for line in text.splitlines() if line[:1].isdigit()]
+    assert labels == ["1", "2", "3", "4", "5"], text
+    markdown = runner.invoke(app, ["converge", str(path), "-w", "2", "-f", "markdown"], env=env).stdout
+    assert "| 5 | 1 |" in markdown and "| 1-2 | 2 |" in markdown and "5-5" not in markdown.split(
+        "**accuracy**")[0], markdown
+    compare = runner.invoke(app, ["compare", str(path), str(path), "-w", "2", "-f", "text"],
+                            env=env).stdout
+    rows = [line.split()[0] for line in compare.splitlines() if line.startswith("  ") and
+            line.split()[0][:1].isdigit()]
+    assert rows[-3:] == ["1-2", "3-4", "5"], compare
+    one = runner.invoke(app, ["compare", str(path), str(path), "-w", "1", "-f", "text"], env=env).stdout
+    assert "two runs, windows of 1 step" in one.splitlines(), one

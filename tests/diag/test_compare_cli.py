@@ -265,3 +265,70 @@ def test_a_wrapped_boundary_explanation_keeps_its_indent(tmp_path):
         explanation.append(line)
     assert len(explanation) >= 2, out  # it did wrap, and every wrapped line is indented
     assert "not a change in the model" in " ".join(explanation), out
+
+
+def test_from_and_to_step_select_the_compared_records(tmp_path):
+    """--from-step/--to-step (shared with converge and watch) keep one log's regimes within the
+    range, and both runs' records; bad bounds are one-line usage errors."""
+    story = str(write_story(tmp_path / "story.jsonl"))
+    full = run_json(story)
+    assert len(full["boundaries"]) == 1
+    late = run_json(story, "--from-step", "15050", "--to-step", "15149")
+    assert [(r["name"], r["start_step"], r["end_step"], r["n"]) for r in late["regimes"]] == [
+        ("pipeline", 15050, 15149, 100)]
+    assert late["boundaries"] == []
+    early = run_json(story, "--to-step", "14899")
+    assert [(r["start_step"], r["end_step"]) for r in early["regimes"]] == [(14800, 14899)]
+    a = write_run(tmp_path / "a.jsonl", 1000, 400)
+    b = write_run(tmp_path / "b.jsonl", 1000, 400)
+    windows = run_json(str(a), str(b), "--from-step", "101", "--to-step", "250")["alignment"]["windows"]
+    assert windows[0]["start"] == 101 and windows[-1]["end"] == 251, windows  # end exclusive
+    assert sum(w["n_a"] for w in windows) == sum(w["n_b"] for w in windows) == 150
+    for args, message in (
+        (["--from-step", "15100", "--to-step", "15000"], "--from-step 15100 is after --to-step 15000"),
+        (["--from-step", "99999"], "no records in steps 99999-"),
+        (["--to-step", str(2**60)], "--to-step must be between"),
+    ):
+        result = runner.invoke(app, ["compare", story, *args])
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_plain_output_has_no_trailing_spaces_and_fits(tmp_path, columns):
+    """Plain compare output (one log and two runs) carries no padding after its lines."""
+    story = str(write_story(tmp_path / "story.jsonl"))
+    for args in ([story], [story, story]):
+        result = runner.invoke(app, ["compare", *args, "-f", "text"], env={"COLUMNS": str(columns)})
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("regimes")
+        assert all(line == line.rstrip() for line in lines), [ln for ln in lines if ln != ln.rstrip()]
+        assert all(len(line) <= columns for line in lines)
+        # "loss 1.5693 -> 3.1201" and the like stay whole when the boundary line wraps
+        assert not any(line.endswith(" ->") or line.lstrip().startswith("-> ") for line in lines), lines
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_a_jump_without_accuracy_signal_is_unexplained(tmp_path, columns):
+    """acc 0 on both sides of a boundary (or no acc at all) is no evidence that the model did not
+    change: a loss jump no config factor explains is called unexplained, not a likely unrecorded
+    normalisation."""
+    rows = [{"step": s, "loss": 2.0, "acc": 0.0} for s in range(1, 101)]
+    rows += [{"step": s, "loss": 2.86, "acc": 0.0, "tok_per_sec": 1e4} for s in range(101, 201)]
+    zero = tmp_path / "zero.jsonl"
+    zero.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    none = tmp_path / "none.jsonl"
+    none.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "acc"}) + "\n" for r in rows))
+    for path, why in ((zero, "acc is 0 on both sides"), (none, "no acc is logged around it")):
+        (b,) = run_json(str(path))["boundaries"]
+        assert b["matched"] is None and "the loss jump is unexplained" in b["explanation"], b
+        assert why in b["explanation"] and "headers do not record" not in b["explanation"], b
+        out = runner.invoke(app, ["compare", str(path), "-f", "text"], env={"COLUMNS": str(columns)})
+        text = " ".join(out.stdout.split())
+        assert "the loss jump is unexplained" in text and "is likely" not in text, text
+    rows = [dict(r, acc=0.15) for r in rows]  # a real, unchanged acc: the old reading stands
+    steady = tmp_path / "steady.jsonl"
+    steady.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (b,) = run_json(str(steady))["boundaries"]
+    assert "headers do not record" in b["explanation"], b

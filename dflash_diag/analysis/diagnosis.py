@@ -39,6 +39,7 @@ from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
+from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
 from dflash_diag.analysis.verdict import (
     DIVERGING,
@@ -164,13 +165,6 @@ def max_lr_of(frame: pl.DataFrame) -> float | None:
     lr = frame["lr"].drop_nulls()
     lr = lr.filter(lr.is_finite())
     return float(lr.max()) if lr.len() else None
-
-
-def window_label(window: Window, last_step: int | None) -> str:
-    """``start-end`` with the end at the data: a window the log has not filled yet ends at the
-    last step logged, not at its nominal end."""
-    end = window.end if last_step is None else min(window.end, max(last_step, window.start))
-    return f"{window.start}-{end}"
 
 
 def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,

@@ -132,6 +132,8 @@ def diagnosis_config(*, phase: str, from_step: int | None, to_step: int | None, 
         )
     except ValueError as exc:
         fail(str(exc))
+
+
 FormatOption = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="auto: rich on a terminal, plain text otherwise or when NO_COLOR is set."),

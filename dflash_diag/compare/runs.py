@@ -33,17 +33,30 @@ def compare_log(
     Raises:
         DiagError: a missing, unreadable or empty log.
     """
+    _, comparison = _load_and_compare(path, config, keep_all=keep_all, strict=strict,
+                                      diagnosis=diagnosis,
+                                      read_kwargs=_read_kwargs(read, fields, 1, None))
+    return comparison
+
+
+def _load_and_compare(path: str, config: CompareConfig, *, keep_all: bool, strict: bool,
+                      diagnosis: DiagnosisConfig | None, read_kwargs: dict[str, object]):
+    """One log read, its restarts resolved, cut to the step range and compared, with its notes.
+
+    Returns:
+        ``(frame, comparison)``: the records compared and their `RegimeComparison`.
+    """
     from dflash_diag.analysis.restarts import resolve_restarts
     from dflash_diag.read.jsonl import load_log
 
-    log = load_log([path], strict=strict, **_read_kwargs(read, fields, 1, None))
+    log = load_log([path], strict=strict, **read_kwargs)
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     frame = _step_range(frame, diagnosis, path)
     restarts = _restarts_in_range(restarts, diagnosis)
     comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
     comparison.notes.extend(log.notes)
     comparison.notes.extend(_log_notes(log, restarts))
-    return comparison
+    return frame, comparison
 
 
 def _step_range(frame, diagnosis: DiagnosisConfig | None, path: str):
@@ -126,20 +139,14 @@ def compare_two_runs(
         DiagError: unreadable logs, nothing selected, or tokens that cannot be counted.
     """
     from dflash_diag.analysis.phase import select_phase
-    from dflash_diag.analysis.restarts import resolve_restarts
     from dflash_diag.compare.report import align_runs
-    from dflash_diag.read.jsonl import load_log
 
     names = _run_names(path_a, path_b)
     frames, comparisons = [], []
     for index, (path, name) in enumerate(zip((path_a, path_b), names)):
-        log = load_log([path], strict=strict, **_read_kwargs(read, fields, 2, index))
-        frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
-        frame = _step_range(frame, diagnosis, path)
-        restarts = _restarts_in_range(restarts, diagnosis)
-        comparison = with_schedule_events(_compare(log, frame, config, diagnosis), log, frame)
-        comparison.notes.extend(log.notes)
-        comparison.notes.extend(_log_notes(log, restarts))
+        frame, comparison = _load_and_compare(
+            path, config, keep_all=keep_all, strict=strict, diagnosis=diagnosis,
+            read_kwargs=_read_kwargs(read, fields, 2, index))
         comparisons.append(_prefixed(comparison, name))
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:

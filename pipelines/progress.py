@@ -11,8 +11,9 @@
 
 The numbers are those of a moving window of the last ``window`` steps, summed before dividing
 (exact per-token means, like the log's), so one odd step does not make the line jump. The tau
-estimate is the chain estimate from the per-position accuracies (``dflash_diag.acceptance``):
-the measured tau of an ``eval`` record is the truth, this is a guide between evals.
+estimate is the harmonic estimate from the accepted prefixes (``dflash_diag.analysis.acceptance``,
+the same function the diagnostics use): the measured tau of an ``eval`` record is the truth, this is
+a guide between evals.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dflash import StepMetrics
-from dflash_diag.analysis.acceptance import chain_tau
+from dflash_diag.analysis.acceptance import harmonic_tau
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -42,10 +43,13 @@ BAR, LINES, OFF = "bar", "lines", "off"
 
 
 def tau_estimate(metrics: StepMetrics) -> float:
-    """The acceptance length the window's per-position accuracies suggest (chain estimate)."""
+    """The acceptance length the window's accepted prefixes suggest: the harmonic estimate from
+    ``accept_pos``, the training-time estimate that ``dflash-diag`` ranks first after the measured
+    and walked ones (the chain of per-position accuracies reads high; ``tau_train`` far higher)."""
     if not metrics.n_blocks:
         return math.nan
-    return chain_tau(metrics.acc_pos)
+    tau = harmonic_tau(metrics.accept_rate_pos, metrics.block_size)
+    return math.nan if tau is None else tau
 
 
 def format_duration(seconds: float) -> str:

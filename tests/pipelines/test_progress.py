@@ -66,7 +66,8 @@ def test_window_numbers_and_eta():
     stats = window_stats([(1, 10.0, 0.5, metrics(2)), (2, 12.0, 0.5, metrics(4)),
                           (3, 14.0, 1.0, metrics(0))])
     assert (stats.loss, stats.acc) == (2.0, 6 / 36)
-    assert stats.tau == pytest.approx(1 + 6 / 12)  # chain estimate: only position 1 is ever right
+    # harmonic estimate: half the blocks advance 2 tokens, half 1; decoding averages 1 / (1/2 + 1/4)
+    assert stats.tau == pytest.approx(1 / ((1 - 6 / 12) / 1 + (6 / 12) / 2))
     assert stats.tok_per_sec == pytest.approx(300 / 2.0)  # tokens over the steps' own seconds
     assert stats.seconds_per_step == pytest.approx(2.0)   # wall time between step ends
     assert format_duration(3723) == "1:02:03" and format_duration(float("nan")) == "?"
@@ -91,7 +92,7 @@ def test_summary_lines():
                       checkpoint="ck/step-000102", log="logs/my run.jsonl")
     assert s.lines() == [
         "dflash-train: sync stopped by a signal at step 102/104: 2 steps in 0:00:09, 100 tok/s",
-        "  final window (steps 101-102): loss 2.000  acc 0.250  tau~ 1.75",
+        "  final window (steps 101-102): loss 2.000  acc 0.250  tau~ 1.60",
         "  checkpoint: ck/step-000102",
         "  log:        logs/my run.jsonl",
         "  diagnose:   dflash-diag converge 'logs/my run.jsonl'",

@@ -22,6 +22,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from dflash_diag.cli.typer_parts import FlagHelp, version_callback
+
 from .config import (
     RESUME_SCHEDULE_MODES,
     SCHEDULE_KINDS,
@@ -32,22 +34,11 @@ from .config import (
 
 PROG = "dflash-train"
 
-class _FlagHelp:
-    """``--help`` shown as the flag it is: typer 0.29 gives its own help option the ``<bool>``
-    type column of an option that takes a value (``--help <bool>``)."""
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-class _Group(_FlagHelp, TyperGroup):
+class _Group(FlagHelp, TyperGroup):
     pass
 
 
-class _Command(_FlagHelp, TyperCommand):
+class _Command(FlagHelp, TyperCommand):
     pass
 
 
@@ -58,16 +49,7 @@ app = typer.Typer(
 )
 
 
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            number = version("dflash-diag")  # the distribution both programs come in
-        except PackageNotFoundError:  # run from a source tree without installing
-            number = "unknown"
-        print(f"{PROG} {number}")
-        raise typer.Exit(0)
+_version = version_callback(PROG)
 
 
 @app.callback()

@@ -15,25 +15,15 @@ from typer.core import TyperCommand, TyperGroup
 from dflash_diag.cli.common import EXIT_USAGE
 from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
+from dflash_diag.cli.typer_parts import FlagHelp, version_callback
 from dflash_diag.cli.watch import watch
 
 
-class _FlagHelp:
-    """``--help`` shown as the flag it is: typer 0.29 gives its own help option the ``<bool>``
-    type column of an option that takes a value (``--help <bool>``)."""
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-class FlagHelpCommand(_FlagHelp, TyperCommand):
+class FlagHelpCommand(FlagHelp, TyperCommand):
     """A command whose ``--help`` shows no value type."""
 
 
-class OneLineErrors(_FlagHelp, TyperGroup):
+class OneLineErrors(FlagHelp, TyperGroup):
     """The command group, with every usage error (an unknown option, a bad ``--format`` value...)
     printed as one ``dflash-diag: error: ...`` line on stderr with exit code 2, as the product's
     own errors are, instead of click's multi-line usage box."""
@@ -75,16 +65,7 @@ app = typer.Typer(
 )
 
 
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            number = version("dflash-diag")
-        except PackageNotFoundError:  # run from a source tree without installing
-            number = "unknown"
-        print(f"dflash-diag {number}")
-        raise typer.Exit(0)
+_version = version_callback("dflash-diag")
 
 
 @app.callback()

@@ -46,12 +46,9 @@ READ = textwrap.dedent("""
 
 
 def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+    from dflash_diag.read.formats.protobuf import encode_varint
+
+    return encode_varint(n)
 
 
 def _record(step: int, tag: str, value: float) -> bytes:

@@ -36,12 +36,9 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
 
 
 def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+    from dflash_diag.read.formats.protobuf import encode_varint
+
+    return encode_varint(n)
 
 
 def _framed(event: bytes) -> bytes:
@@ -371,3 +368,13 @@ def test_tensorboard_resumed_run_in_a_second_file_is_a_restart(tmp_path):
     frame, restarts = resolve_restarts(log.metrics)
     assert [(r.step, r.previous_step) for r in restarts] == [(201, 300)]
     assert frame["step"].to_list() == list(range(1, 401))
+
+
+def test_varint_encoding_round_trips_and_matches_the_wire_format():
+    from dflash_diag.read.formats.protobuf import encode_varint, read_varint
+
+    assert encode_varint(0) == b"\x00" and encode_varint(1) == b"\x01"
+    assert encode_varint(300) == b"\xac\x02"  # the protobuf documentation's example
+    for n in (127, 128, 2**31, 2**63 - 1):
+        raw = encode_varint(n)
+        assert read_varint(raw, 0, len(raw)) == (n, len(raw))

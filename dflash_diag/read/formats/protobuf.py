@@ -20,6 +20,17 @@ class WireError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
+def encode_varint(n: int) -> bytes:
+    """The varint of a non-negative ``n`` (the inverse of :func:`read_varint`); for the writers of
+    test fixtures and benchmark inputs, which build the few messages these readers decode."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 def read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """``(value, next position)`` of the varint at ``pos``."""
     result = shift = 0

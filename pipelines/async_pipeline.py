@@ -224,6 +224,16 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                         out.loss_sum.backward()
                     m = m + out.metrics
                     cursor, epoch = item.cursor, item.epoch
+                walk = {}
+                if walk_due(cfg, k) and dp.is_main:
+                    # The walked tau on the step's last micro-batch (its own target features, no
+                    # gradients), before the update: the drafter state the step's other metrics
+                    # describe, on sequences it has not been trained on yet (in the first epoch),
+                    # so the walk is not read in-sample. Its time counts in this step's tok/s.
+                    with precision:
+                        walk = walk_batch(drafter, setup.target, batch, item.features,
+                                          horizon=setup.horizon,
+                                          max_seqs=cfg.walk_seqs).to_log_dict()
                 local, m = m, reduce_step(dp, m)
                 lr = setup.schedule.lr_at(k)
                 scale = grad_scale_for(dp, m)
@@ -242,14 +252,6 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                 t_last = now
                 if k % cfg.log_every == 0:
                     busy, fill = graph.sample()
-                    walk = {}
-                    if walk_due(cfg, k) and dp.is_main:
-                        # The walked tau on the step's last micro-batch (its own target features,
-                        # the updated drafter, no gradients), timed into the next step's tok/s.
-                        with precision:
-                            walk = walk_batch(drafter, setup.target, batch, item.features,
-                                              horizon=setup.horizon,
-                                              max_seqs=cfg.walk_seqs).to_log_dict()
                     runlog.write(Metrics(
                         step=k, time=time.time(), epoch=epoch, lr=lr, tok_per_sec=tok_per_sec,
                         grad_norm=upd.grad_norm, stage_busy=busy, queue_fill=fill,

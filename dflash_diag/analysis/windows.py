@@ -180,11 +180,17 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
     acc, acc_weighted, acc_se = _picked_mean("acc")
     loss, loss_weighted, loss_se = _picked_mean("loss")
     tau, _, _ = _picked_mean("tau_train", with_se=False)
+    index = window_index(start, size)
+    if frame["step"].is_sorted():
+        # Records in step order (resolve_restarts' output): each window is one run of rows, and
+        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
+        # (about half the query's time). The sums then run in row order.
+        index = index.set_sorted()
     return (
         frame.lazy()
         .filter(pl.col("step") >= start)
         .select(
-            window_index(start, size),
+            index,
             pl.col("step"),
             nonfinite.alias("_nonfinite"),
             *_masked_columns("acc", "n_pred"),
@@ -232,7 +238,7 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             _ratio_se_expr().alias("_tau_walk_se"),
             pl.col("_walk_n").cast(pl.Int64),
         )
-        # The in-memory engine's hash group-by sums like the eager API always did; the streaming
+        # The in-memory engine's group-by sums like the eager API always did; the streaming
         # engine accumulates in another order, and the means would move in their last bits.
         .collect(engine="in-memory")
     )

@@ -103,6 +103,27 @@ def accepted_prefix(correct: torch.Tensor) -> torch.Tensor:
     return torch.cumprod(correct.to(torch.int64), dim=1).sum(1)
 
 
+def _accepted_lengths(lm_head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                      ok: torch.Tensor) -> torch.Tensor:
+    """Accepted prefix of each block: [M, B-1, D] hidden states, [M, B-1] labels and in-range
+    flags -> [M] long.
+
+    Equal to ``accepted_prefix((lm_head(hidden).argmax(-1) == labels) & ok)``, but position k's
+    logits are computed only for the blocks still correct through position k-1: the prefix ends
+    at the first miss, so later positions of a missed block never matter. With a large
+    vocabulary the lm_head is most of the walk's cost, and it then scales with the mean
+    accepted prefix + 1 (the size-biased tau_train) instead of the block size."""
+    accepted = torch.zeros(hidden.shape[0], dtype=torch.long, device=hidden.device)
+    alive = torch.arange(hidden.shape[0], device=hidden.device)
+    for k in range(hidden.shape[1]):
+        if alive.numel() == 0:
+            break
+        pred = lm_head(hidden[alive, k]).argmax(-1)
+        alive = alive[(pred == labels[alive, k]) & ok[alive, k]]
+        accepted[alive] += 1
+    return accepted
+
+
 @torch.no_grad()
 def walk_batch(drafter: torch.nn.Module, target: TargetModel, batch: dict[str, torch.Tensor],
                features: torch.Tensor, horizon: int | None = None, max_seqs: int | None = None,
@@ -141,13 +162,6 @@ def walk_batch(drafter: torch.nn.Module, target: TargetModel, batch: dict[str, t
     seq_idx = torch.cat([torch.full((h - 1,), r, dtype=torch.long) for r, _, h in spans])
     anchors = torch.cat([torch.arange(s, s + h - 1) for _, s, h in spans])
     seq_idx, anchors = seq_idx.to(ids.device), anchors.to(ids.device)
-    was_training = drafter.training
-    drafter.eval()
-    try:
-        hidden = draft_block_hidden(drafter, target, ids, features, seq_idx, anchors, layout)
-        pred = target.lm_head(hidden).argmax(-1)  # [M, B-1]
-    finally:
-        drafter.train(was_training)
     # Labels x_{a+k}; beyond the row's horizon there is no label: count it wrong (the walk caps
     # the gain at the horizon anyway, so the value never matters).
     padded = torch.nn.functional.pad(ids, (0, B), value=-1)
@@ -155,7 +169,13 @@ def walk_batch(drafter: torch.nn.Module, target: TargetModel, batch: dict[str, t
     labels = padded[seq_idx[:, None], anchors[:, None] + offs]
     ends = torch.cat([torch.full((h - 1,), s + h, dtype=torch.long) for _, s, h in spans])
     in_range = (anchors[:, None] + offs) < ends.to(ids.device)[:, None]
-    accepted = accepted_prefix((pred == labels) & in_range).cpu().tolist()
+    was_training = drafter.training
+    drafter.eval()
+    try:
+        hidden = draft_block_hidden(drafter, target, ids, features, seq_idx, anchors, layout)
+        accepted = _accepted_lengths(target.lm_head, hidden, labels, in_range).cpu().tolist()
+    finally:
+        drafter.train(was_training)
     i = 0
     for _, _, h in spans:
         total = total + walk_accepted(accepted[i:i + h - 1], h, B)

@@ -96,3 +96,24 @@ def test_walk_of_the_first_rows_only(bundled):
     assert one.tokens == full - 1 and two.tokens == 2 * (full - 1)
     first = {k: v[:1] for k, v in batch.items()}
     assert walk_batch(drafter, target, first, feats[:1]).hist == one.hist
+
+
+def test_lazy_lm_head_gives_the_dense_accepted_prefix():
+    # The walk computes position k's logits only for blocks still correct through k-1; the
+    # accepted prefix must equal the dense argmax's. Labels copy the dense prediction at most
+    # positions so that long prefixes (and every prefix length) occur.
+    from dflash.walk import _accepted_lengths, accepted_prefix
+
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(8, 11, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(11, 8, generator=g))
+    hidden = torch.randn(300, 5, 8, generator=g)
+    with torch.no_grad():
+        dense = head(hidden).argmax(-1)
+        labels = torch.where(torch.rand(300, 5, generator=g) < 0.8, dense, (dense + 1) % 11)
+        ok = torch.rand(300, 5, generator=g) < 0.95
+        lazy = _accepted_lengths(head, hidden, labels, ok)
+    expected = accepted_prefix((dense == labels) & ok)
+    assert torch.equal(lazy, expected)
+    assert set(expected.tolist()) == set(range(6))  # every prefix length 0..5 was exercised

@@ -466,6 +466,11 @@ def _split_records(
         .select("source", "seq", "run", "script", "step", *metric_columns, *missing)
         .collect()
     )
+    if metrics.n_chunks("all") != [1] * metrics.width:
+        # One chunk per column, once, here: the parse leaves a chunk per piece, and the first
+        # analysis query that needs aligned columns (a with_columns, a group-by) would otherwise
+        # copy the whole frame again on every call.
+        metrics = metrics.rechunk()
     return ParsedLog(metrics=metrics, events=events, issues=issues)
 
 

@@ -145,7 +145,8 @@ def train(args, work: Path, ckpt_every: int) -> None:
                    check=True, cwd=REPO)
 
 
-def measure(args, work: Path, steps: list[int]) -> dict[int, dict[str, tuple[float, list[int]]]]:
+def measure(args, work: Path, steps: list[int]) -> dict[int, dict[str, tuple[float, int]]]:
+    """Measured tau and verify steps per benchmark at each checkpoint step."""
     import torch
 
     from dflash import TargetModel, evaluate_tau
@@ -168,16 +169,16 @@ def measure(args, work: Path, steps: list[int]) -> dict[int, dict[str, tuple[flo
             t0 = time.time()
             res = evaluate_tau(target, drafter, prompts, max_new_tokens=horizon,
                                stop_token_ids=[eos] if eos is not None else None)
-            out[s][name] = (res.tau, res.tau_hist)
+            out[s][name] = (res.tau, res.n_steps)
             print(f"step {s} {name}: measured tau {res.tau:.3f} over {res.n_steps} steps "
                   f"({time.time() - t0:.0f}s)", flush=True)
     return out
 
 
-def pooled(results: dict[str, tuple[float, list[int]]]) -> float:
-    hist = [sum(h[i] for _, h in results.values()) for i in range(len(next(iter(results.values()))[1]))]
-    steps = sum(hist)
-    return sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else math.nan
+def pooled(results: dict[str, tuple[float, int]]) -> float:
+    """The measured tau over every benchmark's verify steps (tokens / steps, pooled)."""
+    steps = sum(n for _, n in results.values())
+    return sum(tau * n for tau, n in results.values()) / steps if steps else math.nan
 
 
 def cell(value: float, truth: float) -> str:
@@ -243,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--walk-seqs", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip-train", action="store_true", help="re-measure the run in --work")
+    p.add_argument("--reuse-measured", action="store_true",
+                   help="with --skip-train: tabulate the run's saved measurements (measured.json)")
     p.add_argument("--log", type=Path, help="only tabulate this log against its eval records")
     args = p.parse_args(argv)
     if args.log is not None:
@@ -260,26 +263,48 @@ def main(argv: list[str] | None = None) -> int:
         train(args, args.work, every)
     t_train = time.time() - t0
     records = [json.loads(line) for line in (args.work / "train.jsonl").read_text().splitlines()]
-    metrics = [r for r in records if "event" not in r]
-    measured = measure(args, args.work, steps)
+    metrics = latest_records(records)
+    saved = args.work / "measured.json"
+    if args.reuse_measured and saved.is_file():
+        measured = {int(k): {n: tuple(v) for n, v in r.items()}
+                    for k, r in json.loads(saved.read_text()).items()}
+    else:
+        measured = measure(args, args.work, steps)
+        saved.write_text(json.dumps(measured, indent=1) + "\n")
     names = sorted(next(iter(measured.values())))
     print(f"\ntraining {t_train:.0f}s; measurement {time.time() - t0 - t_train:.0f}s; "
           f"load average {os.getloadavg()[0]:.1f}")
-    head = (["step"] + [f"tau {n}" for n in names] + ["tau all"]
-            + [f"{e} (err)" for e in ("walk", "harmonic", "chain", "linear", "tau_train")])
+    head = (["step"] + [f"tau {n}" for n in names] + ["tau all", "walk ± se (err)", "walked"]
+            + [f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")] + ["primary (err)"])
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for s in steps:
-        window = [r for r in metrics if s - args.window < r["step"] <= s]
+        window = [r for r in metrics if s - args.window < r["step"] <= s and "accept_pos" in r]
         means = window_means(window)
         est = estimates(means)
         truth = pooled(measured[s])
+        se = walk_se(means["walk_pairs"])
+        walk = cell(est["walk"], truth)
+        if math.isfinite(se) and math.isfinite(est["walk"]):
+            walk = walk.replace(" (", f" ± {se:.2f} (", 1)
+        lead = primary(est, se, means["walked"])
         cells = [str(s)] + [f"{measured[s][n][0]:.2f}" for n in names] + [f"{truth:.2f}"]
-        cells += [cell(v, truth) for v in est.values()]
+        cells += [walk, str(means["walked"])]
+        cells += [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
+        cells += [f"{lead} {cell(est[lead], truth)}"]
         print("| " + " | ".join(cells) + " |")
     print(f"\nestimates from the records of steps (s-{args.window}, s]; walk over "
           f"{args.walk_seqs} training sequences every {args.walk_every} steps; errors against "
-          f"'tau all' (the measured tau pooled over the benchmarks' verify steps)")
+          f"'tau all' (the measured tau pooled over the benchmarks' verify steps); primary: the "
+          f"report's rule (walk on {WALK_MIN_RECORDS}+ walked records with SE <= "
+          f"{WALK_MAX_REL_SE:.0%}, else harmonic)")
+    in_dist = [n for n in names if n != "humaneval"]
+    if in_dist:
+        print("walk error against the benchmark drawn like the training data ("
+              + ", ".join(in_dist) + "): " + ", ".join(
+                  f"step {s} " + cell(estimates(window_means(
+                      [r for r in metrics if s - args.window < r["step"] <= s and "accept_pos" in r]
+                  ))["walk"], pooled({n: measured[s][n] for n in in_dist})) for s in steps))
     return 0
 
 

@@ -165,11 +165,16 @@ def _parse_piece(
         frame = undo_sentinels(frame)
     if not parser.has_events:
         events = []
-    elif parser.line_index is not None:
-        events = _events_from_lines(parser.line_index, parser.event_lines, first_line_no, source,
-                                    fields or {})
     else:
-        events = _scan_events(parser.body, first_line_no, source, fields or {})
+        if parser.line_index is not None:
+            events = _events_from_lines(parser.line_index, parser.event_lines, first_line_no,
+                                        source, fields or {})
+        else:
+            events = _scan_events(parser.body, first_line_no, source, fields or {})
+        # The event rows go here, piece by piece (their lines are decoded whole above): the copy
+        # is one piece's columns, whose memory the next piece reuses, instead of a filtered copy
+        # of the whole assembled frame.
+        frame = frame.filter(~is_event)
     return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
 
 
@@ -180,7 +185,9 @@ def _assemble(
     """Join consecutive pieces of one source into a :class:`ParsedLog` (one pass of polars ops)."""
     _, rename = read_schema(fields, extra, lists)
     frames = [p.frame for p in pieces]
-    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    # One chunk per column, once, here: the first analysis query that needs aligned columns (a
+    # with_columns, a group-by) would otherwise copy the whole frame again on every call.
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
     if rename:
         frame = frame.rename(dict(rename))
     issues = ParseIssues()
@@ -449,9 +456,12 @@ def _split_records(
     else:
         run = pl.lit(-1, pl.Int32)
     step = pl.col("step").cast(pl.Int64, strict=False)
+    keep = (~is_event & _step_in_range()).fill_null(False)
+    # The usual frame keeps every row (events left with their pieces): no filter, no copy of
+    # the columns that pass through.
+    kept = frame if frame.select(keep.all()).item() else frame.filter(keep)
     metrics = (
-        frame.lazy()
-        .filter(~is_event & _step_in_range())
+        kept.lazy()
         .select(
             pl.lit(source, pl.Int32).alias("source"),
             pl.col("_line").alias("seq"),
@@ -466,10 +476,7 @@ def _split_records(
         .select("source", "seq", "run", "script", "step", *metric_columns, *missing)
         .collect()
     )
-    if metrics.n_chunks("all") != [1] * metrics.width:
-        # One chunk per column, once, here: the parse leaves a chunk per piece, and the first
-        # analysis query that needs aligned columns (a with_columns, a group-by) would otherwise
-        # copy the whole frame again on every call.
+    if metrics.n_chunks("all") != [1] * metrics.width:  # a filter may leave a chunk per piece
         metrics = metrics.rechunk()
     return ParsedLog(metrics=metrics, events=events, issues=issues)
 

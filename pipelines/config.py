@@ -122,8 +122,10 @@ class TrainConfig:
     """Every N-th metrics record carries the walked tau (``walk_*`` fields; 0: never). It runs
     the drafter without gradients over every response anchor of ``walk_seqs`` sequences of the
     step's last micro-batch, reusing its target features."""
-    walk_seqs: int = 2
-    """Sequences walked per walked record."""
+    walk_seqs: int = 4
+    """Sequences walked per walked record (each costs one no-gradient drafter pass over its
+    response; at 4, measured 1.6% of the step time on the bundled target and 0.3% on
+    SmolLM2-135M with an untrained drafter, about 4% at most as acceptance grows)."""
     max_nonfinite: int = 5
     """Stop the run after this many non-finite steps in a row."""
     torch_threads: int = 0

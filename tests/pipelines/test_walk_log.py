@@ -40,13 +40,13 @@ def test_walk_counts_intervals_of_log_every_and_can_be_off(make_cfg, tmp_path):
 def test_eval_horizon_defaults_to_the_longest_training_response(make_cfg, tiny_assets, tmp_path):
     _, data = tiny_assets
     horizon = longest_response(load_dataset(data))
-    run_pipeline(make_cfg(max_steps=2, eval_every=2, eval_new_tokens=None, eval_prompts=2,
-                          walk_every=1))
+    cfg = make_cfg(max_steps=2, eval_every=2, eval_new_tokens=None, eval_prompts=2, walk_every=1)
+    run_pipeline(cfg)
     records = read_log(tmp_path / "train.jsonl")
     ev = next(r for r in records if r.get("event") == "eval")
     assert ev["new_tokens"] == 2 * horizon  # two prompts decoded to the horizon (no stop token)
     walk = metrics_of(records)[-1]
-    assert walk["walk_tokens"] <= 2 * (horizon - 1)
+    assert walk["walk_tokens"] <= cfg.walk_seqs * (horizon - 1)  # each walked row: H - 1 tokens
 
 
 def _record(**walk):

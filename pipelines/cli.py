@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from dflash_diag.cli.typer_parts import FlagHelp, version_callback
+from dflash_diag.cli.typer_parts import FlagHelp, version_option
 
 from .config import (
     RESUME_SCHEDULE_MODES,
@@ -49,14 +49,12 @@ app = typer.Typer(
 )
 
 
-_version = version_callback(PROG)
+VersionOption = version_option(PROG)
 
 
 @app.callback()
 def _root(
-    show_version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, metavar="",
-        help="Print the version and exit.")] = False,
+    show_version: VersionOption = False,
 ) -> None:
     """Train a DFlash drafter: lock-step (sync) or CSP pipeline; measure a checkpoint (eval)."""
 

@@ -15,7 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 from dflash_diag.cli.common import EXIT_USAGE
 from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
-from dflash_diag.cli.typer_parts import FlagHelp, version_callback
+from dflash_diag.cli.typer_parts import FlagHelp, version_option
 from dflash_diag.cli.watch import watch
 
 
@@ -65,14 +65,12 @@ app = typer.Typer(
 )
 
 
-_version = version_callback("dflash-diag")
+VersionOption = version_option("dflash-diag")
 
 
 @app.callback()
 def _root(
-    show_version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, metavar="",
-        help="Print the version and exit.")] = False,
+    show_version: VersionOption = False,
 ) -> None:
     """Convergence diagnostics for DFlash drafter training logs (JSONL)."""
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -35,3 +35,11 @@ def version_callback(prog: str) -> Callable[[bool], None]:
             raise typer.Exit(0)
 
     return show
+
+
+def version_option(prog: str) -> Any:
+    """The ``--version`` option of a program's root callback (an ``Annotated`` bool type):
+    eager, printing ``<prog> <version>`` through :func:`version_callback`."""
+    return Annotated[bool, typer.Option(
+        "--version", callback=version_callback(prog), is_eager=True, metavar="",
+        help="Print the version and exit.")]

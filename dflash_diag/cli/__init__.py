@@ -7,7 +7,7 @@ polars and the analysis inside its function.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup

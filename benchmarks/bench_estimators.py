@@ -197,30 +197,40 @@ def latest_records(records: Sequence[dict]) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+#: The estimate columns of both tables, after the measured ones.
+ESTIMATE_HEAD = (["walk ± se (err)", "walked"]
+                 + [f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")]
+                 + ["primary (err)"])
+
+
+def estimate_cells(means: dict, truth: float) -> list[str]:
+    """The estimate columns of one eval: the walk with its SE, the walked records, each other
+    estimator, and the report's primary estimate, each with its error against ``truth``."""
+    est = estimates(means)
+    se = walk_se(means["walk_pairs"])
+    walk = cell(est["walk"], truth)
+    if math.isfinite(se) and math.isfinite(est["walk"]):
+        walk = walk.replace(" (", f" ± {se:.2f} (", 1)
+    lead = primary(est, se, means["walked"])
+    return ([walk, str(means["walked"])]
+            + [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
+            + [f"{lead} {cell(est[lead], truth)}"])
+
+
 def log_table(path: Path, window: int) -> int:
     """The estimator table of an existing log against its own eval records."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     metrics = [r for r in latest_records(records) if "accept_pos" in r]
     evals = {r["step"]: r for r in records if r.get("event") == "eval"}  # later entries win
-    head = ["step", "tau measured", "walk ± se (err)", "walked"] + [
-        f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")] + ["primary (err)"]
+    head = ["step", "tau measured", *ESTIMATE_HEAD]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for s, ev in sorted(evals.items()):
         window_recs = [r for r in metrics if s - window < r["step"] <= s]
         if not window_recs:
             continue
-        means = window_means(window_recs)
-        est = estimates(means)
         truth = ev["tau"]
-        se = walk_se(means["walk_pairs"])
-        walk = cell(est["walk"], truth)
-        if math.isfinite(se) and math.isfinite(est["walk"]):
-            walk = walk.replace(" (", f" ± {se:.2f} (", 1)
-        lead = primary(est, se, means["walked"])
-        cells = ([str(s), f"{truth:.2f}", walk, str(means["walked"])]
-                 + [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
-                 + [f"{lead} {cell(est[lead], truth)}"])
+        cells = [str(s), f"{truth:.2f}", *estimate_cells(window_means(window_recs), truth)]
         print("| " + " | ".join(cells) + " |")
     print(f"\nestimates from the pipeline records of steps (s-{window}, s]; measured: the log's "
           f"eval records ({next(iter(evals.values()))['n_prompts']} held-out prompts)")
@@ -274,24 +284,17 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted(next(iter(measured.values())))
     print(f"\ntraining {t_train:.0f}s; measurement {time.time() - t0 - t_train:.0f}s; "
           f"load average {os.getloadavg()[0]:.1f}")
-    head = (["step"] + [f"tau {n}" for n in names] + ["tau all", "walk ± se (err)", "walked"]
-            + [f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")] + ["primary (err)"])
+    head = ["step"] + [f"tau {n}" for n in names] + ["tau all", *ESTIMATE_HEAD]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
+    walks: dict[int, float] = {}
     for s in steps:
         window = [r for r in metrics if s - args.window < r["step"] <= s and "accept_pos" in r]
         means = window_means(window)
-        est = estimates(means)
+        walks[s] = walk_tau(means["walk_tokens"], means["walk_steps"])
         truth = pooled(measured[s])
-        se = walk_se(means["walk_pairs"])
-        walk = cell(est["walk"], truth)
-        if math.isfinite(se) and math.isfinite(est["walk"]):
-            walk = walk.replace(" (", f" ± {se:.2f} (", 1)
-        lead = primary(est, se, means["walked"])
         cells = [str(s)] + [f"{measured[s][n][0]:.2f}" for n in names] + [f"{truth:.2f}"]
-        cells += [walk, str(means["walked"])]
-        cells += [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
-        cells += [f"{lead} {cell(est[lead], truth)}"]
+        cells += estimate_cells(means, truth)
         print("| " + " | ".join(cells) + " |")
     print(f"\nestimates from the records of steps (s-{args.window}, s]; walk over "
           f"{args.walk_seqs} training sequences every {args.walk_every} steps; errors against "
@@ -302,9 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     if in_dist:
         print("walk error against the benchmark drawn like the training data ("
               + ", ".join(in_dist) + "): " + ", ".join(
-                  f"step {s} " + cell(estimates(window_means(
-                      [r for r in metrics if s - args.window < r["step"] <= s and "accept_pos" in r]
-                  ))["walk"], pooled({n: measured[s][n] for n in in_dist})) for s in steps))
+                  f"step {s} " + cell(walks[s], pooled({n: measured[s][n] for n in in_dist}))
+                  for s in steps))
     return 0
 
 

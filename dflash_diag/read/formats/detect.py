@@ -78,7 +78,16 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     if tensorboard.looks_like_event_file(head):
         return "tensorboard"
     # the text formats: a UTF-16/32 file is named as such (after the binary formats, whose
-    # headers hold zero bytes too)
+    # headers hold zero bytes too). A UTF-8 byte-order mark and a crash's zero-fill before the
+    # text are no content.
+    head = head.lstrip(b"\x00")
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:]
+    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+        raise DiagError(f"{path}: a Git LFS pointer, not the log itself (fetch the file: "
+                        "git lfs pull)")
+    if not head.strip():
+        return "jsonl"  # an empty (or zero-filled) file: the JSONL reader says "empty log"
     check_encoding(head, str(path))
     stripped = head.lstrip()
     if stripped.startswith(b"{"):

@@ -28,7 +28,7 @@ from dflash_diag.read.formats.detect import (
     detect_format,
     read_scalars,
 )
-from dflash_diag.read.formats.jsonl_rows import sample_keys
+from dflash_diag.read.formats.jsonl_rows import has_foreign_events, sample_keys
 from dflash_diag.read.presets import PRESETS, Preset, detect_preset, get_preset
 from dflash_diag.read.records import ParsedLog
 
@@ -138,12 +138,23 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
         return False  # the JSONL reader reports it
     if head[:2] == b"\x1f\x8b":
         return False  # compressed: this project's own logs
+    if head.startswith((b"\x00", b"\xef\xbb\xbf")) or has_foreign_events(head):
+        return True  # a zero-filled or BOM start, another trainer's "event" records
     keys, nested = sample_keys(head)
     if nested or detect_preset(keys) is not None:
         return True
+    if keys and not _native_names(keys):
+        return True  # another trainer's names (train_loss, current_steps...): the alias table
     # acc_pos mapped to a family of numbered scalar keys (not to a list field): assembled here
     list_map = fields.get("acc_pos")
     return list_map is not None and keys.get(list_map) is not list
+
+
+def _native_names(keys: Mapping[str, type]) -> bool:
+    """Whether sampled keys are this project's schema: a ``step`` and a known metric name."""
+    from dflash_diag.logschema import METRIC_NUMBERS
+
+    return "step" in keys and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time"))
 
 
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
@@ -173,10 +184,53 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
         raise DiagError(f"{plan.path}: cannot assemble its records "
                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
     log = canonical.log
+    if log.metrics.height == 0 and scalars.issues.lines:
+        raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
     log.sources = [plan.path]
     log.notes = [f"{plan.path}: {canonical.description}"] + [
         f"{plan.path}: {note}" for note in canonical.notes]
     return log
+
+
+#: Numeric series named in the "nothing maps" line (the rest are counted).
+_SHOWN_SERIES = 8
+
+
+def nothing_maps_message(path: str, canonical, scalars) -> str:
+    """The one line for a log read whole in which no series maps to a training metric: what was
+    read (and what else was tried), the numeric series found, and the ``--field`` line that
+    would map them."""
+    import polars as pl
+
+    from dflash_diag.read.aliases import STEP
+
+    frame = scalars.long_frame() if scalars.wide else scalars.frame
+    counts = (frame.group_by("key").agg(pl.len().alias("n")).sort("n", "key", descending=[True, False])
+              if frame.height else None)
+    if canonical.log.issues.without_step and not frame.filter(pl.col("step").is_not_null()).height:
+        found = ", ".join(counts["key"].to_list()[:_SHOWN_SERIES]) if counts is not None else ""
+        return (f"no record has a 'step' field in {path} (map one with --field step=NAME"
+                + (f"; numeric series found: {found})" if found else ")"))
+    head = f"{path}: {canonical.description}: no series maps to loss or acc"
+    notes = [n for n in canonical.notes if not n.startswith("never in the log")]
+    if notes:
+        head += f" ({'; '.join(notes)})"
+    if counts is None or counts.height == 0:
+        return head + "; the log holds no numeric series"
+    keys = [k for k in counts["key"].to_list() if k not in STEP]
+    if not keys:
+        return head + f"; its only numeric series: {', '.join(counts['key'].to_list()[:_SHOWN_SERIES])}"
+    shown = ", ".join(f"{k} ({n})" for k, n in counts.filter(pl.col("key").is_in(keys))
+                      .head(_SHOWN_SERIES).iter_rows())
+    more = f" and {len(keys) - _SHOWN_SERIES} more" if len(keys) > _SHOWN_SERIES else ""
+    loss_like = next((k for k in keys if "loss" in k.lower()), None)
+    acc_like = next((k for k in keys if "acc" in k.lower()), None)
+    if loss_like is None and acc_like is None:
+        return (f"{head}; numeric series found: {shown}{more} (none looks like a loss or an "
+                "accuracy); map one with --field loss=NAME")
+    suggestion = " ".join(f"--field {c}={k}" for c, k in (("loss", loss_like), ("acc", acc_like))
+                          if k is not None)
+    return f"{head}; numeric series found: {shown}{more}; map them: {suggestion}"
 
 
 def missing_mapped_fields(log: ParsedLog, fields: Mapping[str, str]) -> list[str]:

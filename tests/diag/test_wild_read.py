@@ -127,3 +127,96 @@ def test_bom_trainer_state_reads_with_no_flags(tmp_path):
 def test_git_lfs_pointer_gets_one_clear_line():
     result = invoke("converge", wild("Observer-18__nlp/trainer_log.jsonl"))
     assert result.exit_code == 2 and "Git LFS pointer" in result.stderr
+
+
+# -- class 4: a folder holding two sources -------------------------------------------------------
+
+def test_folder_with_two_sources_reads_the_richer_and_says_so(tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(FIXTURES / "hf_trainer", out)
+    shutil.copytree(FIXTURES / "specforge_dflash" / "runs", out / "runs")
+    log = load_log(out)
+    note = next(n for n in log.notes if "the folder holds" in n)
+    tb, hf = load_log(out / "runs"), load_log(out / "checkpoint-260")
+    richer = "TensorBoard" if tb.metrics.height > hf.metrics.height else "HF trainer_state.json"
+    assert f"read {richer}" in note and "records" in note
+    assert log.metrics.height == max(tb.metrics.height, hf.metrics.height)
+
+
+def test_folder_whose_first_source_maps_nothing_reads_the_other(tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(FIXTURES / "hf_trainer", out)
+    (out / "runs").mkdir()
+    shutil.copy(wild("gi7014__SunXiaochuan-V1/trainer_log.jsonl"), out / "runs" / "x.jsonl")
+    shutil.copytree(FIXTURES / "lightning" / "lightning_logs", out / "lightning_logs")
+    log = load_log(out)
+    assert log.metrics.height and any("the folder holds" in n for n in log.notes)
+
+
+def test_mlflow_store_of_deleted_runs_only_is_read_with_a_note():
+    log = load_log(wild("Awritrojit__AIOPS_learning_mnist/mlruns"))
+    assert log.metrics.height and any("only deleted runs" in n for n in log.notes)
+
+
+# -- class 5, 6: console shapes, epoch-local counters ----------------------------------------------
+
+def _console(tmp_path, text: str):
+    path = tmp_path / "train.log"
+    path.write_text(text)
+    return load_log(path)
+
+
+def test_hf_trainer_console_dicts_take_the_progress_bar_step(tmp_path):
+    bar = " {p}%|#    | {n}/500 [00:10<01:30,  4.9it/s]"
+    record = "{{'loss': {:.3f}, 'grad_norm': 1.0, 'learning_rate': 4e-05, 'epoch': {:.2f}}}\n"
+    text = "***** Running training *****\n" + "".join(
+        "\r" + bar.format(p=i, n=i * 10)
+        + (record.format(5 - i * 0.1, i / 50) if i % 5 == 0 else "") for i in range(1, 41))
+    text += "{'eval_loss': 3.95, 'eval_runtime': 2.1, 'epoch': 0.8}\n"
+    log = _console(tmp_path, text)
+    assert log.metrics["step"].to_list() == list(range(50, 401, 50))
+    assert log.metrics["lr"].null_count() == 0
+    assert [e.fields.get("loss") for e in log.events if e.kind == "eval"] == [3.95]
+
+
+def test_epoch_local_step_counter_becomes_a_global_step(tmp_path):
+    text = "".join(f"Epoch {e} | Step {s}/30 | Loss: {9 - e - s / 30:.4f} | LR: 5.97e-05\n"
+                   for e in range(3) for s in (10, 20, 30))
+    log = _console(tmp_path, "\n" * 250 + text)  # the first step line after line 200
+    assert log.metrics["step"].to_list() == [10, 20, 30, 40, 50, 60, 70, 80, 90]
+
+
+def test_batch_counter_within_epochs(tmp_path):
+    text = "".join(f"ep: {e}, batch: {b}, lr: 0.1, loss: {10 - e - b / 100:.2f}\n"
+                   for e in range(2) for b in (20, 40))
+    assert _console(tmp_path, text).metrics["step"].to_list() == [20, 40, 60, 80]
+
+
+def test_validation_console_lines_are_validation_not_train(tmp_path):
+    log = _console(tmp_path, "step 100: train loss 2.0123, val loss 2.1456\n"
+                             "Validation - Step 200, Loss: 2.3, Acc: 0.4\n"
+                             "Val | Step 300 | loss=2.2\n"
+                             "Train - Step 200, Loss: 1.9, Acc: 0.5\n"
+                             "Train - Step 300, Loss: 1.8, Acc: 0.55\n")
+    assert log.metrics.select("step", "loss").rows() == [(100, 2.0123), (200, 1.9), (300, 1.8)]
+    evals = {e.step: e.fields for e in log.events if e.kind == "eval"}
+    assert evals == {100: {"loss": 2.1456}, 200: {"loss": 2.3, "acc": 0.4}, 300: {"loss": 2.2}}
+
+
+def test_nanogpt_iter_lines_and_avg_loss_pairs(tmp_path):
+    log = _console(tmp_path, "".join(f"iter {i}: loss {4 - i / 100:.4f}, time 12.3ms, mfu 3.4%\n"
+                                     for i in range(0, 50, 10)))
+    assert log.metrics["loss"].to_list() == [4.0, 3.9, 3.8, 3.7, 3.6]
+    log = _console(tmp_path, "[step 50] avg_loss=0.0008 acc=0.4800\n"
+                             "[step 100] avg_loss=0.0007 acc=0.5000\n")
+    assert log.metrics.select("loss", "acc").rows() == [(0.0008, 0.48), (0.0007, 0.5)]
+
+
+def test_tab_separated_step_table(tmp_path):
+    path = tmp_path / "loss.tsv"
+    path.write_text("step\tloss\n" + "".join(f"{i}\t{3 - i / 100}\n" for i in range(1, 11)))
+    assert load_log(path).metrics["loss"].len() == 10

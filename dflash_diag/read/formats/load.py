@@ -26,6 +26,7 @@ from dflash_diag.read.formats.detect import (
     HEAD_BYTES,
     check_format,
     detect_format,
+    folder_formats,
     read_scalars,
 )
 from dflash_diag.read.formats.jsonl_rows import has_foreign_events, sample_keys
@@ -47,6 +48,7 @@ class InputPlan:
         native: read by the fast JSONL reader (this project's schema, flat names).
         preset: the preset asked for (None: detect one).
         fields: the field map for this input.
+        alternatives: the other formats a folder holds (each is read too; the richest wins).
     """
 
     path: str
@@ -54,6 +56,7 @@ class InputPlan:
     native: bool
     preset: Preset | None = None
     fields: dict[str, str] = field(default_factory=dict)
+    alternatives: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -122,9 +125,16 @@ def plan_input(
             if fmt != "jsonl":
                 raise DiagError(f"{path}: a pipe is read as JSONL only, not {fmt}")
             return InputPlan(path, fmt, native=chosen is None, preset=chosen, fields=fields)
-    fmt = check_format(input_format) if input_format else detect_format(path)
+    alternatives: tuple[str, ...] = ()
+    if input_format:
+        fmt = check_format(input_format)
+    elif os.path.isdir(path) and len(found := folder_formats(Path(path))) > 1:
+        fmt, alternatives = found[0], tuple(found[1:])
+    else:
+        fmt = detect_format(path)
     native = fmt == "jsonl" and chosen is None and not _foreign_jsonl(Path(path), fields)
-    return InputPlan(path, fmt, native=native, preset=chosen, fields=fields)
+    return InputPlan(path, fmt, native=native, preset=chosen, fields=fields,
+                     alternatives=alternatives)
 
 
 def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
@@ -160,15 +170,47 @@ def _native_names(keys: Mapping[str, type]) -> bool:
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
     """Read a non-native input into a canonical :class:`ParsedLog` (``source`` stamped).
 
+    A folder holding several sources (:attr:`InputPlan.alternatives`) is read as each; the one
+    with the most records (train and eval) wins, ties to the first, and a note says what was
+    read and what else the folder held. When none reads, the error says what each one gave.
+
     Raises:
         DiagError: the reader's one-line error.
     """
+    if not plan.alternatives:
+        return _read_as(plan, plan.format, source, strict)
+    tried: list[tuple[str, ParsedLog | None, str]] = []
+    for fmt in (plan.format, *plan.alternatives):
+        try:
+            tried.append((fmt, _read_as(plan, fmt, source, strict), ""))
+        except DiagError as exc:
+            tried.append((fmt, None, str(exc)))
+    read = [(fmt, log) for fmt, log, _ in tried if log is not None]
+    if not read:
+        raise DiagError(f"{plan.path}: a folder holding {len(tried)} sources, none readable: "
+                        + " | ".join(f"{FORMATS[fmt]}: {message}" for fmt, _, message in tried))
+    fmt, best = max(read, key=lambda fl: _richness(fl[1]))  # max keeps the first of equals
+    others = ", ".join(
+        f"{FORMATS[f]} ({_richness(log)[0]} records)" if log is not None else
+        f"{FORMATS[f]} (unreadable)" for f, log, _ in tried if f != fmt)
+    best.notes.insert(1, f"{plan.path}: the folder holds {FORMATS[fmt]} and {others}: read "
+                         f"{FORMATS[fmt]} ({_richness(best)[0]} records; give --input-format "
+                         "or a path inside to read another)")
+    return best
+
+
+def _richness(log: ParsedLog) -> tuple[int, int]:
+    """Metric records, then eval events: which of a folder's sources holds more."""
+    return log.metrics.height, sum(1 for e in log.events if e.kind == "eval")
+
+
+def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     import polars as pl
 
     from dflash_diag.read.formats.canonical import to_parsed_log
     from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
 
-    if plan.format == "jsonl":
+    if fmt == "jsonl":
         try:
             scalars = read_jsonl_rows(plan.path, strict=strict)
         except DiagError:
@@ -176,7 +218,7 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
         except (OSError, ValueError) as exc:
             raise DiagError(f"{plan.path}: {exc}") from None
     else:
-        scalars = read_scalars(plan.path, plan.format)
+        scalars = read_scalars(plan.path, fmt)
     try:
         canonical = to_parsed_log(scalars, source=source, preset=plan.preset, fields=plan.fields)
     except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001

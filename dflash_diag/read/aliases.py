@@ -112,3 +112,8 @@ def is_alias(name: str) -> bool:
     return any(_pattern(c).fullmatch(name) for c in STEP) or any(
         _pattern(c).fullmatch(name) for table in tables for cands in table.values()
         for c in cands)
+
+
+def is_validation(name: str) -> bool:
+    """Whether ``name`` is a known alias of a validation series."""
+    return any(_pattern(c).fullmatch(name) for cands in VALIDATION.values() for c in cands)

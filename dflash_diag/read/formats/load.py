@@ -244,7 +244,7 @@ def nothing_maps_message(path: str, canonical, scalars) -> str:
     would map them."""
     import polars as pl
 
-    from dflash_diag.read.aliases import STEP
+    from dflash_diag.read.aliases import STEP, is_validation
 
     frame = scalars.long_frame() if scalars.wide else scalars.frame
     counts = (frame.group_by("key").agg(pl.len().alias("n")).sort("n", "key", descending=[True, False])
@@ -265,6 +265,10 @@ def nothing_maps_message(path: str, canonical, scalars) -> str:
     shown = ", ".join(f"{k} ({n})" for k, n in counts.filter(pl.col("key").is_in(keys))
                       .head(_SHOWN_SERIES).iter_rows())
     more = f" and {len(keys) - _SHOWN_SERIES} more" if len(keys) > _SHOWN_SERIES else ""
+    validation = [k for k in keys if is_validation(k)]
+    if validation and len(validation) == len([k for k in keys if "loss" in k or "acc" in k]):
+        return (f"{head}; only validation series: {', '.join(validation[:_SHOWN_SERIES])} "
+                "(no training loss or accuracy; they are read as evals)")
     loss_like = next((k for k in keys if "loss" in k.lower()), None)
     acc_like = next((k for k in keys if "acc" in k.lower()), None)
     if loss_like is None and acc_like is None:

@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
+from dflash_diag.read.aliases import GENERAL, VALIDATION, first_alias
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
 from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
 
@@ -194,9 +195,15 @@ def resolve_fields(
     effective = field_map_preset(fields or {}, preset) if (fields or preset) else None
     names = sorted(set(keys))
     res = Resolution(preset=preset, detected=detected)
-    scalar_candidates: dict[str, tuple[str, ...]] = dict(_IDENTITY)
+    scalar_candidates: dict[str, tuple[str, ...]] = {
+        name: _IDENTITY.get(name, ()) + GENERAL.get(name, ())
+        for name in {*_IDENTITY, *GENERAL}}
+    user = {normalise_key(k) for k in (fields or {})}
     if effective is not None:
-        scalar_candidates.update(effective.fields)
+        for canonical, candidates in effective.fields.items():
+            # a user's map is taken at its word; a preset's names come before the general ones
+            scalar_candidates[canonical] = tuple(candidates) + (
+                () if canonical in user else scalar_candidates.get(canonical, ()))
     for canonical, candidates in scalar_candidates.items():
         key = _first_match(candidates, names)
         if key is not None:
@@ -207,12 +214,16 @@ def resolve_fields(
         pass  # a native list column is not in the long frame; nothing to assemble
     if effective is not None and effective.loss_from_positions and "loss" not in res.scalars:
         res.loss_parts = _numbered((effective.loss_from_positions[0],), names)
+    eval_candidates = {name: tuple(cands) for name, cands in VALIDATION.items()}
     if effective is not None:
         res.eval_tau = _first_match(effective.eval_tau, names)
         for name, candidates in effective.eval_fields.items():
-            key = _first_match(candidates, names)
-            if key is not None:
-                res.eval_fields[name] = key
+            eval_candidates[name] = tuple(candidates) + eval_candidates.get(name, ())
+    taken = set(res.scalars.values())
+    for name, candidates in eval_candidates.items():
+        key = _first_match(candidates, [n for n in names if n not in taken])
+        if key is not None:
+            res.eval_fields[name] = key
     for canonical, log_name in (fields or {}).items():
         if canonical == "acc_pos":
             if not res.acc_pos:
@@ -230,11 +241,7 @@ def resolve_fields(
 
 
 def _first_match(candidates: Sequence[str], names: Sequence[str]) -> str | None:
-    for pattern in candidates:
-        for name in names:
-            if re.fullmatch(pattern, name):
-                return name
-    return None
+    return first_alias(candidates, names)
 
 
 def _numbered(patterns: Sequence[str], names: Sequence[str]) -> list[str]:

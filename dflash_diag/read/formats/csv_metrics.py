@@ -14,20 +14,33 @@ from pathlib import Path
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.aliases import STEP
 from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
 from dflash_diag.read.records import ParseIssues
 
 FORMAT = "CSV metrics"
 FILENAME = "metrics.csv"
 #: Step columns, first present wins.
-STEP_COLUMNS = ("step", "global_step", "_step", "iteration", "iter")
+STEP_COLUMNS = STEP
+
+
+#: Column separators tried, in order: Lightning's comma, a console table's tab, a semicolon.
+SEPARATORS = (",", "\t", ";")
+
+
+def separator(head: bytes) -> str | None:
+    """The separator of a header line naming a step column (None: not such a table)."""
+    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace").lstrip("\ufeff")
+    for sep in SEPARATORS:
+        names = [n.strip().strip('"') for n in first.split(sep)]
+        if len(names) >= 2 and any(n in STEP_COLUMNS for n in names):
+            return sep
+    return None
 
 
 def looks_like_metrics_csv(head: bytes) -> bool:
-    """Whether the first line is a CSV header with a step column."""
-    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace")
-    names = [n.strip().strip('"') for n in first.split(",")]
-    return len(names) >= 2 and any(n in STEP_COLUMNS for n in names)
+    """Whether the first line is a CSV (or tab-separated) header with a step column."""
+    return separator(head) is not None
 
 
 def find_metrics_csv(folder: Path) -> Path | None:
@@ -60,7 +73,9 @@ def read_metrics_csv(path: str | Path) -> Scalars:
     try:
         # Every column as text: sparse lines and values such as "nan" must not upset the
         # type inference; numbers are converted below, anything else becomes null.
-        frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True)
+        with path.open("rb") as handle:
+            sep = separator(handle.read(64 * 2**10)) or ","
+        frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True, separator=sep)
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
     step_column = next((c for c in STEP_COLUMNS if c in frame.columns), None)

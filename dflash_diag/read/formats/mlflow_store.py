@@ -94,11 +94,14 @@ def read_file_store(path: str | Path) -> Scalars:
     if is_run_folder(path):
         run = path
     else:
-        runs = []
+        runs, deleted = [], []
         for candidate in _candidate_runs(path):
             start, name, stage = _meta(candidate)
-            if stage == "active":
-                runs.append(_Run(candidate, start, name))
+            (runs if stage == "active" else deleted).append(_Run(candidate, start, name))
+        if not runs and deleted:
+            # a store of deleted runs only (not yet garbage-collected): their data is all there is
+            runs = deleted
+            notes.append(f"only deleted runs in the store ({len(deleted)}): read the latest")
         if not runs:
             raise DiagError(f"{path}: no MLflow run in it (mlruns/<experiment>/<run>/metrics)")
         latest = max(runs, key=lambda r: (r.start_time, str(r.path)))

@@ -15,6 +15,7 @@ import polars as pl
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
+from dflash_diag.read.formats.checks import step_expr
 from dflash_diag.read.records import ParseIssues
 
 FORMAT = "CSV metrics"
@@ -69,7 +70,7 @@ def read_metrics_csv(path: str | Path) -> Scalars:
     issues = ParseIssues(lines=frame.height)
     numbers = frame.with_row_index("row").select(
         pl.col("row").cast(pl.Int64),
-        pl.col(step_column).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).alias("step"),
+        step_expr(pl.col(step_column).str.strip_chars().cast(pl.Float64, strict=False)).alias("step"),
         *(pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c)
           for c in frame.columns if c != step_column),
     )

@@ -132,6 +132,22 @@ class RefreshStats:
     seconds: float
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(2)
+    except OSError:
+        return b""  # missing or unreadable: the refresh says so
+
+
+def _refuse_compressed(head: bytes, path: str | os.PathLike[str]) -> None:
+    """Gzip data is told by its magic bytes, as converge tells it, not by the name: read as
+    text it would be a view of malformed lines where converge reads its records."""
+    if head[:2] == b"\x1f\x8b":
+        raise DiagError(f"watch cannot follow a compressed log: {path} holds gzip data "
+                        "(read it with converge)")
+
+
 class LiveLog:
     """Follows one log and keeps what the live view needs, updated from the new bytes only.
 
@@ -161,6 +177,8 @@ class LiveLog:
             raise DiagError("watch follows a file; standard input cannot be followed")
         if str(path).endswith(".gz"):
             raise DiagError(f"watch cannot follow a compressed log: {path}")
+        if snapshot is None:
+            _refuse_compressed(_head(Path(path)), path)
         self.path = Path(path)
         self.config = config or WatchConfig()
         self.clock = clock
@@ -209,6 +227,7 @@ class LiveLog:
             if chunk.data:
                 if chunk.first_line_no == 1:
                     check_encoding(chunk.data[:4], str(self.path))  # UTF-16: one line, not a view
+                    _refuse_compressed(chunk.data[:2], self.path)  # whatever its name
                 part = parse_records(
                     chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
                 )

@@ -17,7 +17,6 @@ data); the downstream restart logic then purges the orphaned records as it does 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import polars as pl
 
 from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
 from dflash_diag.read.aliases import GENERAL, VALIDATION, first_alias
+from dflash_diag.read.formats.checks import count_nonfinite, drop_bad_steps, step_expr, step_value
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
 from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
 
@@ -152,10 +152,10 @@ def _as_float(value: Any) -> float | None:
 
 
 def _as_step(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return step_value(value)  # exactly: an int beyond the float range is out of range too
     number = _as_float(value)
-    if number is None or not math.isfinite(number):
-        return None
-    return int(number)
+    return None if number is None else step_value(number)
 
 
 @dataclass
@@ -327,6 +327,7 @@ def to_parsed_log(
         if wide["step"].null_count():
             issues.without_step += wide["step"].null_count()
             wides[i] = wide.filter(pl.col("step").is_not_null())
+    frame, wides = drop_bad_steps(frame, wides, issues)  # before segments: 2^63 is no restart
     frame, wides = _segments(frame, wides)
     key = pl.col("key")
     aggs = [pl.col("time").min()] + [
@@ -344,6 +345,8 @@ def to_parsed_log(
             pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
     records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
     metrics, events = _build(records, res, effective, source, scalars.meta)
+    count_nonfinite(metrics, issues, [n for n in (*METRIC_NUMBERS, *METRIC_LISTS)
+                                      if n not in ("step", "time") or n in res.scalars])
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
                     sources=[], fields=dict(fields or {}))
     log.next_line_no = records.height + 1
@@ -378,8 +381,7 @@ def _apply_step_keys(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.Data
     if chosen.height == 0:
         return frame
     return (frame.join(chosen, on="row", how="left")
-            .with_columns(pl.coalesce(pl.col("_step").round(0).cast(pl.Int64, strict=False),
-                                      pl.col("step")).alias("step"))
+            .with_columns(pl.coalesce(step_expr(pl.col("_step")), pl.col("step")).alias("step"))
             .drop("_step"))
 
 
@@ -388,8 +390,7 @@ def _apply_wide_step_keys(wide: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.
     if not present:
         return wide
     return wide.with_columns(pl.coalesce(
-        *(pl.col(k).round(0).cast(pl.Int64, strict=False) for k in present),
-        pl.col("step")).alias("step"))
+        *(step_expr(pl.col(k).cast(pl.Float64)) for k in present), pl.col("step")).alias("step"))
 
 
 def _segments(frame: pl.DataFrame,

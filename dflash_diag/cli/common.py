@@ -48,6 +48,9 @@ class FailOn(str, enum.Enum):
 
     DIVERGING = "diverging"
     PLATEAU = "plateau"
+    OVERFITTING = "overfitting"
+    BROKEN = "broken"
+    NOT_ENOUGH = "not enough data"
 
 
 # Reusable option declarations (the signature is the interface).

@@ -154,7 +154,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
             )
             if others:
                 parts.append(Text("  other estimates: " + others, style="dim"))
-        parts.append(Text("target: " + target_text(d)))
+        if d.drafter.is_drafter:
+            parts.append(Text("target: " + target_text(d)))
         for warning in d.acceptance.warnings:
             parts.append(Text(f"! {visible(warning)}", style="bold red"))
         parts.append(_verdict_text(d))

@@ -316,6 +316,8 @@ class LiveLog:
                 issues=self.log.issues,
                 consumed_bytes=self.log.consumed_bytes,
                 sources=self.log.sources,
+                foreign=self.log.foreign,
+                presets=self.log.presets,
             )
 
     def headers(self) -> list[dict[str, Any]]:

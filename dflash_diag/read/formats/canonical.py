@@ -338,7 +338,8 @@ def to_parsed_log(
     records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
     metrics, events = _build(records, res, effective, source, scalars.meta)
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
-                    sources=[], fields=dict(fields or {}))
+                    sources=[], fields=dict(fields or {}), foreign=True,
+                    presets=[effective.name] if effective is not None else [])
     log.next_line_no = records.height + 1
     return Canonical(log=log, resolution=res, format=scalars.format, notes=notes)
 

@@ -36,13 +36,19 @@ from dflash_diag.analysis.acceptance import (
 )
 from dflash_diag.analysis.alerts import Alert, loss_spikes, value_resolution
 from dflash_diag.analysis.alive import broken_reason, screen_records
-from dflash_diag.analysis.drafter import NATIVE_SCHEMA, DrafterEvidence, detect_drafter, is_schema_header
+from dflash_diag.analysis.drafter import (
+    NATIVE_SCHEMA,
+    DrafterEvidence,
+    detect_drafter,
+    is_schema_header,
+)
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
+from dflash_diag.analysis.validation import judge_validation
 from dflash_diag.analysis.verdict import (
     DIVERGING,
     Verdict,
@@ -52,7 +58,6 @@ from dflash_diag.analysis.verdict import (
     judge,
     with_health,
 )
-from dflash_diag.analysis.validation import judge_validation
 from dflash_diag.analysis.windows import (
     Window,
     WindowChoice,

@@ -145,9 +145,9 @@ def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_
     best, latest = points[best_i], points[-1]
     slope = theil_sen_slope([float(p.step) for p in points], values) * 1000.0
     whole = mann_kendall(values)
-    common = dict(field=field, label=label, n_points=n, best_step=best.step, best_value=best.value,
-                  best_se=best.se, latest_step=latest.step, latest_value=latest.value,
-                  latest_se=latest.se, slope_per_1k_steps=slope)
+    common = {"field": field, "label": label, "n_points": n, "best_step": best.step,
+              "best_value": best.value, "best_se": best.se, "latest_step": latest.step,
+              "latest_value": latest.value, "latest_se": latest.se, "slope_per_1k_steps": slope}
     at_best = f"best {_fmt(best.value, best.se)} at step {best.step}"
     now = f"latest {_fmt(latest.value, latest.se)} at step {latest.step}"
     worse_word = "lower" if higher_is_better else "higher"

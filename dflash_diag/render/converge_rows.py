@@ -104,8 +104,8 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
     size = (first.end - first.start + 1) if first else 0
     basis = f" ({report.window.basis})" if report.window is not None and report.window.basis != "--window" else ""
-    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of "
-                  f"{plural(size, 'step')}{basis}"))
+    lines.append(("selected", (f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of "
+                               f"{plural(size, 'step')}{basis}")))
 
     sched = schedule_text(report.schedule)
     lines.append(("schedule", sched))

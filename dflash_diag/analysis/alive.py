@@ -10,8 +10,9 @@ or garbage) gives an acceptance length of 1e23. So, before the windows:
   ``acc`` and ``loss`` become null, so it never gets a vote, and its window's weighted mean is
   taken over the records that did predict). Each kind is one note in the report.
 * **broken** (:func:`broken_reason`): a loss that is constant (exactly 0.0 included) over every
-  finite record, or an accuracy that is constant while there is no moving loss: the run (or its
-  logging) is dead, and the verdict says so (``broken``) instead of judging a trend. An accuracy
+  finite record, a loss that is exactly 0.0 in its last :data:`MIN_RECORDS` or more records (a
+  cross-entropy is never exactly zero: nothing is computed), or an accuracy that is constant
+  while there is no moving loss: the run (or its logging) is dead, and the verdict says so (``broken``) instead of judging a trend. An accuracy
   constant beside a moving loss is a broken metric, not a broken run: the verdict judges the
   loss instead, with a note; a constant loss beside a moving accuracy likewise.
 
@@ -108,6 +109,25 @@ def moving(frame: pl.DataFrame, name: str) -> bool:
     return values.len() >= 2 and values.n_unique() >= 2
 
 
+def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int, int] | None:
+    """``(first step, records)`` of a run of finite losses that are exactly 0.0 up to the last
+    one, when it holds at least ``min_records`` records; else None."""
+    if "loss" not in frame.columns or frame.height == 0:
+        return None
+    rows = frame.select("step", "loss").filter(pl.col("loss").is_finite().fill_null(False))
+    if rows.height < min_records:
+        return None
+    nonzero = rows["loss"] != 0.0
+    if not bool(nonzero.any()):
+        n = rows.height
+    else:
+        last_nonzero = int(nonzero.arg_true()[-1])
+        n = rows.height - 1 - last_nonzero
+    if n < min_records:
+        return None
+    return int(rows["step"][rows.height - n]), n
+
+
 def broken_reason(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> str | None:
     """Why the run is not alive, or None: without a moving accuracy, the loss constant (exactly
     zero included) over every finite record; without a moving loss, the accuracy constant."""
@@ -116,6 +136,11 @@ def broken_reason(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> str | 
     if loss is not None and not moving(frame, "acc"):
         what = "exactly 0.0" if loss == 0 else f"constant ({loss:.6g})"
         return f"loss is {what} in all {plural(n_loss, 'record')}: nothing is being learned or logged"
+    zero_since = zero_tail(frame)
+    if zero_since is not None:
+        step, n = zero_since
+        return (f"loss is exactly 0.0 in the last {plural(n, 'record')} (since step {step}): a "
+                "loss that is exactly zero is not computed (every label masked?), not learned")
     if moving(frame, "loss"):
         return None
     acc = constant_value(frame, "acc", min_records)

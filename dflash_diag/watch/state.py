@@ -21,11 +21,11 @@ import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.acceptance import AcceptanceConfig
+from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.trend import TrendConfig
-from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.verdict import VerdictConfig
 from dflash_diag.analysis.windows import Window, WindowChoice, choose_window, compute_windows
 from dflash_diag.errors import DiagError

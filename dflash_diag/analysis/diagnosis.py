@@ -377,7 +377,9 @@ def diagnose_frame(
         points, basis = estimator_points(acceptance.estimator, windows, tau_series, evals, first_step, last_step)
         verdict = eta_toward(verdict, current=acceptance.tau, goal=acceptance.target_tau,
                              slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
-    validation = judge_validation(evals, up_to_step=last_step, from_step=first_step,
+    # The final eval comes after the last training record (HF evaluates at max_steps, logs at
+    # multiples of logging_steps): evals up to one logging interval later belong to the run.
+    validation = judge_validation(evals, up_to_step=last_step + (choice.interval or 0), from_step=first_step,
                                   with_tau=drafter.is_drafter, alpha=config.verdict.alpha,
                                   min_points=config.verdict.min_points)
     verdict = with_health(verdict, broken=broken_reason(frame), validation=validation)

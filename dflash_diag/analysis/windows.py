@@ -280,12 +280,12 @@ def logging_interval(steps: pl.Series) -> int | None:
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     """The steps per window: ``size`` when given, else ``--window auto``'s rule.
 
-    Auto: ``k`` records of the logging interval ``i`` (median step between records), with
+    Auto: ``k`` records of the logging interval ``i`` (the median step between records), with
     ``k`` = :data:`AUTO_RECORDS` (5), lowered toward 1 while the log would give fewer than
-    :data:`AUTO_MIN_WINDOWS` (10) windows; never below ``defaults.WINDOW`` (50) steps, so a log
-    written every step keeps its 50-record windows. With HF's ``logging_steps=500`` that is
-    2500-step windows of 5 records: every command then judges the same windows (converge,
-    compare, watch).
+    :data:`AUTO_MIN_WINDOWS` (10) windows. A log written every step (``i`` = 1, this project's
+    own) keeps ``defaults.WINDOW`` (50) steps: 50 records a window. With HF's
+    ``logging_steps=500`` that is 2500-step windows of 5 records; every command then judges the
+    same windows (converge, compare, watch).
     """
     if size is not None:
         return WindowChoice(size, "--window")
@@ -293,16 +293,14 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     interval = logging_interval(steps)
     if interval is None:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
+    if interval == 1:
+        return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps (logged every step)", 1)
     n = steps.n_unique()
     k = AUTO_RECORDS
     while k > 1 and n // k < AUTO_MIN_WINDOWS:
         k -= 1
-    chosen = max(defaults.WINDOW, k * interval)
-    if chosen == defaults.WINDOW and k * interval < defaults.WINDOW:
-        basis = f"auto: {defaults.WINDOW} steps (logged every {plural(interval, 'step')})"
-    else:
-        basis = f"auto: {plural(k, 'record')} of the {interval}-step logging interval"
-    return WindowChoice(chosen, basis, interval)
+    return WindowChoice(k * interval, f"auto: {plural(k, 'record')} of the {interval}-step logging "
+                        "interval", interval)
 
 
 def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None) -> list[Window]:

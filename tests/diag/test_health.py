@@ -242,6 +242,8 @@ def test_a_drafter_preset_without_a_header_says_where_b_comes_from(tmp_path):
 def test_auto_window_rule():
     dense = pl.DataFrame({"step": list(range(1, 1001))})
     assert choose_window(dense).size == 50  # every step logged: 50-record windows as before
+    every_10 = pl.DataFrame({"step": list(range(10, 251, 10))})  # 25 records: 2 a window
+    assert choose_window(every_10).size == 20
     sparse = pl.DataFrame({"step": list(range(500, 50001, 500))})  # HF logging_steps=500
     assert choose_window(sparse).size == 2500  # 5 records a window
     short = pl.DataFrame({"step": list(range(500, 15001, 500))})  # 30 records: 3 a window

@@ -294,7 +294,7 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     if interval is None:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
     if interval == 1:
-        return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps (logged every step)", 1)
+        return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
     n = steps.n_unique()
     k = AUTO_RECORDS
     while k > 1 and n // k < AUTO_MIN_WINDOWS:

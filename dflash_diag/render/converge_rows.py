@@ -103,7 +103,9 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     last = report.windows[-1].window if report.windows else None
     span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
     size = (first.end - first.start + 1) if first else 0
-    basis = f" ({report.window.basis})" if report.window is not None and report.window.basis != "--window" else ""
+    # The auto rule's account, where it chose other than the every-step 50.
+    chosen = report.window
+    basis = f" ({chosen.basis})" if chosen is not None and chosen.interval not in (None, 1) else ""
     lines.append(("selected", (f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of "
                                f"{plural(size, 'step')}{basis}")))
 

@@ -80,6 +80,9 @@ def _verdict_text(d: Diagnosis) -> Text:
         text.append(f", {eta}")
     if verdict.status not in _VERDICT_STYLE:
         text.append(f" ({verdict.reason})", style="dim")
+    elif verdict.n_points:
+        # The span judged: every window selected, as converge (not only those on screen).
+        text.append(f" · over {plural(verdict.n_points, 'window')} (all of them, as converge)", style="dim")
     return text
 
 

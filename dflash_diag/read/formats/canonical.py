@@ -348,7 +348,8 @@ def to_parsed_log(
     count_nonfinite(metrics, issues, [n for n in (*METRIC_NUMBERS, *METRIC_LISTS)
                                       if n not in ("step", "time") or n in res.scalars])
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
-                    sources=[], fields=dict(fields or {}))
+                    sources=[], fields=dict(fields or {}), foreign=True,
+                    presets=[effective.name] if effective is not None else [])
     log.next_line_no = records.height + 1
     return Canonical(log=log, resolution=res, format=scalars.format, notes=notes)
 

@@ -237,7 +237,7 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     """
     n = len(series.steps)
     last = series.values[-1] if n else None
-    step = int(round(target_step))
+    step = round(target_step)
     if n < MIN_POINTS:
         return MetricForecast(metric=metric, step=step, value=None, low=None, high=None,
                               reason=f"not enough evidence yet: {n} point(s) of {series.basis} "
@@ -275,8 +275,10 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     wfit = _weights(x, counts)
     fits: dict[str, Fit] = {f: fit_family(f, progress, z, wfit) for f in weights}
     fitted = sum(weights[f] * fits[f].predict(progress) for f in weights)
-    # Scatter of a point around the fit: the truth at the end is one such point.
-    scatter = math.sqrt(float(np.average(np.square(z - fitted), weights=wfit)))
+    # Scatter of a point around the fit, in the newer half (the early transient is no guide to
+    # the noise at the end): the truth at the end is one such point.
+    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
+    scatter = math.sqrt(float(np.average(np.square(z - fitted)[newer], weights=wfit[newer])))
     start = float(x[-1])
     end = max(float(target_step), start)
     path_steps = np.unique(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))

@@ -12,7 +12,12 @@ and saturates at ``c``, as a learning curve does. The families differ in the pro
 * ``exp``: ``f = exp(-b * step / scale)``, fast saturation;
 * ``schedule-law``: ``power-lr`` plus ``-C * s2``, the annealing area (the lr given up below its
   peak, summed), the schedule-aware law of Tissue et al. 2024 (``L = L0 + A*S1^-alpha - C*S2``)
-  without its momentum term: the extra drop a decaying lr buys.
+  without its momentum term: the extra drop a decaying lr buys;
+* ``flat``: no further change (the newest points' mean), so a curve that bends the wrong way in
+  validation loses its weight to "stays where it is".
+
+The asymptote ``c`` may be floored where the metric has a bound (a loss is never below 0, an
+accuracy never above 1): an almost straight prefix otherwise lets ``c`` run off to infinity.
 
 For a given ``b`` the model is linear in ``c``, ``a`` and ``C``, so each fit solves that part
 exactly (weighted least squares with the signs enforced) for every ``b`` of a bounded log grid
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Family names, in the order reports list them.
-FAMILIES = ("power-steps", "power-lr", "exp", "schedule-law")
+FAMILIES = ("power-steps", "power-lr", "exp", "schedule-law", "flat")
 #: Bounds of the shape parameter ``b`` per family (log-spaced grid, then a bounded search).
 _B_BOUNDS = {"power-steps": (0.02, 4.0), "power-lr": (0.02, 4.0), "exp": (0.05, 40.0),
              "schedule-law": (0.02, 4.0)}
@@ -64,6 +69,7 @@ class Fit:
         family: one of :data:`FAMILIES`.
         c, a, b, C: the parameters (``C`` is 0 outside ``schedule-law``).
         sse: the weighted sum of squared residuals.
+        floor: the bound the predictions stop at, if any.
     """
 
     family: str
@@ -72,10 +78,13 @@ class Fit:
     b: float
     C: float
     sse: float
+    floor: float | None = None
 
     def predict(self, p: Progress) -> np.ndarray:
-        """The fitted oriented values at ``p``."""
-        return self.c + self.a * shape(self.family, self.b, p) - self.C * p.s2
+        """The fitted oriented values at ``p`` (never below the floor: the annealing term alone
+        is unbounded)."""
+        value = self.c + self.a * shape(self.family, self.b, p) - self.C * p.s2
+        return value if self.floor is None else np.maximum(value, self.floor)
 
 
 def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
@@ -87,64 +96,63 @@ def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
     return np.power(np.maximum(u, 1e-9), -b)
 
 
-def _profile(F: np.ndarray, s2: np.ndarray | None, z: np.ndarray,
-             w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _profile(F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray,
+             floor: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Weighted least squares of ``z`` on ``[1, f, -s2]`` for every row ``f`` of ``F`` at once,
-    with ``a >= 0`` and ``C >= 0``: per row ``(c, a, C, sse)``.
+    with ``a >= 0``, ``C >= 0`` and, given a ``floor``, ``c >= floor``: per row
+    ``(c, a, C, sse)``.
 
-    The normal equations of each column subset are solved in closed form for all rows together;
-    a subset whose solution breaks a sign is infeasible, and each row keeps its feasible subset
-    of least error (the constant alone is always feasible, so every row has one). With two or
-    three columns this is the exact constrained minimum.
+    Every subset of the columns is solved from the same normal equations for all rows together
+    (a column left out has coefficient 0; ``c`` left out sits at the floor); a subset whose
+    solution breaks a sign is infeasible, and each row keeps its feasible subset of least error.
+    With at most three columns this enumeration is the exact constrained minimum (the optimum
+    of a convex problem lies on the face where the active constraints hold with equality).
     """
-    sw, zz = float(w.sum()), float(w @ (z * z))
-    sz = float(w @ z)
-    sf, sff, sfz = F @ w, (F * F) @ w, F @ (w * z)
+    shift = floor if floor is not None else 0.0
+    z = z - shift
     G = F.shape[0]
-    best_sse = np.full(G, zz - sz * sz / sw)  # the constant alone
-    best = np.stack([np.full(G, sz / sw), np.zeros(G), np.zeros(G)], axis=1)
-    # c + a f
-    det = sw * sff - sf * sf
-    ok = det > 1e-12 * np.maximum(sw * sff, 1e-300)
-    a = np.where(ok, (sw * sfz - sf * sz) / np.where(ok, det, 1.0), 0.0)
-    c = (sz - a * sf) / sw
-    sse = zz - (c * sz + a * sfz)
-    take = ok & (a >= 0) & (sse < best_sse)
-    best_sse = np.where(take, sse, best_sse)
-    best[take] = np.stack([c, a, np.zeros(G)], axis=1)[take]
-    if s2 is not None:
-        g = -s2
-        sg, sgg, sgz = float(w @ g), float(w @ (g * g)), float(w @ (g * z))
-        sfg = F @ (w * g)
-        # c - C s2
-        d2 = sw * sgg - sg * sg
-        if d2 > 1e-12 * max(sw * sgg, 1e-300):
-            C = (sw * sgz - sg * sz) / d2
-            c2 = (sz - C * sg) / sw
-            sse2 = zz - (c2 * sz + C * sgz)
-            if C >= 0:
-                take = sse2 < best_sse
-                best_sse = np.where(take, sse2, best_sse)
-                best[take] = np.array([c2, 0.0, C])
-        # c + a f - C s2: the 3x3 system per row
-        A = np.empty((G, 3, 3))
-        A[:, 0, 0], A[:, 0, 1], A[:, 0, 2] = sw, sf, sg
-        A[:, 1, 0], A[:, 1, 1], A[:, 1, 2] = sf, sff, sfg
-        A[:, 2, 0], A[:, 2, 1], A[:, 2, 2] = sg, sfg, sgg
-        rhs = np.stack([np.full(G, sz), sfz, np.full(G, sgz)], axis=1)
-        dets = np.linalg.det(A)
-        ok = np.abs(dets) > 1e-12 * np.maximum(np.abs(A).max(axis=(1, 2)) ** 3, 1e-300)
-        coef = np.zeros((G, 3))
-        if ok.any():
-            coef[ok] = np.linalg.solve(A[ok], rhs[ok][..., None])[..., 0]
-        sse3 = zz - np.einsum("ij,ij->i", coef, rhs)
-        take = ok & (coef[:, 1] >= 0) & (coef[:, 2] >= 0) & (sse3 < best_sse)
-        best_sse = np.where(take, sse3, best_sse)
-        best[take] = coef[take]
-    return best[:, 0], best[:, 1], best[:, 2], np.maximum(best_sse, 0.0)
+    cols = [np.ones((G, z.size)), F] + ([np.broadcast_to(-s2, F.shape)] if s2 is not None else [])
+    k = len(cols)
+    gram = np.empty((G, k, k))
+    rhs = np.empty((G, k))
+    for i in range(k):
+        wi = cols[i] * w
+        rhs[:, i] = wi @ z if wi.ndim == 1 else np.einsum("gn,n->g", wi, z)
+        for j in range(i, k):
+            gram[:, i, j] = gram[:, j, i] = np.einsum("gn,gn->g", wi, cols[j])
+    zz = float(w @ (z * z))
+    best_sse = np.full(G, np.inf)
+    best = np.zeros((G, 3))
+    if floor is not None:  # everything at the floor
+        best_sse[:] = zz
+    subsets = [s for s in ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,)) if max(s) < k]
+    for subset in subsets:
+        if floor is None and 0 not in subset:
+            continue  # without a floor the constant is free and always in
+        idx = np.array(subset)
+        A = gram[:, idx][:, :, idx]
+        b = rhs[:, idx]
+        scale = np.abs(A).max(axis=(1, 2))
+        ok = np.abs(np.linalg.det(A)) > 1e-12 * np.maximum(scale, 1e-300) ** len(subset)
+        if not ok.any():
+            continue
+        coef = np.zeros((G, len(subset)))
+        coef[ok] = np.linalg.solve(A[ok], b[ok][..., None])[..., 0]
+        sse = zz - np.einsum("gi,gi->g", coef, b)
+        full = np.zeros((G, 3))
+        full[:, idx] = coef
+        feasible = ok & (full[:, 1] >= 0) & (full[:, 2] >= 0)
+        if floor is not None:
+            feasible &= full[:, 0] >= 0
+        take = feasible & (sse < best_sse)
+        best_sse = np.where(take, sse, best_sse)
+        best[take] = full[take]
+    assert np.isfinite(best_sse).all()  # the constant (or the floor) is always feasible
+    return best[:, 0] + shift, best[:, 1], best[:, 2], np.maximum(best_sse, 0.0)
 
 
-def fit_family(family: str, p: Progress, z: np.ndarray, w: np.ndarray) -> Fit:
+def fit_family(family: str, p: Progress, z: np.ndarray, w: np.ndarray,
+               floor: float | None = None) -> Fit:
     """Fit ``family`` to the oriented values ``z`` with weights ``w`` (variable projection: the
     linear part solved exactly for every ``b`` of a fine log-spaced grid at once, the best kept).
 
@@ -153,11 +161,27 @@ def fit_family(family: str, p: Progress, z: np.ndarray, w: np.ndarray) -> Fit:
     more than every fit (scipy.optimize alone takes longer to import than the whole forecast
     may run).
     """
+    if family == "flat":
+        return flat_fit(p, z, w)
     lo, hi = _B_BOUNDS[family]
     grid = np.geomspace(lo, hi, _GRID)
     F = shape(family, grid[:, None], p)
     use_s2 = family == "schedule-law" and float(np.ptp(p.s2)) > 0
-    c, a, C, sse = _profile(F, p.s2 if use_s2 else None, z, w)
+    c, a, C, sse = _profile(F, p.s2 if use_s2 else None, z, w, floor)
     i = int(np.argmin(sse))
     return Fit(family=family, c=float(c[i]), a=float(a[i]), b=float(grid[i]), C=float(C[i]),
-               sse=float(sse[i]))
+               sse=float(sse[i]), floor=floor)
+
+
+#: The flat curve is the mean of the newest points: this share of the observed step range.
+FLAT_TAIL = 0.1
+
+
+def flat_fit(p: Progress, z: np.ndarray, w: np.ndarray) -> Fit:
+    """No further change: the weighted mean of the points in the newest :data:`FLAT_TAIL` of
+    the range (at least the last two), the contender every curve must beat in validation."""
+    tail = p.step >= p.step[-1] - FLAT_TAIL * (p.step[-1] - p.step[0])
+    if tail.sum() < 2:
+        tail[-2:] = True
+    c = float(np.average(z[tail], weights=w[tail]))
+    return Fit(family="flat", c=c, a=0.0, b=1.0, C=0.0, sse=float(w @ np.square(z - c)))

@@ -187,16 +187,34 @@ def _weights(steps: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.sqrt(counts) * np.power(0.5, age / RECENCY_HALF_LIFE)
 
 
+def _convex_part(x: np.ndarray, z: np.ndarray,
+                 counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The points from the steepest improvement on (keeping at least :data:`MIN_POINTS`).
+
+    A saturating family is convex: it cannot follow a curve that starts flat and then drops (a
+    sigmoid, a delayed start), and fitted to one it extrapolates the drop. From the steepest
+    point on, the curve is the saturating part the families describe.
+    """
+    if len(x) <= MIN_POINTS:
+        return x, z, counts
+    slope = -np.diff(z) / np.maximum(np.diff(x), 1e-12)  # improvement per step
+    if len(slope) >= 3:
+        slope = np.convolve(slope, np.ones(3) / 3.0, mode="same")
+    start = min(int(np.argmax(slope)), len(x) - MIN_POINTS)
+    return x[start:], z[start:], counts[start:]
+
+
 def _families(timeline: Timeline) -> tuple[str, ...]:
     if not timeline.knows_lr:
-        return ("power-steps", "exp")
+        return ("power-steps", "exp", "flat")
     if float(timeline.s2[-1]) <= 0:
-        return ("power-steps", "power-lr", "exp")
+        return ("power-steps", "power-lr", "exp", "flat")
     return FAMILIES
 
 
 def _validation(families: Sequence[str], x: np.ndarray, z: np.ndarray, w: np.ndarray,
-                timeline: Timeline, scale: float) -> tuple[dict[str, list[float]], list[float]]:
+                timeline: Timeline, scale: float,
+                floor: float | None) -> tuple[dict[str, list[float]], list[float]]:
     """Rolling-origin errors per family, each divided by its look-ahead; and the origin weights."""
     lo, hi = float(x[0]), float(x[-1])
     tail = x >= hi - _VALIDATION_TAIL * (hi - lo)
@@ -218,14 +236,14 @@ def _validation(families: Sequence[str], x: np.ndarray, z: np.ndarray, w: np.nda
         wi = _weights(x[inside], w[inside])
         at = timeline.progress(np.array([target_x]), scale)
         for family in families:
-            fit = fit_family(family, progress, z[inside], wi)
+            fit = fit_family(family, progress, z[inside], wi, floor)
             errors[family].append((float(fit.predict(at)[0]) - target_z) / ahead)
         origin_weights.append(float(k + 1))
     return errors, origin_weights
 
 
 def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_step: float,
-                    higher_is_better: bool) -> MetricForecast:
+                    higher_is_better: bool, best: float | None = None) -> MetricForecast:
     """The forecast of ``series`` at ``target_step`` (see the module docstring).
 
     Args:
@@ -234,6 +252,8 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
         timeline: the run's lr, observed and planned.
         target_step: the step to forecast (the planned end, or the horizon).
         higher_is_better: the metric's direction (acc, tau: True; loss: False).
+        best: the best value the metric can take (a loss 0, an accuracy 1), if bounded: no
+            curve saturates beyond it and no interval reaches past it.
     """
     n = len(series.steps)
     last = series.values[-1] if n else None
@@ -249,7 +269,9 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     counts = np.array(series.counts, dtype=float)
     scale = float(x[-1])
     families = _families(timeline)
-    errors, origin_w = _validation(families, x, z, counts, timeline, scale)
+    floor = sign * best if best is not None else None
+    x, z, counts = _convex_part(x, z, counts)
+    errors, origin_w = _validation(families, x, z, counts, timeline, scale, floor)
     ow = np.array(origin_w) if origin_w else np.ones(1)
     scores = {f: float(np.average(np.square(e), weights=ow)) if e else math.inf
               for f, e in errors.items()}
@@ -257,8 +279,8 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     if not finite:
         weights = {f: 1.0 / len(families) for f in families}
     else:
-        floor = max(min(finite.values()), 1e-12)
-        raw = {f: 1.0 / max(s, floor * 1e-3) for f, s in finite.items()}
+        least = max(min(finite.values()), 1e-12)
+        raw = {f: 1.0 / max(s, least * 1e-3) for f, s in finite.items()}
         total = sum(raw.values())
         weights = {f: v / total for f, v in raw.items() if v / total >= 0.02}
         total = sum(weights.values())
@@ -273,7 +295,7 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
         per_lookahead = 0.0
     progress = timeline.progress(x, scale)
     wfit = _weights(x, counts)
-    fits: dict[str, Fit] = {f: fit_family(f, progress, z, wfit) for f in weights}
+    fits: dict[str, Fit] = {f: fit_family(f, progress, z, wfit, floor) for f in weights}
     fitted = sum(weights[f] * fits[f].predict(progress) for f in weights)
     # Scatter of a point around the fit, in the newer half (the early transient is no guide to
     # the noise at the end): the truth at the end is one such point.
@@ -292,6 +314,8 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
         half = CALIBRATION * _Z80 * math.sqrt((per_lookahead * ahead) ** 2 + scatter ** 2
                                               + float(sp) ** 2)
         lo_z, hi_z = float(c) - half, float(c) + half
+        if floor is not None:
+            lo_z = max(lo_z, floor)
         value = sign * float(c)
         low, high = sorted((sign * lo_z, sign * hi_z))
         path.append((float(s), value, low, high))

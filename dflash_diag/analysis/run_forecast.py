@@ -30,6 +30,8 @@ from dflash_diag.read.records import LogEvent
 
 #: Metrics forecast, in report order, with their direction (True: higher is better).
 METRICS = {"loss": False, "acc": True, "tau": True, "eval_loss": False, "eval_acc": True}
+#: The best value each metric can take, where it is bounded (a loss >= 0, an accuracy <= 1).
+BEST = {"loss": 0.0, "acc": 1.0, "eval_loss": 0.0, "eval_acc": 1.0}
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def forecast_run(
         if series.steps:
             inputs[f"eval_{name}"] = series
     metrics = {name: forecast_series(name, series, timeline=timeline, target_step=step,
-                                     higher_is_better=METRICS[name])
+                                     higher_is_better=METRICS[name], best=BEST.get(name))
                for name, series in inputs.items() if series.steps}
     eta = None
     if target is not None:

@@ -108,8 +108,8 @@ def eta_to(forecast: MetricForecast, *, target: float, current: float | None, la
                          eta_low_step=round(early) if early is not None else None,
                          eta_high_step=None, eta_hours=None, within_run=within, at_end=forecast,
                          reason=f"{head}: at {where} {word} {end_text}{reach}")
-    hours = to_hours(mid)
     eta_step = round(mid)
+    hours = to_hours(eta_step)
     return TargetEta(metric=word, target=target, current=current, eta_step=eta_step,
                      eta_low_step=round(early) if early is not None else eta_step,
                      eta_high_step=round(late) if late is not None else None,

@@ -305,7 +305,8 @@ def diagnose_frame(
                              slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
     forecast = None
     if config.forecast.enabled:
-        forecast = _forecast(frame, header, evals, windows, tau_series, acceptance, config, verdict)
+        forecast = _forecast(frame, header, evals, windows, tau_series, acceptance, config, verdict,
+                             block_size)
         # The ETA is the forecast's; the straight line stays the verdict's trend statistic.
         verdict = verdict_with_eta(verdict, forecast.target, last_step)
     alerts = []
@@ -334,7 +335,7 @@ def diagnose_frame(
 def _forecast(frame: pl.DataFrame, header: LogEvent | None, evals: Sequence[LogEvent],
               windows: Sequence[Window],
               tau_series: Sequence[float | None], acceptance, config: DiagnosisConfig,
-              verdict: Verdict) -> RunForecast:
+              verdict: Verdict, block_size: int) -> RunForecast:
     """The forecast of the analysed records: the plan from the header, the logged lr and the
     flags; the active target (``--target-loss``, else a tau target, else the acc target)."""
     fields = header.fields if header is not None else {}
@@ -357,7 +358,7 @@ def _forecast(frame: pl.DataFrame, header: LogEvent | None, evals: Sequence[LogE
         target = None
     return forecast_run(frame, plan=plan, evals=evals, windows=windows,
                         tau_series=tau_series, tau_estimator=acceptance.estimator, target=target,
-                        seconds_per_step=verdict.seconds_per_step)
+                        seconds_per_step=verdict.seconds_per_step, block_size=block_size)
 
 
 def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.DataFrame,

@@ -243,7 +243,8 @@ def _validation(families: Sequence[str], x: np.ndarray, z: np.ndarray, w: np.nda
 
 
 def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_step: float,
-                    higher_is_better: bool, best: float | None = None) -> MetricForecast:
+                    higher_is_better: bool, best: float | None = None,
+                    worst: float | None = None) -> MetricForecast:
     """The forecast of ``series`` at ``target_step`` (see the module docstring).
 
     Args:
@@ -254,6 +255,8 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
         higher_is_better: the metric's direction (acc, tau: True; loss: False).
         best: the best value the metric can take (a loss 0, an accuracy 1), if bounded: no
             curve saturates beyond it and no interval reaches past it.
+        worst: the worst value it can take (an accuracy 0, a tau 1), if bounded: the interval
+            stops there.
     """
     n = len(series.steps)
     last = series.values[-1] if n else None
@@ -316,6 +319,8 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
         lo_z, hi_z = float(c) - half, float(c) + half
         if floor is not None:
             lo_z = max(lo_z, floor)
+        if worst is not None:
+            hi_z = min(hi_z, sign * worst)
         value = sign * float(c)
         low, high = sorted((sign * lo_z, sign * hi_z))
         path.append((float(s), value, low, high))

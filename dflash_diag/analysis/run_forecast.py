@@ -30,8 +30,11 @@ from dflash_diag.read.records import LogEvent
 
 #: Metrics forecast, in report order, with their direction (True: higher is better).
 METRICS = {"loss": False, "acc": True, "tau": True, "eval_loss": False, "eval_acc": True}
-#: The best value each metric can take, where it is bounded (a loss >= 0, an accuracy <= 1).
+#: The best value each metric can take, where it is bounded (a loss >= 0, an accuracy <= 1; tau
+#: <= the block size, given per log).
 BEST = {"loss": 0.0, "acc": 1.0, "eval_loss": 0.0, "eval_acc": 1.0}
+#: The worst value, where bounded (an accuracy >= 0, a tau >= 1: the verified token).
+WORST = {"acc": 0.0, "eval_acc": 0.0, "tau": 1.0}
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ def forecast_run(
     tau_estimator: str | None = None,
     target: tuple[str, float, float | None] | None = None,
     seconds_per_step: float | None = None,
+    block_size: int | None = None,
 ) -> RunForecast:
     """Forecast every tracked metric of ``frame`` at the plan's end and the target's ETA.
 
@@ -127,6 +131,7 @@ def forecast_run(
         tau_estimator: its name.
         target: ``(metric, target value, current value)`` of the active target, if any.
         seconds_per_step: for the ETA's hours.
+        block_size: the drafter's block size B (tau is at most B).
     """
     first_step, last_step = int(frame["step"].min()), int(frame["step"].max())
     notes: list[str] = []
@@ -153,7 +158,9 @@ def forecast_run(
         if series.steps:
             inputs[f"eval_{name}"] = series
     metrics = {name: forecast_series(name, series, timeline=timeline, target_step=step,
-                                     higher_is_better=METRICS[name], best=BEST.get(name))
+                                     higher_is_better=METRICS[name],
+                                     best=block_size if name == "tau" else BEST.get(name),
+                                     worst=WORST.get(name))
                for name, series in inputs.items() if series.steps}
     eta = None
     if target is not None:

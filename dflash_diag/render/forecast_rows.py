@@ -36,8 +36,11 @@ def target_phrase(t: TargetEta, last_step: int) -> str:
     if t.eta_step is not None and t.eta_step <= last_step:
         return head + "reached"
     if t.eta_step is not None:
-        late = _steps(t.eta_high_step) if t.eta_high_step is not None else "not in this run"
-        text = head + f"step {t.eta_step:,} ({_steps(t.eta_low_step)}-{late})"
+        if t.eta_high_step is not None:
+            span = f"{_steps(t.eta_low_step)}-{_steps(t.eta_high_step)}"
+        else:  # the pessimistic edge never gets there before the end
+            span = f"{_steps(t.eta_low_step)} to past the end"
+        text = head + f"step {t.eta_step:,} ({span})"
         if t.eta_hours is not None:
             text += f", ~{format_duration(t.eta_hours * 3600.0)}"
         return text

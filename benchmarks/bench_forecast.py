@@ -33,6 +33,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -74,23 +75,27 @@ class Case:
     within_right: list[bool] = field(default_factory=list)
 
 
-def completed_runs(root: Path) -> list[Path]:
-    """The corpus' completed runs: ``index.csv`` rows noted ``complete``, else trainer states at
-    their ``max_steps``."""
+def completed_runs(root: Path) -> list[tuple[Path, int | None]]:
+    """The corpus' completed runs and their planned end where the index notes one
+    (``max_steps=N``, ``total_steps=N``): ``index.csv`` rows noted ``complete``, else trainer
+    states at their ``max_steps``."""
     index = root / "index.csv"
     if index.is_file():
         with index.open(newline="") as handle:
             rows = list(csv.DictReader(handle))
-        paths = []
+        found: dict[Path, int | None] = {}
         for row in rows:
-            if "complete" in (row.get("notes") or "").lower() and "incomplete" not in (row.get("notes") or "").lower():
+            notes = (row.get("notes") or "").lower()
+            if "broken" in notes:  # a run the corpus notes as broken (a loss of 0) says nothing
+                continue
+            if "complete" in notes and "incomplete" not in notes and "not complete" not in notes:
                 rel = row.get("path") or ""
-                candidate = (root / rel) if not Path(rel).is_absolute() else Path(rel)
+                candidate = root / rel
                 if not candidate.exists():
-                    candidate = root.parent / rel
-                if candidate.exists():
-                    paths.append(candidate)
-        return sorted(set(paths))
+                    continue
+                planned = re.search(r"(?:max_steps|total_steps)\s*=\s*(\d+)", notes)
+                found[candidate] = int(planned.group(1)) if planned else None
+        return sorted(found.items())
     print(f"(no {index}: scanning trainer states that reached max_steps)")
     found = []
     for state in sorted(root.rglob("trainer_state.json")):
@@ -99,13 +104,34 @@ def completed_runs(root: Path) -> list[Path]:
         except (OSError, ValueError):
             continue
         if data.get("max_steps") and data.get("global_step") == data.get("max_steps"):
-            found.append(state)
+            found.append((state, int(data["max_steps"])))
     return found
 
 
+#: Field maps tried in turn when a corpus file's names are not read as a loss on their own
+#: (Lightning's ``train_loss``/``val_loss``, LLaMA-Factory's ``current_steps``).
+FALLBACK_FIELDS = (
+    (),
+    ("loss=train_loss_step",),
+    ("loss=train_loss",),
+    ("step=current_steps",),
+)
+
+
 def load(path: Path) -> ParsedLog:
-    read = ReadOptions(None, (), ())
-    return load_log([str(path)], lists=False, **read.load_kwargs(1))
+    """The log read as the CLI reads it, else with the first fallback field map that gives a
+    loss."""
+    error = None
+    for fields in FALLBACK_FIELDS:
+        read = ReadOptions(None, (), fields)
+        try:
+            log = load_log([str(path)], lists=False, **read.load_kwargs(1))
+        except DiagError as exc:
+            error = error or exc
+            continue
+        if log.metrics.height and "loss" in log.metrics.columns and log.metrics["loss"].drop_nulls().len():
+            return log
+    raise error or DiagError(f"{path}: no loss")
 
 
 def eval_points(log: ParsedLog, name: str) -> list[tuple[float, float]]:
@@ -156,8 +182,10 @@ def reached(points: list[tuple[float, float]], after: float, target: float, high
     return any((v >= target) if higher else (v <= target) for v in series.values)
 
 
-def backtest_log(name: str, log: ParsedLog, cuts=CUTS) -> tuple[list[Case], list[str]]:
-    """Cases of one completed run (every tracked metric, every cut)."""
+def backtest_log(name: str, log: ParsedLog, cuts=CUTS,
+                 planned: int | None = None) -> tuple[list[Case], list[str]]:
+    """Cases of one completed run (every tracked metric, every cut); the plan is the header's
+    end, else ``planned`` (the index's), else the run's last step."""
     cases: list[Case] = []
     skipped: list[str] = []
     header = log.run_starts[-1] if log.run_starts else None
@@ -166,7 +194,7 @@ def backtest_log(name: str, log: ParsedLog, cuts=CUTS) -> tuple[list[Case], list
     if steps.len() == 0:
         return cases, [f"{name}: no metric records"]
     first, last = float(steps.min()), int(steps.max())
-    end = int(sched.get("total_steps") or last)
+    end = int(sched.get("total_steps") or planned or last)
     gaps = steps.unique().sort().diff().drop_nulls()
     gap = float(gaps.median()) if gaps.len() else 0.0
     if last < end - max(2 * gap, 0.02 * end):  # the last logging call may come before the end
@@ -304,14 +332,14 @@ def main() -> int:
     corpus_cases: list[Case] = []
     notes: list[str] = []
     if args.root.is_dir():
-        for path in completed_runs(args.root):
+        for path, planned in completed_runs(args.root):
             name = str(path.relative_to(args.root)) if path.is_relative_to(args.root) else str(path)
             try:
                 log = load(path)
             except DiagError as exc:
                 notes.append(f"{name}: {exc}")
                 continue
-            cases, skipped = backtest_log(name, log)
+            cases, skipped = backtest_log(name, log, planned=planned)
             corpus_cases += cases
             notes += skipped
         runs = len({c.source for c in corpus_cases})

@@ -27,16 +27,21 @@ import numpy as np
 from dflash_diag.analysis.curve_families import FAMILIES, Fit, Progress, fit_family
 from dflash_diag.analysis.plan import RunPlan
 
-#: Fewest points (bins or evals) a forecast is made from: three rolling origins of at least
-#: three points each need six, and fewer leave the families' choice to chance.
-MIN_POINTS = 6
+#: Fewest points (bins or evals) a forecast is made from: three rolling origins need at least
+#: three points before the first and a tail to predict after the last; with six, the fits at
+#: the origins are exactly determined and their errors say little (the backtest's forecasts
+#: from 6-7 points missed by more than "no change" did).
+MIN_POINTS = 8
+#: Fewest points the saturating part of a curve is fitted on (three parameters and one point
+#: to spare): a curve that only now bends is fitted on its bend, not on its flat start.
+MIN_CONVEX_POINTS = 4
 #: Interval level.
 LEVEL = 0.8
 #: The two-sided 80% quantile of the standard normal.
 _Z80 = 1.2815515655446004
 #: Multiplies the interval's half-width; measured on the corpus of completed public runs so that
 #: the 80% intervals cover about 80% of the final values (bench_forecast.py, 30% cut).
-CALIBRATION = 1.6
+CALIBRATION = 2.0
 #: Rolling origins, as shares of the observed step range.
 ORIGINS = (0.45, 0.6, 0.75)
 #: The newest share of the observed range whose mean each origin's fit must predict.
@@ -189,18 +194,18 @@ def _weights(steps: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def _convex_part(x: np.ndarray, z: np.ndarray,
                  counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The points from the steepest improvement on (keeping at least :data:`MIN_POINTS`).
+    """The points from the steepest improvement on (keeping at least :data:`MIN_CONVEX_POINTS`).
 
     A saturating family is convex: it cannot follow a curve that starts flat and then drops (a
     sigmoid, a delayed start), and fitted to one it extrapolates the drop. From the steepest
     point on, the curve is the saturating part the families describe.
     """
-    if len(x) <= MIN_POINTS:
+    if len(x) <= MIN_CONVEX_POINTS:
         return x, z, counts
     slope = -np.diff(z) / np.maximum(np.diff(x), 1e-12)  # improvement per step
     if len(slope) >= 3:
         slope = np.convolve(slope, np.ones(3) / 3.0, mode="same")
-    start = min(int(np.argmax(slope)), len(x) - MIN_POINTS)
+    start = min(int(np.argmax(slope)), len(x) - MIN_CONVEX_POINTS)
     return x[start:], z[start:], counts[start:]
 
 

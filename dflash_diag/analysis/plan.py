@@ -103,10 +103,11 @@ def schedule_lr(step: float, *, kind: str, peak: float, floor: float, warmup: in
 def matched_kind(steps: Sequence[float], lrs: Sequence[float], *, end: int) -> tuple[str | None, float | None, int]:
     """The decay shape that explains a logged lr best: ``(kind, peak, warmup_steps)``.
 
-    The peak is the largest lr logged and the warmup ends where it is; the decay after it is
-    compared with a constant, a straight line and a cosine to zero at ``end``. None when the log
-    shows no decay yet to tell them apart, or when no shape is within
-    :data:`_SHAPE_TOLERANCE` of the peak.
+    The warmup ends where the largest lr logged is (0 when the log starts at it); the decay after
+    it is compared with a constant, a straight line and a cosine to zero at ``end``, each with its
+    own least-squares peak (a log that starts after the peak, as HF's first logging call does,
+    never shows the peak itself). None when the log shows no decay yet to tell them apart, or
+    when no shape is within :data:`_SHAPE_TOLERANCE` of the peak.
     """
     pairs = [(s, v) for s, v in zip(steps, lrs) if v is not None and math.isfinite(v) and v >= 0]
     if len(pairs) < 3:
@@ -118,15 +119,21 @@ def matched_kind(steps: Sequence[float], lrs: Sequence[float], *, end: int) -> t
     after = [(s, v) for s, v in pairs if s > peak_at]
     if len(after) < 2:
         return None, peak, warmup
-    best, best_err = None, math.inf
+    if warmup == 0:
+        after = pairs  # no warmup seen: the first logged lr is already on the decay
+    best, best_err, best_peak = None, math.inf, peak
     for kind in KINDS:
-        err = max(abs(schedule_lr(s, kind=kind, peak=peak, floor=0.0, warmup=warmup, end=end) - v)
-                  for s, v in after)
+        unit = [schedule_lr(s, kind=kind, peak=1.0, floor=0.0, warmup=warmup, end=end) for s, _ in after]
+        norm = sum(u * u for u in unit)
+        if norm <= 0:
+            continue
+        scale = sum(u * v for u, (_, v) in zip(unit, after)) / norm
+        err = max(abs(scale * u - v) for u, (_, v) in zip(unit, after))
         if err < best_err:
-            best, best_err = kind, err
-    if best_err > _SHAPE_TOLERANCE * peak:
+            best, best_err, best_peak = kind, err, scale
+    if best is None or best_err > _SHAPE_TOLERANCE * peak:
         return None, peak, warmup
-    return best, peak, warmup
+    return best, max(best_peak, peak), warmup
 
 
 def plan_of(header: ScheduleHeader | None, *, steps: Sequence[float] = (),

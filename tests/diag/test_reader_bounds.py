@@ -204,11 +204,14 @@ def test_csv_with_100k_columns_reads_in_bounded_memory(tmp_path):
     rows = [f"{s},{3 - s / 100},{s / 200}" + "," * 100_000 for s in range(1, 51)]
     path = tmp_path / "metrics.csv"
     path.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
-    code = ("import resource, sys\n"
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child forked from a large
+    # pytest process reports the parent's peak; VmHWM belongs to the new image.
+    code = ("import re, sys\n"
             "from dflash_diag.read.formats.csv_metrics import read_metrics_csv\n"
             "s = read_metrics_csv(sys.argv[1])\n"
             "assert s.frame.height == 100, s.frame\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+            "status = open('/proc/self/status').read()\n"
+            "print(int(re.search(r'VmHWM:\\s+(\\d+)', status).group(1)) // 1024)\n")
     out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -13,8 +13,8 @@ Three kinds of real curves:
     ``max_steps``): each cut at 20%, 30% and 50% of its planned steps, the plan kept (the
     header's end, else ``--end-step`` = the run's last step), and its training loss, accuracy
     and eval loss/accuracy forecast at the end;
-(b) pipeline runs of this repository (``--runs DIR``, one ``*.jsonl`` per run, the plan in the
-    header, tau measured by the evals);
+(b) pipeline runs of this repository (``--runs DIR``: every ``*.jsonl`` under it is a run, the
+    plan in its header, tau measured by its evals);
 (c) the acceptance-length curves users posted (``benchmarks/curves/*.json``).
 
 Per cut it prints the forecast's median error of the final value as a share of the run's whole
@@ -343,8 +343,13 @@ def main() -> int:
         notes.append(f"no corpus at {args.root}")
     if args.runs is not None and args.runs.is_dir():
         run_cases: list[Case] = []
-        for path in sorted(args.runs.glob("*.jsonl")):
-            cases, skipped = backtest_log(path.name, load(path))
+        for path in sorted(args.runs.rglob("*.jsonl")):
+            name = str(path.relative_to(args.runs))
+            try:
+                cases, skipped = backtest_log(name, load(path))
+            except DiagError as exc:
+                notes.append(f"{name}: {exc}")
+                continue
             run_cases += cases
             notes += skipped
         lines += summary(run_cases, f"(b) pipeline runs of {args.runs} ({len({c.source for c in run_cases})} runs)")

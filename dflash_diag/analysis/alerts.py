@@ -36,6 +36,7 @@ def loss_spikes(
     neighbours: int = 3,
     factor: float = defaults.SPIKE_FACTOR,
     rel_floor: float = 0.02,
+    resolution: float = 0.0,
 ) -> list[int]:
     """Indices of windows whose mean loss is far above their neighbours'.
 
@@ -52,6 +53,9 @@ def loss_spikes(
         neighbours: windows on each side to compare with; at least 2 finite ones are needed.
         factor: how many robust standard deviations make a spike.
         rel_floor: minimum deviation as a fraction of the neighbours' median.
+        resolution: the smallest step the logged values can take (:func:`value_resolution`):
+            the smallest deviation that counts, so values rounded to 4 decimals that move by one
+            unit of the last decimal (0.0002 -> 0.0003) are no spike.
 
     Returns:
         Indices into ``losses``, increasing.
@@ -76,10 +80,25 @@ def loss_spikes(
             continue
         median = statistics.median(around)
         mad = statistics.median(abs(u - median) for u in around)
-        scale = max(1.4826 * mad, rel_floor * abs(median))
+        scale = max(1.4826 * mad, rel_floor * abs(median), resolution)
         if scale > 0 and v - median > factor * scale:
             out.append(i)
     return out
+
+
+def value_resolution(values: Sequence[float | None], max_decimals: int = 8) -> float:
+    """The rounding step of logged values: ``10**-d`` for the fewest decimals ``d`` (up to
+    ``max_decimals``) that every finite value is written with, else 0 (full precision)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return 0.0
+    if len(finite) > 2000:  # a spread sample tells the rounding as well as a million values
+        finite = finite[:: len(finite) // 2000]
+    for d in range(max_decimals + 1):
+        scale = 10.0**d
+        if all(abs(v * scale - round(v * scale)) <= 1e-6 * max(1.0, abs(v * scale)) for v in finite):
+            return 1.0 / scale
+    return 0.0
 
 
 def stall_alert(seconds_since_last: float | None, stall_after: float) -> Alert | None:

@@ -34,7 +34,14 @@ from dflash_diag.analysis.acceptance import (
     position_means_by_group,
     training_estimates,
 )
-from dflash_diag.analysis.alerts import Alert, loss_spikes
+from dflash_diag.analysis.alerts import Alert, loss_spikes, value_resolution
+from dflash_diag.analysis.alive import broken_reason, screen_records
+from dflash_diag.analysis.drafter import (
+    NATIVE_SCHEMA,
+    DrafterEvidence,
+    detect_drafter,
+    is_schema_header,
+)
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
@@ -43,6 +50,7 @@ from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, sche
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.target_eta import verdict_with_eta
 from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
+from dflash_diag.analysis.validation import judge_validation
 from dflash_diag.analysis.verdict import (
     DIVERGING,
     Verdict,
@@ -50,8 +58,16 @@ from dflash_diag.analysis.verdict import (
     eta_toward,
     fitted_slope,
     judge,
+    with_health,
 )
-from dflash_diag.analysis.windows import Window, compute_windows, window_index, window_rows
+from dflash_diag.analysis.windows import (
+    Window,
+    WindowChoice,
+    choose_window,
+    compute_windows,
+    window_index,
+    window_rows,
+)
 from dflash_diag.errors import DiagError
 from dflash_diag.read.records import LogEvent, ParsedLog
 
@@ -68,7 +84,8 @@ class DiagnosisConfig:
         phase: "auto", "pipeline" or "all".
         from_step: first step analysed (inclusive); windows align to it.
         to_step: last step analysed (inclusive).
-        window: steps per window.
+        window: steps per window; None (``--window auto``, the default): chosen from the
+            logging interval (:func:`dflash_diag.analysis.windows.choose_window`).
         keep_all: keep entries orphaned by restarts instead of purging them.
         peak_lr: peak lr when the header does not give one.
         trend: arrow thresholds.
@@ -81,7 +98,7 @@ class DiagnosisConfig:
     phase: Phase | str = Phase.AUTO
     from_step: int | None = None
     to_step: int | None = None
-    window: int = defaults.WINDOW
+    window: int | None = None
     keep_all: bool = False
     peak_lr: float | None = None
     trend: TrendConfig = field(default_factory=TrendConfig)
@@ -91,7 +108,7 @@ class DiagnosisConfig:
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
 
     def __post_init__(self) -> None:
-        if self.window < 1:
+        if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be >= 1, got {self.window}")
         if self.peak_lr is not None and not (self.peak_lr > 0 and math.isfinite(self.peak_lr)):
             raise ValueError(f"--peak-lr must be > 0, got {self.peak_lr}")
@@ -128,6 +145,9 @@ class Diagnosis:
             measured one is the latest eval at or before each window's last step); empty unless
             asked for (``series=True``) or a tau target needed it.
         last_step: the last analysed step.
+        drafter: whether the log is a drafter's and why; without one, ``acceptance`` holds the
+            accuracy only (no tau, no baseline, no target) and the JSON's ``acceptance`` is null.
+        window: the steps per window used, and how they were chosen.
         forecast: every tracked metric at the planned end and the target's ETA (the verdict's
             ETA is this one's); None when the config disables it.
     """
@@ -143,6 +163,8 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     tau_series: list[float | None] = field(default_factory=list)
     last_step: int | None = None
+    drafter: DrafterEvidence = field(default_factory=lambda: DrafterEvidence(True, "assumed"))
+    window: WindowChoice | None = None
     forecast: RunForecast | None = None
 
 
@@ -196,11 +218,41 @@ def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,
             bounds = f" in steps {config.from_step or '...'}-{config.to_step or '...'}"
         raise DiagError(f"nothing selected: no {selection.phase} entries{bounds} "
                         f"({selection.total} metric records in the log)")
-    return diagnose_frame(
+    diagnosis = diagnose_frame(
         selected, selection=selection, restarts=restarts, evals=log.evals,
         header=governing_header(log, selected), config=config, lists=lists,
         max_lr=max_lr_of(log.metrics), origin=config.from_step,
+        foreign=log.foreign, presets=log.presets,
     )
+    diagnosis.notes += block_size_notes(log, selected)
+    return diagnosis
+
+
+def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, int, int]]:
+    """``(step, before, after)`` for each change of the ``run_start`` headers' block size
+    between consecutive runs of ``frame`` (the first step governed by the new header)."""
+    if frame.height == 0 or "run" not in frame.columns:
+        return []
+    headers = log.run_starts
+    firsts = (frame.filter(pl.col("run") >= 0).group_by("run").agg(pl.col("step").min())
+              .sort("step"))
+    out, previous = [], None
+    for run, step in zip(firsts["run"].to_list(), firsts["step"].to_list()):
+        size = header_number(headers[run], "block_size") if run < len(headers) else None
+        if size is None:
+            continue
+        if previous is not None and int(size) != previous:
+            out.append((int(step), previous, int(size)))
+        previous = int(size)
+    return out
+
+
+def block_size_notes(log: ParsedLog, frame: pl.DataFrame) -> list[str]:
+    """A note per block-size change: the acceptance estimates use the last header's B, and
+    accuracies of different B are different quantities (compare splits the regimes there)."""
+    return [f"block size changes at step {step}: B={before} -> B={after} (run_start headers); "
+            f"the acceptance uses B={after}, and the trend mixes two block sizes (see compare)"
+            for step, before, after in block_size_changes(log, frame)]
 
 
 def diagnose_frame(
@@ -216,6 +268,10 @@ def diagnose_frame(
     origin: int | None = None,
     history: int | None = None,
     series: bool = False,
+    foreign: bool = False,
+    presets: Sequence[str] = (),
+    window_choice: WindowChoice | None = None,
+    earlier_windows: Sequence[Window] = (),
 ) -> Diagnosis:
     """The diagnosis of selected records (restarts resolved, step order, at least one row).
 
@@ -232,10 +288,23 @@ def diagnose_frame(
         history: judge only the newest this many windows (watch's view); None: all.
         series: compute ``tau_series`` (watch's sparkline) even when no tau target needs it: for
             a log read without its lists, a list-based estimator's series is a second pass.
+        foreign: the log was read by another trainer's reader (not this project's JSONL schema,
+            which is a drafter's by contract): the drafter detector needs other evidence.
+        presets: the trainer presets the readers applied (a drafter trainer's is evidence).
+        window_choice: the windows to use (watch fixes them once for the whole log); None:
+            ``config.window``, or the auto rule on ``frame``.
+        earlier_windows: windows of records no longer in ``frame`` (watch's pruned ones): the
+            verdict judges them with the windows of ``frame``, as converge judges the whole log.
     """
     config = config or DiagnosisConfig()
     load = lists or (lambda rows: rows)
-    windows = compute_windows(frame, config.window, start=origin)
+    # The alive checks come first: values that are no measurement never reach a window.
+    frame, screening = screen_records(frame)
+    choice = window_choice or choose_window(frame, config.window)
+    config = replace(config, window=choice.size)
+    windows = compute_windows(frame, choice.size, start=origin)
+    # The verdict judges every window (watch: its pruned ones too); the rest shows the newest.
+    judged = merge_windows(earlier_windows, windows)
     if history is not None:
         windows = windows[-history:]
     if not windows:
@@ -274,10 +343,11 @@ def diagnose_frame(
             tau_walk_se=w.tau_walk_se, walk_n=w.walk_n,
         )
 
+    last_rows = load(window_rows(frame, last))
     acceptance = estimate_acceptance(
         acc_window.acc if acc_window else None,
         acc_basis,
-        load(window_rows(frame, last)),
+        last_rows,
         measurements(evals, last_step, first_step),
         config.acceptance,
         header_block_size=header_number(header, "block_size"),
@@ -290,8 +360,23 @@ def diagnose_frame(
         walk_n=walk_window.walk_n if walk_window else None,
         estimates_at=estimates_at,
     )
-    verdict = judge(windows, current_acc=acceptance.acc, target_acc=config.acceptance.target_acc,
-                    frame=frame, config=config.verdict)
+    drafter = detect_drafter(frame, header=header, evals=evals,
+                             block_size_option=config.acceptance.block_size, foreign=foreign,
+                             list_rows=last_rows, presets=presets)
+    if not drafter.is_drafter:
+        acceptance = accuracy_only(acceptance)
+    elif acceptance.block_size_source == "header" and not is_schema_header(header):
+        # A header a reader made up from another trainer's metadata or preset is no header.
+        assert header is not None
+        preset = header.fields.get("preset")
+        source = header.fields.get("block_size_source") or (f"preset {preset}" if preset else "the log's metadata")
+        acceptance = replace(acceptance, block_size_source=str(source))
+    verdict = judge(judged, current_acc=acceptance.acc if drafter.is_drafter else None,
+                    target_acc=config.acceptance.target_acc, frame=frame, config=config.verdict,
+                    skip=set(screening.constant))
+    if not drafter.is_drafter:
+        verdict = replace(verdict, eta_steps=None, eta_hours=None,
+                          eta_reason="no ETA: no target (not a drafter's log)")
     tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
     # The forecast of tau reads the primary's series; the list-based ones cost a second pass
     # over a log read without its lists, so they are paid only when asked for.
@@ -310,13 +395,26 @@ def diagnose_frame(
                                block_size=block_size)
         # The ETA is the forecast's; the straight line stays the verdict's trend statistic.
         verdict = verdict_with_eta(verdict, forecast.target, last_step)
+    # The final eval comes after the last training record (HF evaluates at max_steps, logs at
+    # multiples of logging_steps): evals up to one logging interval later belong to the run.
+    validation = judge_validation(evals, up_to_step=last_step + (choice.interval or 0), from_step=first_step,
+                                  with_tau=drafter.is_drafter, alpha=config.verdict.alpha,
+                                  min_points=config.verdict.min_points)
+    verdict = with_health(verdict, broken=broken_reason(frame), validation=validation)
     alerts = []
-    for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor):
+    # A spike must stand out by more than the log's rounding (values written to 4 decimals).
+    resolution = value_resolution(frame["loss"].to_list()) if "loss" in frame.columns else 0.0
+    for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor, resolution=resolution):
         w = windows[i]
         alerts.append(Alert("loss_spike", f"loss spike in steps {window_label(w, last_step)}: {w.loss:.4g}",
                             w.start))
     if verdict.status == DIVERGING:
         alerts.append(Alert("diverging", f"diverging: {verdict.reason}"))
+    notes = list(screening.notes) + list(schedule.notes)
+    if not drafter.is_drafter:
+        notes.append(f"not a drafter's log ({drafter.reason}): no acceptance section")
+    elif drafter.reason != NATIVE_SCHEMA:
+        notes.append(f"drafter log: {drafter.reason}")
     return Diagnosis(
         selection=selection,
         windows=[WindowRow(w, t) for w, t in zip(windows, trends)],
@@ -326,11 +424,31 @@ def diagnose_frame(
         restarts=list(restarts),
         alerts=alerts,
         header=header,
-        notes=list(schedule.notes),
+        notes=notes,
         tau_series=tau_series,
         last_step=last_step,
+        drafter=drafter,
+        window=choice,
         forecast=forecast,
     )
+
+
+def merge_windows(earlier: Sequence[Window], windows: Sequence[Window]) -> list[Window]:
+    """``earlier`` windows (pruned records) then ``windows``; a window index present in both
+    is the newer one (records after a restart replace the ones before)."""
+    if not earlier:
+        return list(windows)
+    present = {w.index for w in windows}
+    kept = [w for w in earlier if w.index not in present]
+    return sorted([*kept, *windows], key=lambda w: w.index)
+
+
+def accuracy_only(acceptance: Acceptance) -> Acceptance:
+    """The acceptance of a log that is not a drafter's: the accuracy, nothing derived from a
+    block size (no tau, no estimates, no baseline comparison, no drafter target)."""
+    return replace(acceptance, estimates=[], estimator=None, tau=None, target_acc=None,
+                   target_tau=None, progress=None, vs_baseline=None, measured_step=None,
+                   measured_age=None, calibration=None, warnings=[])
 
 
 def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.DataFrame,

@@ -196,7 +196,7 @@ def forecast_of(frame: pl.DataFrame, header: Mapping[str, Any], *, evals: Sequen
         target = ("loss", config.target_loss, loss_window.loss if loss_window else None)
     elif acceptance.target_kind == "tau" and acceptance.target_tau is not None:
         target = ("tau", acceptance.target_tau, acceptance.tau)
-    elif acceptance.acc is not None:
+    elif acceptance.acc is not None and acceptance.target_acc is not None:
         target = ("acc", acceptance.target_acc, acceptance.acc)
     else:
         target = None

@@ -1,9 +1,13 @@
-"""The verdict: converging, plateau, diverging or not enough data, and an ETA to the target.
+"""The verdict: converging, plateau, diverging, overfitting, broken or not enough data, and an
+ETA to the target.
 
 The trend is measured on window means (x = window middle step, y = mean accuracy, or minus the
 loss for logs without accuracy) with a Theil-Sen slope and a Mann-Kendall test over the selected
 range. A significant rise is "converging", a significant fall "diverging", anything else
-"plateau".
+"plateau". Two judgements override the trend (:func:`with_health`): a run that is not alive
+(:mod:`dflash_diag.analysis.alive`: a constant or exactly-zero loss) is "broken", whatever its
+trend; a converging or plateau run whose validation series got significantly worse than its best
+(:mod:`dflash_diag.analysis.validation`) is "overfitting", naming the best step.
 
 The ETA is fitted in the target's own units (:func:`eta_toward`): an accuracy target on the
 accuracy windows (the verdict's own slope), a tau target on the series of the estimator that
@@ -17,18 +21,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope
+from dflash_diag.analysis.validation import ValidationTrend
 from dflash_diag.analysis.windows import Window
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
+OVERFITTING, BROKEN = "overfitting", "broken"
 #: Statuses in the order a watchdog would worry about them.
-STATUSES = (CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH)
+STATUSES = (CONVERGING, PLATEAU, OVERFITTING, DIVERGING, BROKEN, NOT_ENOUGH)
 #: The O(n^2) statistics run on at most this many points; more windows are merged in groups.
 MAX_POINTS = 300
 
@@ -70,6 +76,9 @@ class Verdict:
         reason: one line explaining the status.
         eta_reason: one line saying how the ETA was fitted, or why there is none.
         eta_basis: the series the ETA was fitted on (e.g. "accuracy windows", "3 eval points").
+        validation: the judgement of each validation series the log has (eval loss, eval acc,
+            measured tau), empty without evals.
+        best_step: the best validation step of the series that made the verdict "overfitting".
     """
 
     status: str
@@ -84,6 +93,8 @@ class Verdict:
     reason: str
     eta_reason: str = ""
     eta_basis: str | None = None
+    validation: list[ValidationTrend] = field(default_factory=list)
+    best_step: int | None = None
 
 
 def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[float], list[int]]:
@@ -131,6 +142,7 @@ def judge(
     target_acc: float,
     frame: pl.DataFrame | None = None,
     config: VerdictConfig | None = None,
+    skip: frozenset[str] | set[str] = frozenset(),
 ) -> Verdict:
     """Judge the trend of the windows and estimate the time to the accuracy ``target_acc``.
 
@@ -140,12 +152,16 @@ def judge(
         target_acc: the accuracy to reach.
         frame: the analysed records, for the seconds per step (optional).
         config: significance level and minimum number of windows.
+        skip: metrics not to judge ("acc" when it is constant beside a moving loss).
     """
     config = config or VerdictConfig()
-    metric = "acc" if any(w.acc is not None for w in windows) else "loss"
-    if not any(getattr(w, metric) is not None for w in windows):
+    metric = "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    if metric == "loss" and "loss" in skip:
+        metric = None
+    if metric is not None and not any(getattr(w, metric) is not None for w in windows):
         metric = None
     xs, ys, _ = _points(windows, metric) if metric else ([], [], [])
+    used = sum(1 for w in windows if metric and (v := getattr(w, metric)) is not None and math.isfinite(v))
     sec, sec_source = seconds_per_step(frame) if frame is not None else (None, None)
     if len(xs) < config.min_points or len(set(xs)) < 2:
         wide = any(w.end > w.start for w in windows)  # a window of one step cannot shrink
@@ -164,15 +180,38 @@ def judge(
         status = CONVERGING if better else DIVERGING
     else:
         status = PLATEAU
-    reason = (f"Theil-Sen slope of {metric} over {len(xs)} windows, Mann-Kendall "
+    # The wording counts the windows analysed; past MAX_POINTS they were merged into groups.
+    merged = f" (merged into {len(xs)} groups)" if len(xs) < used else ""
+    reason = (f"Theil-Sen slope of {metric} over {plural(used, 'window')}{merged}, Mann-Kendall "
               f"p = {test.p_value:.3g} ({'<' if test.p_value < config.alpha else '>='} {config.alpha:g})")
     verdict = Verdict(status=status, metric=metric, slope_per_1k_steps=slope * 1000.0,
-                      p_value=test.p_value, n_points=len(xs), eta_steps=None, eta_hours=None,
+                      p_value=test.p_value, n_points=used, eta_steps=None, eta_hours=None,
                       seconds_per_step=sec, seconds_source=sec_source, reason=reason)
     if metric != "acc":
         return replace(verdict, eta_reason="no ETA: the log has no accuracy")
     return eta_toward(verdict, current=current_acc, goal=target_acc, slope=slope,
                       basis="accuracy windows", units="acc")
+
+
+def with_health(verdict: Verdict, *, broken: str | None = None,
+                validation: Sequence[ValidationTrend] = ()) -> Verdict:
+    """``verdict`` with the run's health judged: ``broken`` (the reason the run is not alive)
+    overrides every trend; a validation series worse than its best beside a converging or flat
+    training trend makes it ``overfitting`` (the first such series names the best step). The
+    ETA is dropped with either (an ETA along a dead or overfitting curve is no forecast)."""
+    verdict = replace(verdict, validation=list(validation))
+    if broken is not None:
+        return replace(verdict, status=BROKEN, reason=broken, eta_steps=None, eta_hours=None,
+                       eta_reason="no ETA: the run is broken")
+    worse = next((v for v in validation if v.worse), None)
+    if worse is None or verdict.status not in (CONVERGING, PLATEAU):
+        return verdict
+    train = ("while the training trend improves" if verdict.status == CONVERGING
+             else "while the training trend is flat")
+    return replace(verdict, status=OVERFITTING, best_step=worse.best_step,
+                   reason=f"{worse.reason}, {train} ({verdict.reason})",
+                   eta_steps=None, eta_hours=None,
+                   eta_reason=f"no ETA: the verdict is overfitting (best {worse.label} at step {worse.best_step})")
 
 
 #: Fewest points an ETA is fitted on (a line through two evals is no trend).

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from dflash_diag.analysis import defaults
+from dflash_diag.analysis.numbers import plural
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,6 +243,64 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
         # engine accumulates in another order, and the means would move in their last bits.
         .collect(engine="in-memory")
     )
+
+
+#: Records a window should hold (``--window auto``): enough for a mean and a standard error.
+AUTO_RECORDS = 5
+#: Windows ``--window auto`` keeps at least, where the log is long enough: twice the verdict's
+#: minimum, so a trend has room to show.
+AUTO_MIN_WINDOWS = 2 * defaults.MIN_POINTS
+
+
+@dataclass(frozen=True)
+class WindowChoice:
+    """The steps per window used and how they were chosen.
+
+    Attributes:
+        size: steps per window.
+        basis: "--window" (given), or the auto rule's account (logging interval, records per
+            window).
+        interval: the logging interval found (median step between records), None when given.
+    """
+
+    size: int
+    basis: str
+    interval: int | None = None
+
+
+def logging_interval(steps: pl.Series) -> int | None:
+    """The median positive step difference between consecutive distinct steps (None with fewer
+    than two)."""
+    distinct = steps.drop_nulls().unique().sort()
+    if distinct.len() < 2:
+        return None
+    return max(1, int(distinct.diff().drop_nulls().median()))
+
+
+def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
+    """The steps per window: ``size`` when given, else ``--window auto``'s rule.
+
+    Auto: ``k`` records of the logging interval ``i`` (the median step between records), with
+    ``k`` = :data:`AUTO_RECORDS` (5), lowered toward 1 while the log would give fewer than
+    :data:`AUTO_MIN_WINDOWS` (10) windows. A log written every step (``i`` = 1, this project's
+    own) keeps ``defaults.WINDOW`` (50) steps: 50 records a window. With HF's
+    ``logging_steps=500`` that is 2500-step windows of 5 records; every command then judges the
+    same windows (converge, compare, watch).
+    """
+    if size is not None:
+        return WindowChoice(size, "--window")
+    steps = frame["step"] if "step" in frame.columns and frame.height else pl.Series("step", [], pl.Int64)
+    interval = logging_interval(steps)
+    if interval is None:
+        return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
+    if interval == 1:
+        return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
+    n = steps.n_unique()
+    k = AUTO_RECORDS
+    while k > 1 and n // k < AUTO_MIN_WINDOWS:
+        k -= 1
+    return WindowChoice(k * interval, f"auto: {plural(k, 'record')} of the {interval}-step logging "
+                        "interval", interval)
 
 
 def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None) -> list[Window]:

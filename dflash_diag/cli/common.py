@@ -48,6 +48,9 @@ class FailOn(str, enum.Enum):
 
     DIVERGING = "diverging"
     PLATEAU = "plateau"
+    OVERFITTING = "overfitting"
+    BROKEN = "broken"
+    NOT_ENOUGH = "not enough data"
     TARGET_UNREACHABLE = "target-unreachable"  #: the forecast does not reach the target by the planned end
 
 
@@ -99,7 +102,24 @@ StrictOption = Annotated[bool, typer.Option("--strict/--no-strict", metavar="", 
 
 # The analysis options every command shares (one diagnosis, one set of knobs, defaults defined once
 # in dflash_diag.analysis.defaults).
-WindowOption = Annotated[int, typer.Option("--window", "-w", min=1, help="Steps per window.")]
+WindowOption = Annotated[str, typer.Option(
+    "--window", "-w", metavar="STEPS|auto",
+    help="Steps per window; auto (the default): 5 records of the logging interval, fewer when "
+         "the log would give under 10 windows, never below 50 steps.")]
+
+
+def parse_window(value: str | int | None) -> int | None:
+    """``--window``: a positive step count, or None for ``auto``; anything else is a usage
+    error (one line, exit 2)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        fail(f"--window must be a number of steps or auto, got {value!r}")
+    if not 1 <= size < 2**53:
+        fail(f"--window must be at least 1 (and below 2^53), got {size}")
+    return size
 ThresholdOption = Annotated[float, typer.Option(
     "--threshold", min=0.0, help="Accuracy change (absolute) within which the arrow is flat.")]
 LossThresholdOption = Annotated[float, typer.Option(

@@ -41,6 +41,7 @@ from dflash_diag.cli.common import (
     diagnosis_config,
     fail,
     make_console,
+    parse_window,
     use_rich,
     user_errors,
 )
@@ -73,7 +74,7 @@ def compare(
     x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
         XAxis.STEP
     ),
-    window: WindowOption = defaults.WINDOW,
+    window: WindowOption = "auto",
     phase: PhaseOption = PhaseChoice.AUTO,
     from_step: FromStepOption = None,
     to_step: ToStepOption = None,
@@ -114,8 +115,9 @@ def compare(
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_plain, render_compare_rich
 
+        window_size = parse_window(window)
         check_numbers({
-            "--k": k, "--from-step": from_step, "--to-step": to_step, "--window": window, "--threshold": threshold, "--loss-threshold": loss_threshold,
+            "--k": k, "--from-step": from_step, "--to-step": to_step, "--threshold": threshold, "--loss-threshold": loss_threshold,
             "--peak-lr": peak_lr, "--block-size": block_size, "--target-acc": target_acc,
             "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
             "--target-loss": target_loss, "--end-step": end_step,
@@ -125,14 +127,14 @@ def compare(
             fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")
         ranks = rank_skew(rank_logs) if rank_logs else None
         diagnosis = diagnosis_config(
-            phase=phase.value, from_step=from_step, to_step=to_step, window=window, keep_all=keep_all,
+            phase=phase.value, from_step=from_step, to_step=to_step, window=window_size, keep_all=keep_all,
             peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
             noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
             target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
             end_step=end_step, schedule=schedule, target_loss=target_loss,
         )
         try:
-            config = CompareConfig(k=k, window=window)
+            config = CompareConfig(k=k, window=window_size)
         except ValueError as exc:
             raise DiagError(str(exc)) from None
         read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))

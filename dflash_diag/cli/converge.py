@@ -39,6 +39,7 @@ from dflash_diag.cli.common import (
     diagnosis_config,
     fails_on,
     make_console,
+    parse_window,
     print_notes,
     use_rich,
     user_errors,
@@ -52,7 +53,7 @@ def converge(
     phase: PhaseOption = PhaseChoice.AUTO,
     from_step: FromStepOption = None,
     to_step: ToStepOption = None,
-    window: WindowOption = defaults.WINDOW,
+    window: WindowOption = "auto",
     threshold: ThresholdOption = defaults.ACC_THRESHOLD,
     loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
     noise_aware: NoiseAwareOption = False,
@@ -90,15 +91,16 @@ def converge(
         from dflash_diag.render.rich import render_rich
         from dflash_diag.render.text import render_text
 
+        window_size = parse_window(window)
         check_numbers({
-            "--from-step": from_step, "--to-step": to_step, "--window": window,
+            "--from-step": from_step, "--to-step": to_step, 
             "--threshold": threshold, "--loss-threshold": loss_threshold, "--peak-lr": peak_lr,
             "--block-size": block_size, "--target-acc": target_acc, "--target-tau": target_tau,
             "--baseline-tau": baseline_tau, "--alpha": alpha, "--rows": rows,
             "--target-loss": target_loss, "--end-step": end_step,
         })
         config = diagnosis_config(
-            phase=phase.value, from_step=from_step, to_step=to_step, window=window,
+            phase=phase.value, from_step=from_step, to_step=to_step, window=window_size,
             keep_all=keep_all, peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
             noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
             target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,

@@ -36,6 +36,7 @@ from dflash_diag.cli.common import (
     WindowOption,
     fail,
     make_console,
+    parse_window,
     print_notes,
     user_errors,
 )
@@ -186,7 +187,7 @@ def watch(
     stall: Annotated[
         float, typer.Option(help="Alert when no record arrives for this many seconds.")
     ] = 300.0,
-    window: WindowOption = defaults.WINDOW,
+    window: WindowOption = "auto",
     history: Annotated[int, typer.Option(help="Windows shown in the sparklines.")] = 40,
     threshold: ThresholdOption = defaults.ACC_THRESHOLD,
     loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
@@ -222,8 +223,9 @@ def watch(
         from dflash_diag.read.formats.load import ReadOptions, plan_input, read_planned
         from dflash_diag.watch import LiveLog, WatchConfig
 
+        window_size = parse_window(window)
         check_numbers({
-            "--interval": interval, "--stall": stall, "--window": window, "--history": history,
+            "--interval": interval, "--stall": stall, "--history": history,
             "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
             "--loss-threshold": loss_threshold, "--from-step": from_step, "--peak-lr": peak_lr,
             "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
@@ -233,7 +235,7 @@ def watch(
             config = WatchConfig(
                 interval=interval,
                 stall=stall,
-                window=window,
+                window=window_size,
                 history=history,
                 threshold=threshold,
                 phase=phase.value,

@@ -31,18 +31,19 @@ class CompareConfig:
             factor (0.05: x1.98 matches 2, x1.85 does not).
         acc_tolerance: an absolute acc change below which accuracy "barely moved" across a
             boundary, the tell-tale that a loss jump is a normalisation artefact.
-        window: steps per window for each regime's robust trend (and two-run alignment).
+        window: steps per window for each regime's robust trend (and two-run alignment);
+            None: ``--window auto``, chosen once from the whole log (converge's rule).
     """
 
     k: int = defaults.BOUNDARY_K
     factor_tolerance: float = 0.05
     acc_tolerance: float = 0.02
-    window: int = defaults.WINDOW
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"--k must be at least 1, got {self.k}")
-        if self.window < 1:
+        if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be at least 1, got {self.window}")
         if not 0 < self.factor_tolerance < 1:
             raise ValueError(f"factor tolerance must be in (0, 1), got {self.factor_tolerance}")

@@ -44,6 +44,8 @@ class RunConfig:
     world_size: int | None = None
     grad_accum: int | None = None
     token_budget: int | None = None
+    block_size: int | None = None
+    """B: an accuracy over B-1 drafted positions is another quantity under another B."""
 
     @classmethod
     def from_header(cls, header: Mapping[str, Any]) -> RunConfig:
@@ -65,11 +67,13 @@ class RunConfig:
             world_size=first_int(_WORLD_SIZE_KEYS),
             grad_accum=first_int(_GRAD_ACCUM_KEYS),
             token_budget=first_int(_TOKEN_BUDGET_KEYS),
+            block_size=first_int(("block_size",)),
         )
 
-    def normalisation_key(self) -> tuple[int | None, int | None, int | None]:
-        """The settings whose change makes a new regime when no script name tells them apart."""
-        return (self.world_size, self.grad_accum, self.token_budget)
+    def normalisation_key(self) -> tuple[int | None, ...]:
+        """The settings whose change makes a new regime when no script name tells them apart
+        (the block size too: it changes what the accuracy averages over)."""
+        return (self.world_size, self.grad_accum, self.token_budget, self.block_size)
 
     def label(self) -> str:
         """A short description such as ``dp=2 accum=1 budget=8192`` (unknown settings left out)."""
@@ -80,6 +84,8 @@ class RunConfig:
             parts.append(f"accum={self.grad_accum}")
         if self.token_budget is not None:
             parts.append(f"budget={self.token_budget}")
+        if self.block_size is not None:
+            parts.append(f"B={self.block_size}")
         return " ".join(parts) or "no config"
 
 

@@ -25,6 +25,7 @@ from dflash_diag.analysis.diagnosis import Diagnosis, DiagnosisConfig, diagnose_
 from dflash_diag.analysis.frame_means import mean_acc, mean_loss
 from dflash_diag.analysis.phase import Selection
 from dflash_diag.analysis.schedule_events import ScheduleEvent
+from dflash_diag.analysis.windows import choose_window
 from dflash_diag.compare.align import AlignedWindow, RunAlignment, align_runs, tokens_seen
 from dflash_diag.compare.boundary import (
     Boundary,
@@ -111,6 +112,8 @@ def compare_regimes(
     evals: Sequence[LogEvent] = (),
     run_starts: Sequence[LogEvent] | None = None,
     max_lr: float | None = None,
+    foreign: bool = False,
+    presets: Sequence[str] = (),
 ) -> RegimeComparison:
     """Find the regimes of one log and measure every boundary between them.
 
@@ -126,11 +129,16 @@ def compare_regimes(
         run_starts: the ``run_start`` events ``headers`` come from (the governing header of a
             regime's last record feeds its schedule and block size).
         max_lr: the largest lr of the whole log (the "max seen" peak rule).
+        foreign, presets: how the log was read (the drafter detector's evidence, as converge's).
 
     Returns:
         A `RegimeComparison`; ``boundaries`` is empty when the log holds one regime.
     """
     config = config or CompareConfig()
+    if config.window is None:
+        config = replace(config, window=choose_window(frame).size)
+    if diagnosis is not None and diagnosis.window is None:
+        diagnosis = replace(diagnosis, window=config.window)
     if trend is None:
 
         def trend(rows: pl.DataFrame, column: str) -> float | None:
@@ -155,6 +163,7 @@ def compare_regimes(
             diagnoses.append(diagnose_frame(
                 rows, selection=selection, evals=evals, header=header,
                 config=replace(diagnosis, from_step=None, to_step=None), max_lr=max_lr,
+                foreign=foreign, presets=presets,
             ))
     return RegimeComparison(
         regimes=[r for r, _ in found], boundaries=boundaries, split_on=split_on, k=config.k,

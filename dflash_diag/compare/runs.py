@@ -108,12 +108,22 @@ def _log_notes(log, restarts) -> list[str]:
 
 def _compare(log, frame, config: CompareConfig, diagnosis: DiagnosisConfig | None) -> RegimeComparison:
     """`compare_regimes` with the log's headers, evals and largest lr (the diagnosis inputs)."""
+    from dataclasses import replace
+
     from dflash_diag.analysis.diagnosis import max_lr_of
+    from dflash_diag.analysis.windows import choose_window
     from dflash_diag.compare.report import compare_regimes
 
+    # One window size for the whole log (converge's, for the same records), not one per regime.
+    wanted = diagnosis.window if diagnosis is not None else config.window
+    size = choose_window(frame, wanted if wanted is not None else config.window).size
+    config = replace(config, window=size)
+    if diagnosis is not None:
+        diagnosis = replace(diagnosis, window=size)
     return compare_regimes(
         frame, [e.fields for e in log.run_starts], config, diagnosis=diagnosis, evals=log.evals,
-        run_starts=log.run_starts, max_lr=max_lr_of(log.metrics),
+        run_starts=log.run_starts, max_lr=max_lr_of(log.metrics), foreign=log.foreign,
+        presets=log.presets,
     )
 
 
@@ -153,9 +163,12 @@ def compare_two_runs(
             raise DiagError(f"{path}: no records selected ({selection.reason})")
         frames.append(selected)
     tokens = tuple(c.regimes[-1].tokens_per_step if c.regimes else None for c in comparisons)
+    from dflash_diag.analysis.windows import choose_window
+
+    window = choose_window(frames[0], config.window).size  # windows in steps of run A
     try:
         alignment = align_runs(
-            frames[0], frames[1], x=x, window=config.window, names=names, tokens_per_step=tokens
+            frames[0], frames[1], x=x, window=window, names=names, tokens_per_step=tokens
         )
     except ValueError as exc:
         raise DiagError(str(exc)) from None

@@ -795,7 +795,8 @@ def load_log(
                     lists_pending=sorted({s for p in parts for s in p.lists_pending}),
                     fields=dict(fields or {}),
                     chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
-                    notes=notes)
+                    notes=notes, foreign=any(p.foreign for p in parts),
+                    presets=sorted({name for p in parts for name in p.presets}))
     shown = ", ".join(visible(n) for n in names)
     if issues.lines == 0:
         raise DiagError(f"empty log: {shown}")

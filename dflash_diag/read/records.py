@@ -132,6 +132,9 @@ class ParsedLog:
             so :func:`fetch_lists` can seek instead of reading a file from its start.
         notes: how the inputs were read (format, preset) and fields mapped but never found,
             one line each, for the user (the CLI prints them on stderr).
+        foreign: some input was read by another trainer's reader (not this project's JSONL
+            schema): the drafter detector then needs evidence of a drafter.
+        presets: the trainer presets those readers applied (given or detected), by name.
     """
 
     metrics: pl.DataFrame
@@ -145,6 +148,8 @@ class ParsedLog:
     fields: dict[str, str] = field(default_factory=dict)
     chunk_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    foreign: bool = False
+    presets: list[str] = field(default_factory=list)
 
     @property
     def run_starts(self) -> list[LogEvent]:
@@ -207,4 +212,6 @@ def join_sequential(parts: Sequence[ParsedLog]) -> ParsedLog:
         next_line_no=next_line,
         lists_pending=sorted({s for p in parts for s in p.lists_pending}),
         fields=dict(parts[0].fields),
+        foreign=any(p.foreign for p in parts),
+        presets=sorted({name for p in parts for name in p.presets}),
     )

@@ -104,7 +104,11 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     last = report.windows[-1].window if report.windows else None
     span = f" · steps {first.first_step}-{last.last_step}" if first and last else ""
     size = (first.end - first.start + 1) if first else 0
-    lines.append(("selected", f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of {plural(size, 'step')}"))
+    # The auto rule's account, where it chose other than the every-step 50.
+    chosen = report.window
+    basis = f" ({chosen.basis})" if chosen is not None and chosen.interval not in (None, 1) else ""
+    lines.append(("selected", (f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of "
+                               f"{plural(size, 'step')}{basis}")))
 
     sched = schedule_text(report.schedule)
     lines.append(("schedule", sched))
@@ -215,6 +219,19 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
     verdict, alerts. Shared by converge's renderers and compare's per-regime lines."""
     a = d.acceptance
     lines: list[tuple[str, str]] = [("accuracy", f"acc {_f(a.acc)} ({a.acc_basis})")]
+    if d.drafter.is_drafter:
+        lines += acceptance_lines(d)
+    lines += verdict_lines(d)
+    for alert in d.alerts:
+        if alert.kind != "diverging":
+            lines.append(("alert", visible(alert.message)))
+    return lines
+
+
+def acceptance_lines(d: Diagnosis) -> list[tuple[str, str]]:
+    """The acceptance section (a drafter's log only): tau and its estimators, calibration, target."""
+    a = d.acceptance
+    lines: list[tuple[str, str]] = []
     if a.tau is not None:
         lines.append(("acceptance", (f"{tau_text(d)} · B={a.block_size} ({a.block_size_source}) · "
                       f"baseline {a.baseline_tau:.2f} ({a.baseline_source}): {_signed(a.vs_baseline, 2)}")))
@@ -232,6 +249,12 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
         lines.append(("calibration", (f"measured/{c.estimator} at the last eval (step {c.step}): "
                       f"{c.measured:.2f} / {c.estimate:.2f} = x{c.ratio:.2f}")))
     lines.append(("target", target_text(d)))
+    return lines
+
+
+def verdict_lines(d: Diagnosis) -> list[tuple[str, str]]:
+    """The verdict, its reason, the ETA's account and one line per validation series."""
+    lines: list[tuple[str, str]] = []
     v = d.verdict
     verdict = v.status.upper()
     if v.slope_per_1k_steps is not None:
@@ -243,11 +266,10 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
     lines.append(("", f"  {v.reason}"))
     if v.status == "converging" and v.eta_steps != 0 and d.forecast is None:
         lines.append(("", f"  {v.eta_reason}"))  # how the ETA was fitted, or why there is none
+    for t in v.validation:
+        lines.append(("validation", f"{t.status} · {t.reason}"))
     if (forecast := forecast_line(d.forecast)) is not None:
         lines.append(("forecast", forecast))
-    for alert in d.alerts:
-        if alert.kind != "diverging":
-            lines.append(("alert", visible(alert.message)))
     return lines
 
 

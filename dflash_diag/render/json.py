@@ -93,6 +93,17 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "eta_hours": json_number(v.eta_hours),
         "eta_reason": v.eta_reason,
         "reason": v.reason,
+        "n_windows": v.n_points,
+        "best_step": v.best_step,
+        "validation": [
+            {"field": t.field, "label": t.label, "status": t.status, "n_evals": t.n_points,
+             "best_step": t.best_step, "best": json_number(t.best_value), "best_se": json_number(t.best_se),
+             "latest_step": t.latest_step, "latest": json_number(t.latest_value),
+             "latest_se": json_number(t.latest_se),
+             "slope_per_1k_steps": json_number(t.slope_per_1k_steps), "p_value": json_number(t.p_value),
+             "reason": t.reason}
+            for t in v.validation
+        ],
     }
 
 
@@ -108,7 +119,9 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
             "fraction_of_peak": json_number(d.schedule.fraction_of_peak),
             "phase": d.schedule.phase,
         },
-        "acceptance": acceptance_json(d.acceptance),
+        "acceptance": acceptance_json(d.acceptance) if d.drafter.is_drafter else None,
+        "drafter": {"is_drafter": d.drafter.is_drafter, "reason": d.drafter.reason},
+        "window": None if d.window is None else {"size": d.window.size, "basis": d.window.basis},
         "verdict": verdict_json(d.verdict),
         "restarts": [r.step for r in d.restarts],
         "restart_details": [{"step": r.step, "after": r.previous_step} for r in d.restarts],
@@ -121,7 +134,7 @@ def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     """A regime's diagnosis in compare's JSON: converge's ``lr``, ``acceptance`` and ``verdict``
     objects for the regime's records (its windows are left out: compare's JSON stays small)."""
     full = diagnosis_json(d)
-    return {key: full[key] for key in ("lr", "acceptance", "verdict", "alerts", "forecast")}
+    return {key: full[key] for key in ("lr", "acceptance", "drafter", "verdict", "alerts", "forecast")}
 
 
 def converge_json(report: ConvergeReport) -> dict[str, Any]:

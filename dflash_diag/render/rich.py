@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from dflash_diag.analysis.verdict import CONVERGING, DIVERGING, PLATEAU
+from dflash_diag.analysis.verdict import BROKEN, CONVERGING, DIVERGING, OVERFITTING, PLATEAU
 from dflash_diag.read.ranks import RankSkew, skew_lines
 from dflash_diag.render.compare_rows import (
     alignment_rows,
@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.compare.report import RegimeComparison, RunAlignment
     from dflash_diag.converge.report import ConvergeReport
 
-_STATUS_STYLE = {CONVERGING: "bold green", PLATEAU: "bold yellow", DIVERGING: "bold red"}
+_STATUS_STYLE = {CONVERGING: "bold green", PLATEAU: "bold yellow", DIVERGING: "bold red",
+                 OVERFITTING: "bold red", BROKEN: "bold red"}
 _TREND_STYLE = {"up": "green", "down": "red", "flat": "dim"}
 
 

@@ -100,6 +100,9 @@ def _verdict_text(d: Diagnosis) -> Text:
         text.append(f", {eta}")
     if verdict.status not in _VERDICT_STYLE:
         text.append(f" ({verdict.reason})", style="dim")
+    elif verdict.n_points:
+        # The span judged: every window selected, as converge (not only those on screen).
+        text.append(f" · over {plural(verdict.n_points, 'window')} (all of them, as converge)", style="dim")
     return text
 
 
@@ -174,7 +177,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
             )
             if others:
                 parts.append(Text("  other estimates: " + others, style="dim"))
-        parts.append(Text("target: " + target_text(d)))
+        if d.drafter.is_drafter:
+            parts.append(Text("target: " + target_text(d)))
         for warning in d.acceptance.warnings:
             parts.append(Text(f"! {visible(warning)}", style="bold red"))
         parts.append(_verdict_text(d))

@@ -21,12 +21,14 @@ import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.acceptance import AcceptanceConfig
+from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.run_forecast import ForecastConfig
 from dflash_diag.analysis.trend import TrendConfig
 from dflash_diag.analysis.verdict import VerdictConfig
+from dflash_diag.analysis.windows import Window, WindowChoice, choose_window, compute_windows
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import check_encoding
 from dflash_diag.read.jsonl import parse_records
@@ -34,6 +36,10 @@ from dflash_diag.read.records import ParsedLog, ParseIssues
 from dflash_diag.read.tail import LogTail
 
 Clock = Callable[[], float]
+
+#: Distinct steps after which ``--window auto`` is fixed for the rest of the watch: the auto rule
+#: gives 5 records per window from there on, as converge gives on the whole log.
+AUTO_FIX_RECORDS = 50
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,9 +49,10 @@ class WatchConfig:
     Attributes:
         interval: seconds between refreshes (``--interval``).
         stall: seconds without a new record before the stall alert (``--stall``).
-        window: steps per window (``--window``), aligned to the first selected step.
-        history: windows kept and drawn in the sparklines; the verdict covers them too, so it
-            says where the run is going now, not over its whole life.
+        window: steps per window (``--window``), aligned to the first selected step; None
+            (``--window auto``): converge's rule, fixed once 50 records are read.
+        history: windows kept and drawn in the sparklines. The verdict judges every window
+            of the log (the pruned ones are kept as window means), as converge does.
         table_rows: latest windows listed with their arrows.
         threshold: acc change below which an arrow is flat (``--threshold``).
         spike_factor: robust standard deviations above its neighbours that make a window's loss
@@ -62,7 +69,7 @@ class WatchConfig:
 
     interval: float = 2.0
     stall: float = 300.0
-    window: int = defaults.WINDOW
+    window: int | None = None
     history: int = 40
     table_rows: int = 6
     threshold: float = defaults.ACC_THRESHOLD
@@ -98,7 +105,7 @@ class WatchConfig:
             raise ValueError(f"--interval must be positive, got {self.interval}")
         if not self.stall > 0:
             raise ValueError(f"--stall must be positive, got {self.stall}")
-        if self.window < 1:
+        if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be at least 1, got {self.window}")
         if self.history < 2:
             raise ValueError(f"history must be at least 2 windows, got {self.history}")
@@ -138,6 +145,22 @@ class RefreshStats:
     seconds: float
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(2)
+    except OSError:
+        return b""  # missing or unreadable: the refresh says so
+
+
+def _refuse_compressed(head: bytes, path: str | os.PathLike[str]) -> None:
+    """Gzip data is told by its magic bytes, as converge tells it, not by the name: read as
+    text it would be a view of malformed lines where converge reads its records."""
+    if head[:2] == b"\x1f\x8b":
+        raise DiagError(f"watch cannot follow a compressed log: {path} holds gzip data "
+                        "(read it with converge)")
+
+
 class LiveLog:
     """Follows one log and keeps what the live view needs, updated from the new bytes only.
 
@@ -167,6 +190,8 @@ class LiveLog:
             raise DiagError("watch follows a file; standard input cannot be followed")
         if str(path).endswith(".gz"):
             raise DiagError(f"watch cannot follow a compressed log: {path}")
+        if snapshot is None:
+            _refuse_compressed(_head(Path(path)), path)
         self.path = Path(path)
         self.config = config or WatchConfig()
         self.clock = clock
@@ -194,6 +219,8 @@ class LiveLog:
         self._origin_phase: str | None = None
         self.selection: Selection | None = None
         self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
+        self.window: WindowChoice | None = None  # fixed once known (auto: after 50 records)
+        self.archived: dict[int, Window] = {}  # window index -> means of pruned records
 
     def refresh(self) -> RefreshStats:
         """Read and parse the lines appended since the previous refresh and update the state.
@@ -215,6 +242,7 @@ class LiveLog:
             if chunk.data:
                 if chunk.first_line_no == 1:
                     check_encoding(chunk.data[:4], str(self.path))  # UTF-16: one line, not a view
+                    _refuse_compressed(chunk.data[:2], self.path)  # whatever its name
                 part = parse_records(
                     chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
                 )
@@ -295,23 +323,47 @@ class LiveLog:
         if selection.phase != self._origin_phase:
             # e.g. the first pipeline entries of a migrating run: windows align to them now
             self._origin_phase, self.origin = selection.phase, None
+            self.archived = {}
         if self.origin is not None and selected.height and int(selected["step"][0]) < self.origin:
             self.origin = int(selected["step"][0])  # a restart from before the first window
         return selected
 
+    def window_choice(self, frame: pl.DataFrame) -> WindowChoice:
+        """The windows of the view: ``--window``, else converge's auto rule, fixed once
+        :data:`AUTO_FIX_RECORDS` records are read (until then, chosen on what there is)."""
+        if self.window is not None:
+            return self.window
+        choice = choose_window(frame, self.config.window)
+        if self.config.window is not None or (frame.height and frame["step"].n_unique() >= AUTO_FIX_RECORDS):
+            self.window = choice
+        return choice
+
+    def earlier_windows(self) -> list[Window]:
+        """The windows of the records pruned so far, in step order (the verdict judges them)."""
+        return [self.archived[i] for i in sorted(self.archived)]
+
     def _prune(self) -> None:
         """Keep the metric records of the last ``history`` windows (plus the newest chunk), so
-        the per-refresh analysis stays the size of the view, whatever the file's size."""
+        the per-refresh analysis stays the size of the view, whatever the file's size. The
+        pruned records are kept as their windows' means, for the verdict."""
         assert self.log is not None
         selected = self.records()
         if selected.height == 0:
             return
         if self.origin is None:
             self.origin = self.config.from_step if self.config.from_step is not None else int(selected["step"][0])
-        w = self.config.window
+        choice = self.window_choice(selected)
+        if self.window is None:
+            return  # too few records to fix the windows: nothing worth pruning yet
+        w = choice.size
         last = int(selected["step"][-1])
         first_window = (last - self.origin) // w - (self.config.history - 1)
         cutoff = self.origin + max(first_window, 0) * w
+        dropped = selected.filter((pl.col("step") >= self.origin) & (pl.col("step") < cutoff))
+        if dropped.height:
+            screened, _ = screen_records(dropped)
+            for window in compute_windows(screened, w, start=self.origin):
+                self.archived[window.index] = window
         metrics = self.log.metrics
         newest_seq = int(metrics["seq"].max())
         kept = metrics.filter((pl.col("step") >= cutoff) | (pl.col("seq") == newest_seq))
@@ -322,6 +374,8 @@ class LiveLog:
                 issues=self.log.issues,
                 consumed_bytes=self.log.consumed_bytes,
                 sources=self.log.sources,
+                foreign=self.log.foreign,
+                presets=self.log.presets,
             )
 
     def headers(self) -> list[dict[str, Any]]:

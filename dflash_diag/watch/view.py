@@ -89,10 +89,10 @@ class WatchView:
     """lr schedule restarts at resumes (see analysis.schedule_events)."""
 
 
-def _selection_text(live: LiveLog) -> str:
+def _selection_text(live: LiveLog, size: int) -> str:
     phase = live.phase_used or live.config.phase
     what = "pipeline entries" if phase == "pipeline" else "all entries"
-    return f"{what}, {live.config.window}-step windows from step {live.origin}"
+    return f"{what}, {size}-step windows from step {live.origin}"
 
 
 def _header(live: LiveLog, frame) -> LogEvent | None:
@@ -155,6 +155,10 @@ def build_view(live: LiveLog) -> WatchView:
             origin=live.origin,
             history=config.history,
             series=True,
+            foreign=live.log.foreign,
+            presets=live.log.presets,
+            window_choice=live.window_choice(frame),
+            earlier_windows=live.earlier_windows(),
         )
     if diagnosis is None:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"
@@ -191,7 +195,7 @@ def build_view(live: LiveLog) -> WatchView:
         series.append(Series("tok/s", [w.tok_per_sec for w in windows], ",.0f"))
     return WatchView(
         **base,
-        selection=_selection_text(live),
+        selection=_selection_text(live, diagnosis.window.size if diagnosis.window else 0),
         series=series,
         windows=windows[-config.table_rows :],
         trends=trends[-config.table_rows :],

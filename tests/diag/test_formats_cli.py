@@ -48,7 +48,7 @@ def test_each_preset_through_converge_compare_and_watch(preset):
 
 @pytest.mark.parametrize("log, estimator", [
     ("specforge_dflash/runs", "linear"),
-    ("hf_trainer", "linear"),
+    ("hf_trainer", None),  # an HF Trainer run is no drafter: no acceptance section
 ])
 def test_no_flags_give_windows_schedule_acceptance_and_verdict(log, estimator):
     result = invoke("converge", FIXTURES / log, "-f", "json")
@@ -56,7 +56,11 @@ def test_no_flags_give_windows_schedule_acceptance_and_verdict(log, estimator):
     report = json.loads(result.stdout)
     assert len(report["windows"]) >= 5
     assert report["lr"]["current"] > 0 and report["lr"]["phase"] == "decay"
-    assert report["acceptance"]["estimator"] == estimator and report["acceptance"]["tau"] > 1
+    if estimator is None:
+        assert report["acceptance"] is None and not report["drafter"]["is_drafter"]
+        assert report["drafter"]["reason"].startswith("no drafter evidence")
+    else:
+        assert report["acceptance"]["estimator"] == estimator and report["acceptance"]["tau"] > 1
     assert report["verdict"]["status"] == "converging"
     assert "(detected)" in result.stderr
 

@@ -72,7 +72,9 @@ def test_loss_is_judged_when_there_is_no_accuracy():
 def test_many_windows_are_merged_to_bound_the_cost():
     verdict = judge(_windows([0.001 * i for i in range(3 * MAX_POINTS)], size=1), current_acc=0.5,
                     target_acc=0.27)
-    assert verdict.n_points == MAX_POINTS and verdict.status == "converging"
+    # The wording counts the windows analysed (not the groups the statistics ran on).
+    assert verdict.n_points == 3 * MAX_POINTS and verdict.status == "converging"
+    assert f"over 900 windows (merged into {MAX_POINTS} groups)" in verdict.reason
 
 
 def test_seconds_per_step_from_time_or_throughput():

@@ -1,0 +1,150 @@
+"""Is the run alive? Checks on the raw records before any window is judged.
+
+A trend test on a dead metric says nothing useful: a loss that is exactly 0.0 in every record
+has no trend (Mann-Kendall p = 1) and would read as a plateau; an accuracy of 37 (a percentage,
+or garbage) gives an acceptance length of 1e23. So, before the windows:
+
+* **left out and counted** (:func:`screen_records`): accuracies outside [0, 1] (their ``acc``
+  becomes null; loss and the other fields of the record stay), and records whose ``n_pred`` is
+  zero or negative (a batch that predicted no token has no accuracy and no per-token loss: its
+  ``acc`` and ``loss`` become null, so it never gets a vote, and its window's weighted mean is
+  taken over the records that did predict). Each kind is one note in the report.
+* **broken** (:func:`broken_reason`): a loss that is constant (exactly 0.0 included) over every
+  finite record, a loss that is exactly 0.0 in its last :data:`MIN_RECORDS` or more records (a
+  cross-entropy is never exactly zero: nothing is computed), or an accuracy that is constant
+  while there is no moving loss: the run (or its logging) is dead, and the verdict says so (``broken``) instead of judging a trend. An accuracy
+  constant beside a moving loss is a broken metric, not a broken run: the verdict judges the
+  loss instead, with a note; a constant loss beside a moving accuracy likewise.
+
+A metric needs :data:`MIN_RECORDS` finite records before "constant" means anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from dflash_diag.analysis.numbers import plural
+
+#: Fewest finite records of a metric before its being constant is called broken.
+MIN_RECORDS = 5
+
+
+@dataclass(frozen=True)
+class Screening:
+    """What :func:`screen_records` left out.
+
+    Attributes:
+        acc_out_of_range: records whose accuracy was outside [0, 1] (their ``acc`` left out).
+        nonpositive_n_pred: records with ``n_pred <= 0`` (their ``acc`` and ``loss`` left out).
+        constant: metric -> its one value, for a metric constant beside the other one moving
+            (the verdict judges the other one).
+        notes: one line per kind left out, for the report.
+    """
+
+    acc_out_of_range: int = 0
+    nonpositive_n_pred: int = 0
+    constant: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _finite(frame: pl.DataFrame, name: str) -> pl.Series:
+    if name not in frame.columns or frame.height == 0:
+        return pl.Series(name, [], pl.Float64)
+    values = frame[name].drop_nulls()
+    return values.filter(values.is_finite())
+
+
+def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORDS) -> float | None:
+    """The one value of ``name`` when at least ``min_records`` finite records all hold it."""
+    values = _finite(frame, name)
+    if values.len() < min_records:
+        return None
+    first = float(values[0])
+    return first if bool((values == first).all()) else None
+
+
+def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
+    """``frame`` with out-of-range accuracies and non-positive ``n_pred`` records left out.
+
+    Returns:
+        The screened frame (same rows; offending values set to null) and what was left out.
+    """
+    if frame.height == 0:
+        return frame, Screening()
+    notes: list[str] = []
+    bad_acc = bad_n = 0
+    if "n_pred" in frame.columns:
+        nonpositive = (pl.col("n_pred") <= 0).fill_null(False)
+        bad_n = int(frame.select(nonpositive.sum()).item())
+        if bad_n:
+            frame = frame.with_columns(
+                *(pl.when(nonpositive).then(None).otherwise(pl.col(c)).alias(c)
+                  for c in ("acc", "loss") if c in frame.columns))
+            notes.append(f"{plural(bad_n, 'record')} with n_pred <= 0 left out of the loss and "
+                         "accuracy (no predicted token: no vote)")
+    if "acc" in frame.columns:
+        outside = (pl.col("acc").is_finite() & ((pl.col("acc") < 0) | (pl.col("acc") > 1))).fill_null(False)
+        bad_acc = int(frame.select(outside.sum()).item())
+        if bad_acc:
+            frame = frame.with_columns(pl.when(outside).then(None).otherwise(pl.col("acc")).alias("acc"))
+            notes.append(f"{plural(bad_acc, 'accuracy value')} outside [0, 1] left out (a percentage? "
+                         "an accuracy is a fraction)")
+    constant: dict[str, float] = {}
+    for name, other in (("acc", "loss"), ("loss", "acc")):
+        value = constant_value(frame, name)
+        if value is not None and moving(frame, other):
+            constant[name] = value
+    for name, value in constant.items():
+        other = "loss" if name == "acc" else "acc"
+        notes.append(f"{name} is constant ({value:.4g}) in every record while the {other} moves: "
+                     f"the {name} is not measured; the verdict judges the {other}")
+    return frame, Screening(bad_acc, bad_n, constant, notes)
+
+
+def moving(frame: pl.DataFrame, name: str) -> bool:
+    """Whether ``name`` has at least two distinct finite values."""
+    values = _finite(frame, name)
+    return values.len() >= 2 and values.n_unique() >= 2
+
+
+def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int, int] | None:
+    """``(first step, records)`` of a run of finite losses that are exactly 0.0 up to the last
+    one, when it holds at least ``min_records`` records; else None."""
+    if "loss" not in frame.columns or frame.height == 0:
+        return None
+    rows = frame.select("step", "loss").filter(pl.col("loss").is_finite().fill_null(False))
+    if rows.height < min_records:
+        return None
+    nonzero = rows["loss"] != 0.0
+    if not bool(nonzero.any()):
+        n = rows.height
+    else:
+        last_nonzero = int(nonzero.arg_true()[-1])
+        n = rows.height - 1 - last_nonzero
+    if n < min_records:
+        return None
+    return int(rows["step"][rows.height - n]), n
+
+
+def broken_reason(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> str | None:
+    """Why the run is not alive, or None: without a moving accuracy, the loss constant (exactly
+    zero included) over every finite record; without a moving loss, the accuracy constant."""
+    loss = constant_value(frame, "loss", min_records)
+    n_loss = _finite(frame, "loss").len()
+    if loss is not None and not moving(frame, "acc"):
+        what = "exactly 0.0" if loss == 0 else f"constant ({loss:.6g})"
+        return f"loss is {what} in all {plural(n_loss, 'record')}: nothing is being learned or logged"
+    zero_since = zero_tail(frame)
+    if zero_since is not None:
+        step, n = zero_since
+        return (f"loss is exactly 0.0 in the last {plural(n, 'record')} (since step {step}): a "
+                "loss that is exactly zero is not computed (every label masked?), not learned")
+    if moving(frame, "loss"):
+        return None
+    acc = constant_value(frame, "acc", min_records)
+    if acc is not None:
+        n_acc = _finite(frame, "acc").len()
+        return f"acc is constant ({acc:.4g}) in all {plural(n_acc, 'record')}: nothing is being learned or logged"
+    return None

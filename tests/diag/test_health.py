@@ -1,0 +1,312 @@
+"""Issue 18: a verdict that holds on any training log (validation, broken runs, drafter or not,
+one answer in every command). Each case the issue lists is a test here; the real-log
+expectations are in test_wild_verdicts.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from dflash_diag.analysis.alerts import loss_spikes, value_resolution
+from dflash_diag.analysis.alive import broken_reason, screen_records
+from dflash_diag.analysis.diagnosis import diagnose
+from dflash_diag.analysis.validation import EvalPoint, judge_series, tau_se
+from dflash_diag.analysis.windows import choose_window
+from dflash_diag.cli import app
+from dflash_diag.read.jsonl import load_log
+from tests.diag.logs import write
+
+runner = CliRunner()
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _converge_json(path, *args):
+    result = invoke("converge", path, "-f", "json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _trainer_state(path, history, **extra):
+    path.mkdir(parents=True, exist_ok=True)
+    state = {"log_history": history, "global_step": history[-1]["step"], **extra}
+    (path / "trainer_state.json").write_text(json.dumps(state))
+    return path
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def test_eval_loss_rising_while_train_loss_falls_is_overfitting(tmp_path):
+    """The issue's run: eval loss 1.11 -> 2.75 while the train loss falls (was CONVERGING)."""
+    history = []
+    for step in range(10, 1010, 10):
+        history.append({"step": step, "loss": 2.0 * math.exp(-step / 400) + 0.05,
+                        "learning_rate": 1e-4, "epoch": step / 100})
+        if step % 100 == 0:
+            history.append({"step": step, "eval_loss": 1.11 + 1.64 * (step - 100) / 900 if step > 100 else 1.3,
+                            "epoch": step / 100})
+    run = _trainer_state(tmp_path / "out", history, max_steps=1000)
+    data = _converge_json(run)
+    v = data["verdict"]
+    assert v["status"] == "overfitting"
+    assert v["best_step"] == 200
+    loss = next(t for t in v["validation"] if t["field"] == "loss")
+    assert loss["status"] == "worse" and loss["best"] == pytest.approx(1.11 + 1.64 * 100 / 900)
+    assert "best" in v["reason"] and "step 200" in v["reason"]
+    assert v["eta_steps"] is None
+    assert invoke("converge", run, "--fail-on", "overfitting").exit_code == 1
+
+
+def test_eval_loss_falling_with_the_train_loss_stays_converging(tmp_path):
+    history = []
+    for step in range(10, 1010, 10):
+        history.append({"step": step, "loss": 2.0 * math.exp(-step / 400) + 0.05, "learning_rate": 1e-4})
+        if step % 100 == 0:
+            history.append({"step": step, "eval_loss": 2.0 * math.exp(-step / 500) + 0.3})
+    data = _converge_json(_trainer_state(tmp_path / "out", history))
+    assert data["verdict"]["status"] == "converging"
+    assert data["verdict"]["validation"][0]["status"] == "improving"
+
+
+def _drafter_with_evals(taus, hist_scale=2000):
+    """A JSONL drafter log (our schema) whose loss keeps falling and whose measured tau is
+    ``taus`` at evenly spaced evals; each eval's tau_hist holds ``hist_scale`` verify steps."""
+    records = [{"event": "run_start", "schema": 1, "script": "pipeline", "block_size": 8,
+                "schedule": None, "steps_per_epoch": 1000, "world_size": 1, "resumed_from": None,
+                "config": {}, "time": 0.0}]
+    n_steps = 1000
+    eval_steps = [int(n_steps * (i + 1) / len(taus)) for i in range(len(taus))]
+    for step in range(1, n_steps + 1):
+        records.append({"step": step, "time": float(step), "epoch": step / 1000,
+                        "loss": 3.0 - step / 1000, "acc": 0.2 + step / 10000, "lr": 1e-4})
+        if step in eval_steps:
+            tau = taus[eval_steps.index(step)]
+            # a histogram of verify-step lengths 1..8 with mean tau: mass on floor/ceil
+            lo = int(tau)
+            frac = tau - lo
+            hist = [0] * 8
+            hist[lo - 1] = round(hist_scale * (1 - frac))
+            hist[lo] = round(hist_scale * frac)
+            records.append({"event": "eval", "step": step, "time": float(step), "tau": tau,
+                            "tau_hist": hist, "n_prompts": 8, "new_tokens": 1000, "temperature": 0})
+    return records
+
+
+def test_measured_tau_peaked_and_fell_beyond_its_interval(tmp_path):
+    """The EAGLE-3 report: tau 3.28, 3.34, 3.34, 3.24, 3.18 while the loss kept falling."""
+    log = write(tmp_path / "train.jsonl", _drafter_with_evals([3.28, 3.34, 3.34, 3.24, 3.18]))
+    data = _converge_json(log)
+    v = data["verdict"]
+    assert v["status"] == "overfitting"
+    assert v["best_step"] == 400  # the earliest of the two 3.34 evals
+    assert "measured tau peaked at step 400" in v["reason"]
+    tau = next(t for t in v["validation"] if t["field"] == "tau")
+    assert tau["best_se"] is not None and tau["latest_se"] is not None
+
+
+def test_tau_wobble_within_its_interval_is_no_peak(tmp_path):
+    # 20 verify steps per eval: the intervals are wide, 3.34 -> 3.30 tells nothing
+    log = write(tmp_path / "train.jsonl", _drafter_with_evals([3.28, 3.34, 3.34, 3.32, 3.30], hist_scale=20))
+    assert _converge_json(log)["verdict"]["status"] == "converging"
+
+
+def test_tau_standard_error_from_the_record():
+    assert tau_se({"tau_se": 0.05}) == 0.05
+    assert tau_se({"tau_ci": [3.0, 3.392]}) == pytest.approx(0.1)
+    # 2 steps of length 1 and 2 of length 3: mean 2, sd sqrt(4/3), se sqrt(4/3)/2
+    assert tau_se({"tau_hist": [2, 0, 2]}) == pytest.approx(math.sqrt(4 / 3) / 2)
+    assert tau_se({"tau": 3.0}) is None
+
+
+def test_validation_series_rules():
+    falling = [EvalPoint(100 * i, 3.0 - 0.1 * i) for i in range(8)]
+    acc = judge_series(falling, field="acc", label="eval acc", higher_is_better=True)
+    assert acc.status == "worse" and acc.best_step == 0
+    loss = judge_series(falling, field="loss", label="eval loss", higher_is_better=False)
+    assert loss.status == "improving"
+    assert judge_series(falling[:2], field="loss", label="eval loss",
+                        higher_is_better=False).status == "not enough data"
+
+
+# -- alive checks -------------------------------------------------------------------------------
+
+
+def test_loss_exactly_zero_in_every_record_is_broken(tmp_path):
+    log = write(tmp_path / "zero.jsonl", [{"step": s, "loss": 0.0} for s in range(1, 101)])
+    data = _converge_json(log)
+    assert data["verdict"]["status"] == "broken"
+    assert "exactly 0.0 in all 100 records" in data["verdict"]["reason"]
+    assert invoke("converge", log, "--fail-on", "broken").exit_code == 1
+
+
+def test_loss_that_drops_to_exactly_zero_and_stays_is_broken():
+    frame = pl.DataFrame({"step": list(range(10, 110, 10)),
+                          "loss": [122.1] + [0.0] * 9})
+    assert "exactly 0.0 in the last 9 records (since step 20)" in broken_reason(frame)
+    healthy = pl.DataFrame({"step": list(range(10)), "loss": [1.0 - 0.05 * i for i in range(10)]})
+    assert broken_reason(healthy) is None
+
+
+def test_constant_loss_and_constant_accuracy_are_broken():
+    constant = pl.DataFrame({"step": list(range(20)), "loss": [2.3026] * 20, "acc": [0.1] * 20})
+    assert "loss is constant (2.3026)" in broken_reason(constant)
+    acc_only = pl.DataFrame({"step": list(range(20)), "acc": [0.5] * 20})
+    assert "acc is constant (0.5)" in broken_reason(acc_only)
+
+
+def test_constant_accuracy_beside_a_moving_loss_is_judged_on_the_loss(tmp_path):
+    log = write(tmp_path / "acc.jsonl", [{"step": s, "loss": 3.0 - s / 500, "acc": 0.25}
+                                         for s in range(1, 501)])
+    data = _converge_json(log)
+    assert data["verdict"]["status"] == "converging"
+    assert "Theil-Sen slope of loss" in data["verdict"]["reason"]
+
+
+@pytest.mark.parametrize("bad", [37.0, -0.5])
+def test_accuracy_out_of_range_is_left_out_and_counted(tmp_path, bad):
+    records = [{"step": s, "loss": 3.0 - s / 500, "acc": 0.2 + s / 5000} for s in range(1, 301)]
+    for r in records[-20:]:
+        r["acc"] = bad
+    log = write(tmp_path / "acc.jsonl", records)
+    report = diagnose(load_log(str(log)))
+    assert any("20 accuracy values outside [0, 1] left out" in n for n in report.notes)
+    assert report.acceptance.tau is not None and report.acceptance.tau < 16
+    assert 0 <= report.acceptance.acc <= 1
+
+
+def test_nonpositive_n_pred_gets_no_vote():
+    """acc 0.55 where the per-token accuracy is 0.20: the n_pred 0 records must not vote."""
+    rows = []
+    for s in range(100):
+        if s % 2:
+            rows.append({"step": s, "loss": 2.0, "acc": 0.9, "n_pred": 0 if s % 4 == 1 else -5})
+        else:
+            rows.append({"step": s, "loss": 2.0 + s / 1000, "acc": 0.2, "n_pred": 1000})
+    frame, screening = screen_records(pl.DataFrame(rows))
+    assert screening.nonpositive_n_pred == 50
+    assert frame.filter(pl.col("n_pred") <= 0)["acc"].null_count() == 50
+    assert any("50 records with n_pred <= 0 left out" in n for n in screening.notes)
+    from dflash_diag.analysis.windows import compute_windows
+
+    (window, *_) = compute_windows(frame, 100)
+    assert window.acc == pytest.approx(0.2) and window.weighted
+
+
+# -- one drafter detector -----------------------------------------------------------------------
+
+
+def test_an_sft_run_is_no_drafter(tmp_path):
+    """TRL SFT's mean_token_accuracy: no tau, no baseline, acceptance null, with the reason."""
+    history = [{"step": s, "loss": 2.0 - s / 1000, "mean_token_accuracy": 0.5 + s / 4000,
+                "learning_rate": 1e-4 * (1 - s / 1000), "epoch": s / 100} for s in range(10, 1000, 10)]
+    run = _trainer_state(tmp_path / "sft", history, max_steps=1000)
+    data = _converge_json(run)
+    assert data["acceptance"] is None
+    assert data["drafter"] == {"is_drafter": False, "reason": data["drafter"]["reason"]}
+    assert data["drafter"]["reason"].startswith("no drafter evidence")
+    text = invoke("converge", run, "-f", "text")
+    assert text.exit_code == 0
+    for absent in ("acceptance  ", "tau 1", "baseline", "B=", "target acc", "linear"):
+        assert absent not in text.stdout, absent
+    assert "not a drafter's log" in text.stdout
+
+
+def test_a_drafter_preset_without_a_header_says_where_b_comes_from(tmp_path):
+    """AngelSlim/EAGLE-3 style train/acc_0..6: chain tau, and B from the positions, not
+    "B=8 (header)" when there is no header."""
+    rows = []
+    for s in range(1, 301):
+        row = {"step": s, "lr": 1e-4}
+        for k in range(7):
+            row[f"train/acc_{k}"] = max(0.0, 0.7 - 0.08 * k + s / 3000)
+            row[f"train/ploss_{k}"] = 2.0 - s / 300
+        rows.append(row)
+    log = write(tmp_path / "eagle.jsonl", rows)
+    data = _converge_json(log)
+    assert data["drafter"]["is_drafter"]
+    assert data["acceptance"]["estimator"] == "chain"
+    text = invoke("converge", log, "-f", "text").stdout
+    assert "(header)" not in text and "B=8" in text
+
+
+# -- windows that fit the log -------------------------------------------------------------------
+
+
+def test_auto_window_rule():
+    dense = pl.DataFrame({"step": list(range(1, 1001))})
+    assert choose_window(dense).size == 50  # every step logged: 50-record windows as before
+    every_10 = pl.DataFrame({"step": list(range(10, 251, 10))})  # 25 records: 2 a window
+    assert choose_window(every_10).size == 20
+    sparse = pl.DataFrame({"step": list(range(500, 50001, 500))})  # HF logging_steps=500
+    assert choose_window(sparse).size == 2500  # 5 records a window
+    short = pl.DataFrame({"step": list(range(500, 15001, 500))})  # 30 records: 3 a window
+    assert choose_window(short).size == 1500
+    assert choose_window(sparse, 100).size == 100
+
+
+def test_watch_and_converge_judge_the_same_windows(tmp_path):
+    """HF's logging_steps=500: converge said CONVERGING, watch --once "not enough data"."""
+    history = [{"step": s, "loss": 3.0 * math.exp(-s / 30000) + 0.01 * math.sin(s),
+                "learning_rate": 1e-4, "epoch": s / 5000} for s in range(500, 100001, 500)]
+    run = _trainer_state(tmp_path / "hf", history, logging_steps=500)
+    converge = _converge_json(run)
+    watch = invoke("watch", run, "--once", "-f", "json")
+    assert watch.exit_code == 0, watch.output
+    frame = json.loads(watch.stdout)
+    assert converge["window"]["size"] == 2500
+    assert frame["verdict"]["status"] == converge["verdict"]["status"] == "converging"
+    assert frame["verdict"]["reason"] == converge["verdict"]["reason"]  # the same 40 windows
+
+
+def test_watch_judges_the_pruned_windows_too(tmp_path):
+    """A long log: watch keeps 40 windows but judges all of them, as converge does."""
+    records = [{"step": s, "loss": 3.0 - s / 20000, "acc": 0.1 + s / 40000 + 0.02 * math.sin(s / 7)}
+               for s in range(1, 8001)]
+    log = write(tmp_path / "long.jsonl", records)
+    converge = _converge_json(log)
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
+    assert len(frame["windows"]) == 40 and len(converge["windows"]) == 160
+    assert frame["verdict"] == converge["verdict"]
+
+
+# -- block size, wording, spikes ----------------------------------------------------------------
+
+
+def _header(block_size):
+    return {"event": "run_start", "schema": 1, "script": "pipeline", "block_size": block_size,
+            "schedule": None, "steps_per_epoch": 1000, "world_size": 1, "resumed_from": None,
+            "config": {}, "time": 0.0}
+
+
+def test_a_block_size_change_is_a_regime_boundary_and_a_note(tmp_path):
+    records = [_header(16)]
+    records += [{"step": s, "loss": 3.0 - s / 1000, "acc": 0.2 + s / 10000, "tok_per_sec": 1e4}
+                for s in range(1, 301)]
+    records.append(_header(8))
+    records += [{"step": s, "loss": 2.5 - s / 2000, "acc": 0.35 + s / 10000, "tok_per_sec": 1e4}
+                for s in range(301, 601)]
+    log = write(tmp_path / "b.jsonl", records)
+    report = diagnose(load_log(str(log)))
+    assert any("block size changes at step 301: B=16 -> B=8" in n for n in report.notes)
+    compare = invoke("compare", log, "-f", "json")
+    assert compare.exit_code == 0, compare.output
+    data = json.loads(compare.stdout)
+    assert [b["step"] for b in data["boundaries"]] == [301]
+    assert data["split_on"] == "config"
+
+
+def test_spikes_respect_the_data_resolution():
+    losses = [0.0002] * 10 + [0.0003] + [0.0002] * 5
+    assert value_resolution(losses) == pytest.approx(1e-4)
+    assert loss_spikes(losses, resolution=value_resolution(losses)) == []
+    assert loss_spikes(losses) == [10]  # without it, one unit of the last decimal is a spike
+    real = [2.01, 2.02, 2.0, 2.01, 2.02, 5.0, 2.01, 2.0, 2.02, 2.01, 2.0]
+    assert loss_spikes(real, resolution=value_resolution(real)) == [5]
+

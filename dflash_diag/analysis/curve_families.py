@@ -112,15 +112,22 @@ def _profile(F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray,
     shift = floor if floor is not None else 0.0
     z = z - shift
     G = F.shape[0]
-    cols = [np.ones((G, z.size)), F] + ([np.broadcast_to(-s2, F.shape)] if s2 is not None else [])
-    k = len(cols)
+    k = 3 if s2 is not None else 2
+    # The normal equations of [1, f, -s2] for every row at once: a few matrix-vector products.
     gram = np.empty((G, k, k))
     rhs = np.empty((G, k))
-    for i in range(k):
-        wi = cols[i] * w
-        rhs[:, i] = wi @ z if wi.ndim == 1 else np.einsum("gn,n->g", wi, z)
-        for j in range(i, k):
-            gram[:, i, j] = gram[:, j, i] = np.einsum("gn,gn->g", wi, cols[j])
+    wf = F * w
+    gram[:, 0, 0] = w.sum()
+    gram[:, 0, 1] = gram[:, 1, 0] = wf.sum(axis=1)
+    gram[:, 1, 1] = np.einsum("gn,gn->g", wf, F)
+    rhs[:, 0] = w @ z
+    rhs[:, 1] = wf @ z
+    if s2 is not None:
+        g = -s2
+        gram[:, 0, 2] = gram[:, 2, 0] = w @ g
+        gram[:, 1, 2] = gram[:, 2, 1] = wf @ g
+        gram[:, 2, 2] = w @ (g * g)
+        rhs[:, 2] = w @ (g * z)
     zz = float(w @ (z * z))
     best_sse = np.full(G, np.inf)
     best = np.zeros((G, 3))
@@ -130,15 +137,12 @@ def _profile(F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray,
     for subset in subsets:
         if floor is None and 0 not in subset:
             continue  # without a floor the constant is free and always in
-        idx = np.array(subset)
+        idx = list(subset)
         A = gram[:, idx][:, :, idx]
         b = rhs[:, idx]
-        scale = np.abs(A).max(axis=(1, 2))
-        ok = np.abs(np.linalg.det(A)) > 1e-12 * np.maximum(scale, 1e-300) ** len(subset)
+        coef, ok = _solve_small(A, b)
         if not ok.any():
             continue
-        coef = np.zeros((G, len(subset)))
-        coef[ok] = np.linalg.solve(A[ok], b[ok][..., None])[..., 0]
         sse = zz - np.einsum("gi,gi->g", coef, b)
         full = np.zeros((G, 3))
         full[:, idx] = coef
@@ -150,6 +154,41 @@ def _profile(F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray,
         best[take] = full[take]
     assert np.isfinite(best_sse).all()  # the constant (or the floor) is always feasible
     return best[:, 0] + shift, best[:, 1], best[:, 2], np.maximum(best_sse, 0.0)
+
+
+def _solve_small(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Solve the ``(G, k, k)`` systems ``A x = b`` for k <= 3 by Cramer's rule, all rows at
+    once (a numpy call per system would cost more than the arithmetic); ``ok`` marks the rows
+    whose determinant is not negligible."""
+    k = A.shape[1]
+    if k == 1:
+        det = A[:, 0, 0]
+        ok = np.abs(det) > 1e-300
+        return np.where(ok, b[:, 0] / np.where(ok, det, 1.0), 0.0)[:, None], ok
+    if k == 2:
+        a, c, d = A[:, 0, 0], A[:, 0, 1], A[:, 1, 1]
+        det = a * d - c * c
+        ok = np.abs(det) > 1e-12 * np.maximum(np.abs(a * d), 1e-300)
+        safe = np.where(ok, det, 1.0)
+        x0 = (b[:, 0] * d - c * b[:, 1]) / safe
+        x1 = (a * b[:, 1] - c * b[:, 0]) / safe
+        return np.where(ok[:, None], np.stack([x0, x1], axis=1), 0.0), ok
+
+    def det3(M):
+        return (M[:, 0, 0] * (M[:, 1, 1] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 1])
+                - M[:, 0, 1] * (M[:, 1, 0] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 0])
+                + M[:, 0, 2] * (M[:, 1, 0] * M[:, 2, 1] - M[:, 1, 1] * M[:, 2, 0]))
+
+    det = det3(A)
+    scale = np.abs(A).max(axis=(1, 2)) ** 3
+    ok = np.abs(det) > 1e-12 * np.maximum(scale, 1e-300)
+    safe = np.where(ok, det, 1.0)
+    out = np.empty((A.shape[0], 3))
+    for j in range(3):
+        Aj = A.copy()
+        Aj[:, :, j] = b
+        out[:, j] = det3(Aj) / safe
+    return np.where(ok[:, None], out, 0.0), ok
 
 
 def fit_family(family: str, p: Progress, z: np.ndarray, w: np.ndarray,

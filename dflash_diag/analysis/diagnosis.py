@@ -44,9 +44,8 @@ from dflash_diag.analysis.drafter import (
 )
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
-from dflash_diag.analysis.plan import plan_of
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
-from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forecast_run
+from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forecast_of
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.target_eta import verdict_with_eta
@@ -390,8 +389,10 @@ def diagnose_frame(
                              slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
     forecast = None
     if config.forecast.enabled:
-        forecast = _forecast(frame, header, evals, windows, tau_series, acceptance, config, verdict,
-                             block_size)
+        forecast = forecast_of(frame, header.fields if header else {}, evals=evals, windows=windows,
+                               tau_series=tau_series, acceptance=acceptance, config=config.forecast,
+                               peak_lr=config.peak_lr, seconds_per_step=verdict.seconds_per_step,
+                               block_size=block_size)
         # The ETA is the forecast's; the straight line stays the verdict's trend statistic.
         verdict = verdict_with_eta(verdict, forecast.target, last_step)
     # The final eval comes after the last training record (HF evaluates at max_steps, logs at
@@ -448,35 +449,6 @@ def accuracy_only(acceptance: Acceptance) -> Acceptance:
     return replace(acceptance, estimates=[], estimator=None, tau=None, target_acc=None,
                    target_tau=None, progress=None, vs_baseline=None, measured_step=None,
                    measured_age=None, calibration=None, warnings=[])
-
-
-def _forecast(frame: pl.DataFrame, header: LogEvent | None, evals: Sequence[LogEvent],
-              windows: Sequence[Window],
-              tau_series: Sequence[float | None], acceptance, config: DiagnosisConfig,
-              verdict: Verdict, block_size: int) -> RunForecast:
-    """The forecast of the analysed records: the plan from the header, the logged lr and the
-    flags; the active target (``--target-loss``, else a tau target, else the acc target)."""
-    fields = header.fields if header is not None else {}
-    sched = ScheduleHeader.from_fields(fields.get("schedule"))
-    # A header that records only the length is another trainer's (HF's max_steps).
-    recorded_by = "header" if (sched is None or sched.kind is not None or fields.get("script")) else "max_steps"
-    lr_windows = [w for w in windows if w.lr is not None]
-    plan = plan_of(sched, steps=[(w.first_step + w.last_step) / 2.0 for w in lr_windows],
-                   lrs=[w.lr for w in lr_windows], end_step=config.forecast.end_step,
-                   schedule=config.forecast.schedule, peak_lr=config.peak_lr,
-                   recorded_by=recorded_by)
-    loss_window = next((w for w in reversed(windows) if w.loss is not None), None)
-    if config.forecast.target_loss is not None:
-        target = ("loss", config.forecast.target_loss, loss_window.loss if loss_window else None)
-    elif acceptance.target_kind == "tau" and acceptance.target_tau is not None:
-        target = ("tau", acceptance.target_tau, acceptance.tau)
-    elif acceptance.acc is not None and acceptance.target_acc is not None:
-        target = ("acc", acceptance.target_acc, acceptance.acc)
-    else:
-        target = None
-    return forecast_run(frame, plan=plan, evals=evals, windows=windows,
-                        tau_series=tau_series, tau_estimator=acceptance.estimator, target=target,
-                        seconds_per_step=verdict.seconds_per_step, block_size=block_size)
 
 
 def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.DataFrame,

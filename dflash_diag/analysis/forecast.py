@@ -5,8 +5,8 @@ The observed series (binned records, or eval points) is fitted by the saturating
 decided inside the observed prefix by rolling-origin validation: each family is fitted on the
 points up to an earlier origin and asked for the newest points; its errors, scaled by how far it
 had to look ahead, give it a weight (inverse mean squared error) and give the combination an
-error per unit of look-ahead. The forecast is the weighted combination of the families fitted to
-the whole prefix; the interval's half-width is that validation error times the look-ahead to the
+error per unit of look-ahead. The forecast is the weighted median of the families fitted to the
+whole prefix; the interval's half-width is that validation error times the look-ahead to the
 target step, plus the scatter of the points around the fit (the truth is itself one noisy bin),
 times the 80% normal quantile and a calibration factor measured on real runs
 (``benchmarks/bench_forecast.py``).
@@ -209,10 +209,27 @@ def _convex_part(x: np.ndarray, z: np.ndarray,
     return x[start:], z[start:], counts[start:]
 
 
-def _families(timeline: Timeline) -> tuple[str, ...]:
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per column of ``values`` (families x points), the weighted median of the families."""
+    order = np.argsort(values, axis=0)
+    sorted_values = np.take_along_axis(values, order, axis=0)
+    cum = np.cumsum(weights[order], axis=0)
+    index = np.argmax(cum >= 0.5 * weights.sum(), axis=0)
+    return sorted_values[index, np.arange(values.shape[1])]
+
+
+#: The schedule-aware law is fitted only once the observed steps hold this share of the run's
+#: annealing area: its annealing coefficient is measured on the annealing seen, and from a
+#: sliver of it (a cosine barely begun) the noise decides how much drop the rest will buy.
+MIN_ANNEALING_SEEN = 0.25
+
+
+def _families(timeline: Timeline, last_step: float) -> tuple[str, ...]:
     if not timeline.knows_lr:
         return ("power-steps", "exp", "flat")
-    if float(timeline.s2[-1]) <= 0:
+    total = float(timeline.s2[-1])
+    seen = float(np.interp(last_step, timeline.grid, timeline.s2))
+    if total <= 0 or seen < MIN_ANNEALING_SEEN * total:
         return ("power-steps", "power-lr", "exp", "flat")
     return FAMILIES
 
@@ -276,7 +293,7 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     z = sign * np.array(series.values, dtype=float)
     counts = np.array(series.counts, dtype=float)
     scale = float(x[-1])
-    families = _families(timeline)
+    families = _families(timeline, float(x[-1]))
     floor = sign * best if best is not None else None
     x, z, counts = _convex_part(x, z, counts)
     errors, origin_w = _validation(families, x, z, counts, timeline, scale, floor)
@@ -314,7 +331,12 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     path_steps = np.unique(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))
     at = timeline.progress(path_steps, scale)
     preds = {f: fits[f].predict(at) for f in weights}
-    centre = sum(weights[f] * preds[f] for f in weights)
+    # The weighted median of the families, not their mean: when validation cannot tell them
+    # apart (a noisy, nearly flat prefix) one family's wild extrapolation must not move the
+    # forecast; its distance still widens the band through the spread.
+    names = list(weights)
+    stack = np.stack([preds[f] for f in names])
+    centre = _weighted_median(stack, np.array([weights[f] for f in names]))
     spread = np.sqrt(sum(weights[f] * np.square(preds[f] - centre) for f in weights))
     path = []
     for s, c, sp in zip(path_steps, centre, spread):

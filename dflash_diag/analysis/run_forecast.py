@@ -10,11 +10,13 @@ per-window series (an estimate: only as good as that estimator).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
+from dflash_diag.analysis.acceptance import Acceptance
 from dflash_diag.analysis.forecast import (
     MIN_POINTS,
     MetricForecast,
@@ -23,7 +25,8 @@ from dflash_diag.analysis.forecast import (
     binned,
     forecast_series,
 )
-from dflash_diag.analysis.plan import UNPLANNED_HORIZON, RunPlan
+from dflash_diag.analysis.plan import UNPLANNED_HORIZON, RunPlan, plan_of
+from dflash_diag.analysis.schedule import ScheduleHeader
 from dflash_diag.analysis.target_eta import TargetEta, eta_to
 from dflash_diag.analysis.windows import Window
 from dflash_diag.read.records import LogEvent
@@ -172,3 +175,31 @@ def forecast_run(
                      seconds_per_step=seconds_per_step)
     return RunForecast(plan=plan, step=step, planned=planned, last_step=last_step,
                        metrics=metrics, target=eta, notes=notes)
+
+
+def forecast_of(frame: pl.DataFrame, header: Mapping[str, Any], *, evals: Sequence[LogEvent],
+                windows: Sequence[Window], tau_series: Sequence[float | None], acceptance: Acceptance,
+                config: ForecastConfig, peak_lr: float | None, seconds_per_step: float | None,
+                block_size: int | None) -> RunForecast:
+    """The forecast section of a diagnosis: the plan from the governing header's fields, the
+    logged lr and the flags; the active target (``--target-loss``, else a tau target, else the
+    acc target)."""
+    sched = ScheduleHeader.from_fields(header.get("schedule"))
+    # A header that records only the length is another trainer's (HF's max_steps).
+    recorded_by = "header" if (sched is None or sched.kind is not None or header.get("script")) else "max_steps"
+    lr_windows = [w for w in windows if w.lr is not None]
+    plan = plan_of(sched, steps=[(w.first_step + w.last_step) / 2.0 for w in lr_windows],
+                   lrs=[w.lr for w in lr_windows], end_step=config.end_step,
+                   schedule=config.schedule, peak_lr=peak_lr, recorded_by=recorded_by)
+    loss_window = next((w for w in reversed(windows) if w.loss is not None), None)
+    if config.target_loss is not None:
+        target = ("loss", config.target_loss, loss_window.loss if loss_window else None)
+    elif acceptance.target_kind == "tau" and acceptance.target_tau is not None:
+        target = ("tau", acceptance.target_tau, acceptance.tau)
+    elif acceptance.acc is not None and acceptance.target_acc is not None:
+        target = ("acc", acceptance.target_acc, acceptance.acc)
+    else:
+        target = None
+    return forecast_run(frame, plan=plan, evals=evals, windows=windows, tau_series=tau_series,
+                        tau_estimator=acceptance.estimator, target=target,
+                        seconds_per_step=seconds_per_step, block_size=block_size)

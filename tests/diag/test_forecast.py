@@ -199,6 +199,35 @@ def test_a_real_run_cut_at_half_is_forecast_better_than_the_straight_line():
     assert abs(loss["value"] - final) < abs(line - final)
 
 
+#: A completed public Lightning run of the corpus (small LM pretraining, 20 epochs, the loss
+#: logged every 50 steps): a curve still falling at 30% of its plan.
+REAL_LIGHTNING = ROOT / "shared" / "wild" / "0Xero7__slm_training" / "lightning_logs" / "version_9" / "metrics.csv"
+
+
+@pytest.mark.skipif(not REAL_LIGHTNING.is_file(), reason="the corpus run is merged into shared/wild/")
+def test_a_real_run_still_falling_at_30_percent_is_forecast_better_than_no_change(tmp_path):
+    import csv
+
+    with REAL_LIGHTNING.open() as handle:
+        losses = [(int(r["step"]), float(r["train_loss_step"])) for r in csv.DictReader(handle)
+                  if r["train_loss_step"]]
+    first, end = losses[0][0], losses[-1][0]
+    final = np.mean([v for s, v in losses if s >= end - 0.05 * (end - first)])
+    cut = round(first + 0.3 * (end - first))
+    prefix = tmp_path / "metrics.csv"
+    lines = REAL_LIGHTNING.read_text().splitlines()
+    step_col = lines[0].split(",").index("step")
+    prefix.write_text("\n".join([lines[0]] + [ln for ln in lines[1:] if int(ln.split(",")[step_col]) <= cut]) + "\n")
+    result = cli("converge", prefix, "-f", "json", "--phase", "all", "--field", "loss=train_loss_step",
+                 "--end-step", end)
+    assert result.exit_code == 0, result.output
+    loss = json.loads(result.stdout)["forecast"]["metrics"]["loss"]
+    seen = [v for s, v in losses if s <= cut]
+    last = np.mean(seen[-3:])
+    assert loss["low"] <= final <= loss["high"]
+    assert abs(loss["value"] - final) < 0.6 * abs(last - final)
+
+
 def cli_json_of(state: dict) -> dict:
     import tempfile
 

@@ -220,3 +220,128 @@ def test_tab_separated_step_table(tmp_path):
     path = tmp_path / "loss.tsv"
     path.write_text("step\tloss\n" + "".join(f"{i}\t{3 - i / 100}\n" for i in range(1, 11)))
     assert load_log(path).metrics["loss"].len() == 10
+
+
+# -- class 2: HF Trainer's own TensorBoard tags; a drafter log's own names ------------------------
+
+def _event_file(path: Path, rows: list[tuple[int, dict[str, float]]]) -> Path:
+    from tests.diag.test_formats_readers import VERSION, _scalar_event
+
+    path.mkdir(parents=True, exist_ok=True)
+    events = [VERSION] + [_scalar_event(step, tag, value) for step, values in rows
+                          for tag, value in values.items()]
+    (path / "events.out.tfevents.1719642696.host.1.0").write_bytes(b"".join(events))
+    return path
+
+
+def test_hf_trainer_tensorboard_tags_read_with_no_flags(tmp_path):
+    # the tags HF Trainer's TensorBoardCallback writes (as in a real run's runs/<date>/ folder)
+    rows = [(s, {"train/loss": 3 - s / 100, "train/learning_rate": 5e-5 * (1 - s / 1000),
+                 "train/grad_norm": 1.5, "train/epoch": s / 100}) for s in range(10, 510, 10)]
+    rows += [(s, {"eval/loss": 2.9 - s / 200, "eval/accuracy": 0.3 + s / 2000,
+                  "eval/runtime": 4.2, "eval/samples_per_second": 90.0}) for s in (250, 500)]
+    run = _event_file(tmp_path / "runs" / "Jun29_06-31-19_host", rows)
+    log = load_log(run)
+    assert any("preset hf-trainer-tensorboard (detected)" in n for n in log.notes)
+    assert not any("never in the log" in n for n in log.notes)
+    assert log.metrics.height == 50 and log.metrics["lr"].null_count() == 0
+    assert log.metrics["grad_norm"].null_count() == 0
+    evals = [e for e in log.events if e.kind == "eval"]
+    assert [(e.step, e.fields["loss"], e.fields["acc"]) for e in evals] == [
+        (250, pytest.approx(1.65), pytest.approx(0.425)),
+        (500, pytest.approx(0.4), pytest.approx(0.55))]
+    assert not any(e.kind == "run_start" and e.fields.get("preset") == "specforge-dflash"
+                   for e in log.events)
+
+
+def test_eagle3_positions_with_a_plain_lr_are_not_warned_missing(tmp_path):
+    # AngelSlim's EAGLE-3 trainer: train/acc_0 .. train/acc_6 and a plain lr
+    rows = [(s, {**{f"train/acc_{i}": 0.8 - 0.1 * i + s / 1e4 for i in range(7)},
+                 "lr": 1e-4}) for s in range(10, 310, 10)]
+    log = load_log(_event_file(tmp_path / "run", rows))
+    assert not any("never in the log" in n for n in log.notes), log.notes
+    assert log.metrics["lr"].null_count() == 0 and log.metrics["acc"].null_count() == 0
+
+
+# -- class 7: duplicate writers, epoch summaries ---------------------------------------------------
+
+def test_two_writers_are_one_finding_not_a_restart_per_step(tmp_path):
+    real = [json.loads(line) for line in
+            wild("AolinGuo__graduate_agent/trainer_log.jsonl").read_text().splitlines()]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"step": r["current_steps"], "loss": r["loss"]}) + "\n"
+                            for r in real if "loss" in r for _ in range(2)))
+    result = invoke("converge", path, "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["restarts"] == []
+    assert result.stderr.count("repeat the step of the record before them") == 1
+
+
+def test_one_repeated_step_stays_a_restart(tmp_path):
+    path = tmp_path / "train.jsonl"
+    steps = list(range(1, 40)) + [39] + list(range(40, 60))
+    path.write_text("".join(json.dumps({"step": s, "loss": 3 - s / 100}) + "\n" for s in steps))
+    assert len(json.loads(invoke("converge", path, "-f", "json").stdout)["restarts"]) == 1
+
+
+def test_epoch_summary_row_is_validation_not_an_entry_or_a_restart(tmp_path):
+    path = tmp_path / "log.jsonl"
+    lines = []
+    for epoch in range(3):
+        for step in range(epoch * 100 + 10, epoch * 100 + 101, 10):
+            lines.append({"epoch": epoch, "step": step, "train_loss": 3 - step / 100})
+        lines.append({"epoch": epoch, "step": epoch * 100 + 100, "train_loss": 9.0,
+                      "val_loss": 2.5 - epoch / 10})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    log = load_log(path)
+    assert log.metrics.height == 30 and 9.0 not in log.metrics["loss"].to_list()
+    assert [e.fields["loss"] for e in log.events if e.kind == "eval"] == [2.5, 2.4, 2.3]
+    assert json.loads(invoke("converge", path, "-f", "json").stdout)["restarts"] == []
+
+
+# -- choosing among runs (issue 19): newest W&B run, largest global step, numeric versions --------
+
+def test_wandb_folder_with_two_offline_runs_reads_the_newest_and_names_it(tmp_path):
+    import shutil
+
+    source = next((FIXTURES / "speculators" / "wandb").glob("*run-*"))
+    wandb = tmp_path / "wandb"
+    older = wandb / "offline-run-20240101_000000-aaaa"
+    newer = wandb / "run-20250101_000000-bbbb"  # a synced run's name sorts after "offline-"
+    shutil.copytree(source, older)
+    shutil.copytree(source, newer)
+    for run, name in ((older, "aaaa"), (newer, "bbbb")):
+        for file in run.glob("*.wandb"):
+            file.rename(run / f"run-{name}.wandb")
+    log = load_log(wandb)
+    assert any(f"read {newer / 'run-bbbb.wandb'}" in n for n in log.notes), log.notes
+    newest = wandb / "offline-run-20260101_000000-cccc"
+    shutil.copytree(newer, newest)
+    log = load_log(wandb)
+    assert any("offline-run-20260101_000000-cccc" in n for n in log.notes), log.notes
+
+
+def test_hf_output_folder_takes_the_largest_global_step_whatever_the_mtimes(tmp_path):
+    import os
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(FIXTURES / "hf_trainer", out)
+    late = out / "checkpoint-260" / "trainer_state.json"
+    early = out / "checkpoint-130" / "trainer_state.json"
+    os.utime(late, (1_000_000_000, 1_000_000_000))  # the latest state has the oldest mtime
+    os.utime(early, (2_000_000_000, 2_000_000_000))
+    log = load_log(out)
+    assert any("checkpoint-260" in n for n in log.notes)
+    assert log.metrics["step"].max() == load_log(late).metrics["step"].max()
+
+
+def test_lightning_version_10_is_newer_than_version_9(tmp_path):
+    import shutil
+
+    logs = tmp_path / "lightning_logs"
+    for version in (9, 10):
+        shutil.copytree(wild(f"0Xero7__slm_training/lightning_logs/version_{11 if version == 10 else 9}"),
+                        logs / f"version_{version}")
+    log = load_log(logs)
+    assert any("version_10" in n for n in log.notes), log.notes

@@ -83,7 +83,7 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     head = head.lstrip(b"\x00")
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:]
-    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+    if head.startswith(LFS_POINTER):
         raise DiagError(f"{path}: a Git LFS pointer, not the log itself (fetch the file: "
                         "git lfs pull)")
     if not head.strip():
@@ -174,12 +174,25 @@ def tensorboard_runs(path: Path) -> list[Path]:
     return sorted(runs)
 
 
+#: The first line of a Git LFS pointer file (a repository's stand-in for a large file).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def _check_not_lfs(files: list[Path], where: Path) -> None:
+    """A run whose event files are all Git LFS pointers: say so, not "bad record header"."""
+    if files and all(_head(f, len(LFS_POINTER)) == LFS_POINTER for f in files):
+        raise DiagError(f"{where}: its event files are Git LFS pointers, not the logs themselves "
+                        "(fetch the files: git lfs pull)")
+
+
 def _read_tensorboard(path: Path) -> Scalars:
+    _check_not_lfs(tensorboard.event_files(path) if path.is_dir() else [path], path)
     if path.is_dir() and not tensorboard.event_files(path):
         runs = tensorboard_runs(path)
         if not runs:
             raise DiagError(f"{path}: no TensorBoard event files in it")
         latest = max(runs, key=tensorboard.newest_mtime)
+        _check_not_lfs(tensorboard.event_files(latest), latest)
         scalars = tensorboard.read_tensorboard(latest)
         if len(runs) > 1:
             scalars.notes.append(f"latest of {len(runs)} TensorBoard runs: {latest} "

@@ -70,14 +70,14 @@ VALIDATION: dict[str, tuple[str, ...]] = {
     "loss": _lightning(
         "eval/loss", "eval_loss", "val_loss", "val/loss", "validation/loss", "validation_loss",
         "valid_loss", "valid/loss", "eval/avg_loss", "loss/val", "Loss/val", "avg_val_loss",
-        "val/Loss",
+        "val/Loss", "test/loss", "test_loss", "avg_test_loss",
     ),
     "acc": _lightning(
         "eval/accuracy", "eval/acc", "eval_accuracy", "eval_acc", "val_acc", "val_accuracy",
         "val/acc", "val/accuracy", "validation/accuracy", "validation/acc", "valid_acc",
         "valid/acc", "eval_mean_token_accuracy", "eval/mean_token_accuracy", "eval/avg_acc",
         "eval/full_acc", "val/full_acc", "acc/val", "accuracy/val", "Accuracy/val",
-        "avg_val_acc",
+        "avg_val_acc", "test/acc", "test/accuracy", "test_acc", "test_accuracy", "avg_test_acc",
     ),
 }
 

@@ -319,6 +319,7 @@ def to_parsed_log(
         wanted.add(res.eval_tau)
     if not frame["row"].is_sorted():
         frame = frame.sort("row", maintain_order=True)
+    frame = _epoch_as_step(frame, wides, notes)
     no_step = frame.filter(pl.col("step").is_null())
     if no_step.height:
         issues.without_step += no_step["row"].n_unique()
@@ -348,6 +349,27 @@ def to_parsed_log(
                     sources=[], fields=dict(fields or {}))
     log.next_line_no = records.height + 1
     return Canonical(log=log, resolution=res, format=scalars.format, notes=notes)
+
+
+#: Keys of an epoch counter that stands in for the step in an epoch-only log.
+_EPOCH_KEYS = ("epoch", "Epoch", "train/epoch")
+
+
+def _epoch_as_step(frame: pl.DataFrame, wides: list[pl.DataFrame],
+                   notes: list[str]) -> pl.DataFrame:
+    """In a log with no step at all but whole-numbered epochs (Keras' ``CSVLogger``, per-epoch
+    JSONL), the epoch is the step, and a note says so."""
+    if wides or not frame.height or frame["step"].null_count() < frame.height:
+        return frame
+    epochs = (frame.filter(pl.col("key").is_in(_EPOCH_KEYS))
+              .group_by("row").agg(pl.col("value").first().alias("_epoch")))
+    if not epochs.height or not epochs.select(
+            (pl.col("_epoch") == pl.col("_epoch").round(0)).all()).item():
+        return frame
+    notes.append("no step in the log: the epoch is the step")
+    return (frame.join(epochs, on="row", how="left")
+            .with_columns(pl.col("_epoch").cast(pl.Int64, strict=False).alias("step"))
+            .drop("_epoch"))
 
 
 def _has_dots(frame: pl.DataFrame) -> bool:

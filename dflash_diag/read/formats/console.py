@@ -39,15 +39,16 @@ _STEP = re.compile(r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[
                    r"(?:\s*/\s*(\d+))?")
 #: A counter of batches within an epoch, the step when no step word is on the line.
 _BATCH = re.compile(r"(?i)\bbatch(?:es)?\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
-_EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*\d+)?")
+_EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
 #: A tqdm bar's ``n/total`` count (``50/500 [00:10<01:30, 4.9it/s]``).
 _BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _PAIR = re.compile(r"([A-Za-z_][\w/.()\-]*)\s*(?::|=)\s*(" + _NUMBER + r")(?![\w.])")
 #: ``loss 4.2345`` (nanoGPT's ``iter 100: loss 4.2345, time 12.3ms``) and ``train loss 2.1,
 #: val loss 2.3``: the metric words that are read without a ``:`` or ``=``.
-_SPACED = re.compile(r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?)\s+)?"
-                     r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s+(" + _NUMBER + r")(?![\w.])")
+_SPACED = re.compile(r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s+)?"
+                     r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s*[:=]?\s*(" + _NUMBER
+                     + r")(?![\w.])")
 _PREFIX = re.compile(r"(?i)^\W*(train(?:ing)?|eval(?:uation)?|val(?:id(?:ation)?)?|test)\b")
 _STEP_KEYS = {"step", "global_step", "iter", "iteration", "batch", "ep", "epoch_step"}
 
@@ -61,7 +62,7 @@ def looks_like_console(head: bytes) -> bool:
 
 def _kind(word: str) -> str:
     word = word.lower()
-    return "train" if word.startswith("train") else "eval"
+    return "train" if word.startswith("train") else "test" if word == "test" else "eval"
 
 
 def _dict_values(text: str) -> dict[str, float] | None:
@@ -115,27 +116,36 @@ class _Parser:
                 step = self.bar[max(self.bar)] if self.bar else self.n_dicts
                 return step, values
         step_match = _STEP.search(line) or _BATCH.search(line)
-        if step_match is None:
-            return None
+        by_epoch = step_match is None
+        if by_epoch:
+            # an epoch-only log (``Epoch 1/35, Train Loss: 1.63``): the epoch is the step
+            step_match = _EPOCH.search(line)
+            if step_match is None:
+                return None
         pairs = {}
         for key, value in _PAIR.findall(line):
             if key.lower() in _STEP_KEYS:
                 continue
             pairs[key.lower()] = float(value)
         for kind, key, value in _SPACED.findall(line):
-            name = key.lower()
+            name, number = key.lower(), float(value)
             if kind:
-                name = f"{_kind(kind)}/{name}"
-            pairs.setdefault(name, float(value))
+                # "Train Loss: 1.6, Test Acc: 59.9": the qualifier belongs to the name
+                if pairs.get(name) == number:
+                    del pairs[name]
+                pairs[f"{_kind(kind)}/{name}"] = number
+            else:
+                pairs.setdefault(name, number)
         pairs.pop("epoch_step", None)
         if not pairs:
             return None
         prefix = _PREFIX.match(line)
         if prefix:
-            kind = _kind(prefix.group(1)) if not prefix.group(1).lower().startswith("test") \
-                else "test"
+            kind = _kind(prefix.group(1))
             pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
         local = int(step_match.group(1))
+        if by_epoch:
+            return local, pairs
         total = int(step_match.group(2)) if step_match.group(2) else None
         return self._global_step(line, local, total), pairs
 
@@ -156,13 +166,27 @@ class _Parser:
         return self.offset + local
 
 
+#: A W&B run's ``files/`` folder keeps the run's console as ``output.log``.
+CONSOLE_FILES = ("output.log", "files/output.log")
+
+
+def find_console_file(folder: Path) -> Path | None:
+    """The console log a run folder keeps (W&B's ``files/output.log``), or None."""
+    return next((folder / name for name in CONSOLE_FILES if (folder / name).is_file()), None)
+
+
 def read_console(path: str | Path) -> Scalars:
-    """Read the progress lines of a console log.
+    """Read the progress lines of a console log (or of the one a run folder keeps).
 
     Raises:
-        DiagError: an unreadable file.
+        DiagError: an unreadable file, or a folder without a console log.
     """
     path = Path(path)
+    if path.is_dir():
+        found = find_console_file(path)
+        if found is None:
+            raise DiagError(f"{path}: no console log ({', '.join(CONSOLE_FILES)}) in it")
+        path = found
     collector = RowCollector()
     issues = ParseIssues()
     parser = _Parser()

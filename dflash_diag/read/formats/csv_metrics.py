@@ -39,8 +39,22 @@ def separator(head: bytes) -> str | None:
 
 
 def looks_like_metrics_csv(head: bytes) -> bool:
-    """Whether the first line is a CSV (or tab-separated) header with a step column."""
-    return separator(head) is not None
+    """Whether the first line is a CSV (or tab-separated) header with a step column (or an
+    ``epoch`` column and another: Keras' ``CSVLogger``)."""
+    if separator(head) is not None:
+        return True
+    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace").lstrip("\ufeff")
+    names = [n.strip().strip('"') for n in first.split(",")]
+    return len(names) >= 2 and "epoch" in names and all(
+        n and not _is_number(n) for n in names)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def find_metrics_csv(folder: Path) -> Path | None:
@@ -79,8 +93,12 @@ def read_metrics_csv(path: str | Path) -> Scalars:
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
     step_column = next((c for c in STEP_COLUMNS if c in frame.columns), None)
-    if step_column is None:
+    if step_column is None and "epoch" not in frame.columns:
         raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
+    if step_column is None:
+        # Keras' CSVLogger: one line per epoch; the canonical log takes the epoch as the step
+        frame = frame.with_columns(pl.lit(None, pl.String).alias("_no_step"))
+        step_column = "_no_step"
     issues = ParseIssues(lines=frame.height)
     numbers = frame.with_row_index("row").select(
         pl.col("row").cast(pl.Int64),

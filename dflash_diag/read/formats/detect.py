@@ -21,6 +21,7 @@ from dflash_diag.read.formats import (
     csv_metrics,
     jsonl_rows,
     mlflow_store,
+    numeric_table,
     tensorboard,
     trainer_state,
     wandb_offline,
@@ -37,6 +38,7 @@ FORMATS: dict[str, str] = {
     "mlflow-sqlite": mlflow_store.FORMAT_SQLITE,
     "wandb": wandb_offline.FORMAT,
     "console": console.FORMAT,
+    "table": numeric_table.FORMAT,
 }
 #: Bytes of a file looked at to tell its format.
 HEAD_BYTES = 64 * 2**10
@@ -100,6 +102,8 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
             len(head) >= HEAD_BYTES - 4
             and console.looks_like_console(_head(path, console.DETECT_BYTES))):
         return "console"
+    if numeric_table.looks_like_numeric_table(path, head):
+        return "table"
     if not head.strip():
         return "jsonl"  # an empty file: the JSONL reader says "empty log"
     return None
@@ -135,6 +139,8 @@ def folder_formats(path: Path) -> list[str]:
         found.append("tensorboard")
     if csv_metrics.find_metrics_csv(path) is not None:
         found.append("csv")
+    if console.find_console_file(path) is not None:
+        found.append("console")
     return found
 
 
@@ -215,6 +221,7 @@ READERS: dict[str, Callable[[Path], Scalars]] = {
     "mlflow-sqlite": _read_sqlite,
     "wandb": wandb_offline.read_wandb,
     "console": console.read_console,
+    "table": numeric_table.read_numeric_table,
 }
 
 

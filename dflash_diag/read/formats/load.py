@@ -161,10 +161,15 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
 
 
 def _native_names(keys: Mapping[str, type]) -> bool:
-    """Whether sampled keys are this project's schema: a ``step`` and a known metric name."""
-    from dflash_diag.logschema import METRIC_NUMBERS
+    """Whether sampled keys are this project's schema: a ``step``, a metric name of its own,
+    and no other trainer's alias of one (``train_loss``, ``val_loss``: the alias table)."""
+    from dflash_diag.logschema import METRIC_LISTS, METRIC_MAPS, METRIC_NUMBERS
+    from dflash_diag.read.aliases import is_alias
 
-    return "step" in keys and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time"))
+    own = {*METRIC_NUMBERS, *METRIC_LISTS, *METRIC_MAPS}
+    return ("step" in keys
+            and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time", "epoch"))
+            and not any(is_alias(k) for k in keys if k not in own))
 
 
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
@@ -228,6 +233,10 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     log = canonical.log
     if log.metrics.height == 0 and scalars.issues.lines:
         raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
+    if not scalars.issues.lines and fmt != "jsonl":
+        what = ("no progress line (a step or an epoch with name: number pairs)"
+                if fmt == "console" else "no records")
+        raise DiagError(f"{plan.path}: {canonical.description}: {what} in it")
     log.sources = [plan.path]
     log.notes = [f"{plan.path}: {canonical.description}"] + [
         f"{plan.path}: {note}" for note in canonical.notes]

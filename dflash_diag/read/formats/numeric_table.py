@@ -10,6 +10,8 @@ would say what its numbers are).
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from dflash_diag.read.records import ParseIssues
 FORMAT = "numeric table"
 #: Largest file read as a table (a longer one is not a hand-written loss file).
 _MAX_BYTES = 64 * 2**20
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^(?:nan|inf|-inf)$", re.I)
+_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^(?:nan|inf|-inf)$", re.IGNORECASE)
 #: Fewest number lines for a table.
 _MIN_LINES = 3
 
@@ -68,7 +70,8 @@ def _layout(path: Path, head: str) -> tuple[str, int | None] | None:
         return name, None
     for index in (1, 0):
         column = [r[index] for r in rows]
-        if all(v == int(v) for v in column) and all(b >= a for a, b in zip(column, column[1:])):
+        if all(math.isfinite(v) and v == int(v) for v in column) and all(
+                b >= a for a, b in itertools.pairwise(column)):
             return name, index
     return None
 

@@ -219,7 +219,8 @@ def test_nanogpt_iter_lines_and_avg_loss_pairs(tmp_path):
 def test_tab_separated_step_table(tmp_path):
     path = tmp_path / "loss.tsv"
     path.write_text("step\tloss\n" + "".join(f"{i}\t{3 - i / 100}\n" for i in range(1, 11)))
-    assert load_log(path).metrics["loss"].len() == 10
+    log = load_log(path)
+    assert log.metrics["loss"].len() == 10 and "read as CSV metrics" in log.notes[0]
 
 
 # -- class 2: HF Trainer's own TensorBoard tags; a drafter log's own names ------------------------
@@ -344,4 +345,54 @@ def test_lightning_version_10_is_newer_than_version_9(tmp_path):
         shutil.copytree(wild(f"0Xero7__slm_training/lightning_logs/version_{11 if version == 10 else 9}"),
                         logs / f"version_{version}")
     log = load_log(logs)
-    assert any("version_10" in n for n in log.notes), log.notes
+    assert any("version_10/metrics.csv" in n for n in log.notes), log.notes
+
+
+# -- epoch-only logs, bare numeric tables, a W&B run's console --------------------------------------
+
+def test_keras_csvlogger_epochs_are_the_steps():
+    log = load_log(wild("Aditya24jar__Emotion-Detection-Resnet50/training.log"))
+    assert log.metrics["step"].to_list()[:3] == [0, 1, 2]
+    assert log.metrics["loss"].null_count() == 0 and log.metrics["acc"].null_count() == 0
+    assert any("the epoch is the step" in n for n in log.notes)
+    assert {e.step for e in log.events if e.kind == "eval" and "acc" in e.fields} == set(
+        log.metrics["step"].to_list())  # val_accuracy: validation, at every epoch
+
+
+def test_epoch_console_lines_qualify_their_names():
+    # "Epoch 1/35, Train Loss: 1.6279, Test Acc: 59.86%": the test accuracy is no train accuracy
+    log = load_log(wild("5697526__CIFAR-10-Network/training.log"))
+    assert log.metrics.select("step", "loss").row(0) == (1, 1.6279)
+    assert log.metrics["acc"].null_count() == log.metrics.height
+    assert [e.fields["acc"] for e in log.events if e.kind == "eval"][:2] == [59.86, 69.33]
+
+
+def test_wandb_run_files_folder_reads_its_console():
+    run = wild("Laksh-Mendpara__MLOps-Laksh-B23CS1037/HuggingFace-A/wandb/"
+               "run-20260221_102153-bmkwwwfc/files")
+    log = load_log(run)
+    assert log.metrics.select("step", "loss", "acc").row(0) == (1, 0.4929, 85.20)
+    assert not any("specforge" in n for n in log.notes)  # Train Acc / Val Acc are anyone's names
+    empty = invoke("converge", wild("Laksh-Mendpara__MLOps-Laksh-B23CS1037/HuggingFace-A/wandb/"
+                                    "run-20260221_102344-p26h6vze/files"))
+    assert empty.exit_code == 2 and "no progress line" in empty.stderr
+
+
+@pytest.mark.parametrize("relative, name, first", [
+    ("Brokenwind__BertSimilarity/logs/loss.log", "loss", (0, 1.0218862)),  # "value step" lines
+    ("Ipiano__MNistClassifier/logs/250-epochs_4294967296-data_100-minibatch/train.log", "acc",
+     (1, 43.513)),  # a header line naming it, one value a line
+])
+def test_bare_numeric_tables(relative, name, first):
+    log = load_log(wild(relative))
+    assert log.metrics.select("step", name).row(0) == pytest.approx(first)
+    assert "read as numeric table" in log.notes[0]
+
+
+def test_tensorboard_run_of_lfs_pointers_is_named(tmp_path):
+    run = tmp_path / "runs" / "Mar28_20-40-13_host"
+    run.mkdir(parents=True)
+    (run / "events.out.tfevents.1711658414.host.177.0").write_bytes(
+        wild("Observer-18__nlp/trainer_log.jsonl").read_bytes())  # a real LFS pointer's bytes
+    result = invoke("converge", tmp_path)
+    assert result.exit_code == 2 and "Git LFS pointers" in result.stderr

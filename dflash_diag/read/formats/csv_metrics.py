@@ -64,7 +64,10 @@ def find_metrics_csv(folder: Path) -> Path | None:
         return direct
     versions = []
     for child in folder.rglob(FILENAME):
-        match = re.search(r"version_(\d+)", str(child.parent))
+        # the nearest version_N folder of the file's own path below ``folder`` (a folder
+        # above, or the folder given, may be named anything)
+        match = next((m for part in reversed(child.parent.relative_to(folder).parts)
+                      if (m := re.fullmatch(r"version_(\d+)", part))), None)
         versions.append((int(match.group(1)) if match else -1, child.stat().st_mtime, child))
     return max(versions)[2] if versions else None
 

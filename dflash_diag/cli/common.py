@@ -80,7 +80,7 @@ InputFormatOption = Annotated[
     str | None,
     typer.Option("--input-format", help="Read every input as this format instead of telling it "
                  "by content: jsonl, tensorboard, hf-trainer-state, csv, mlflow, mlflow-sqlite, "
-                 "wandb, console, table.", metavar="FORMAT"),
+                 "wandb, console, table, json-history.", metavar="FORMAT"),
 ]
 PresetOption = Annotated[
     list[str] | None,

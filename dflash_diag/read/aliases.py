@@ -42,7 +42,7 @@ GENERAL: dict[str, tuple[str, ...]] = {
         "tr_loss", "train/avg_loss", "avg_loss", "mean_loss", "train/mean_loss",
         "train/total_loss", "total_loss", "train/train_loss", "train_loss_avg", "avg_train_loss",
         "loss/train", "Loss/train", "train/Loss", "Loss",
-    ),
+    ) + (r"train_loss_[a-z]\w*", r"train/loss_[a-z]\w*"),  # a unit suffix: train_loss_nats_per_byte
     "acc": _lightning(
         "acc", "accuracy", "train/acc", "train/accuracy", "train_acc", "train_accuracy",
         "training_accuracy", "train/avg_acc", "avg_acc", "mean_acc", "mean_token_accuracy",
@@ -71,7 +71,7 @@ VALIDATION: dict[str, tuple[str, ...]] = {
         "eval/loss", "eval_loss", "val_loss", "val/loss", "validation/loss", "validation_loss",
         "valid_loss", "valid/loss", "eval/avg_loss", "loss/val", "Loss/val", "avg_val_loss",
         "val/Loss", "test/loss", "test_loss", "avg_test_loss",
-    ),
+    ) + (r"val(?:idation)?_loss_[a-z]\w*", r"val(?:idation)?/loss_[a-z]\w*"),
     "acc": _lightning(
         "eval/accuracy", "eval/acc", "eval_accuracy", "eval_acc", "val_acc", "val_accuracy",
         "val/acc", "val/accuracy", "validation/accuracy", "validation/acc", "valid_acc",

@@ -396,3 +396,36 @@ def test_tensorboard_run_of_lfs_pointers_is_named(tmp_path):
         wild("Observer-18__nlp/trainer_log.jsonl").read_bytes())  # a real LFS pointer's bytes
     result = invoke("converge", tmp_path)
     assert result.exit_code == 2 and "Git LFS pointers" in result.stderr
+
+
+# -- JSON documents, records that say nothing of learning ---------------------------------------
+
+def test_keras_history_document_reads_one_record_per_epoch(tmp_path):
+    real = wild("A-SHOJAEI__adaptive-gating-network-for-heterogeneous-tabular-ensembles/"
+                "results/training_history.json")
+    log = load_log(real)
+    assert log.metrics.select("step", "acc").rows() == [(0, pytest.approx(0.95757142857))]
+    assert [e.fields["acc"] for e in log.events if e.kind == "eval"] == [0.852]
+    # the same shape on one line, over several epochs
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps({"loss": [2.0, 1.5, 1.2], "val_loss": [2.1, 1.7, 1.8]}))
+    assert load_log(path).metrics["loss"].to_list() == [2.0, 1.5, 1.2]
+
+
+def test_a_json_document_of_another_schema_gets_one_line():
+    result = invoke("watch", "--once", wild("JamalJane__Jarvis/trainer_state.json"))
+    assert result.exit_code == 2 and "one JSON document, not a log of JSON lines" in result.stderr
+
+
+def test_records_of_lr_only_are_no_reading(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "learning_rate": 1e-4, "nll_bits": 3 - s / 9})
+                            + "\n" for s in range(1, 20)))
+    with pytest.raises(DiagError, match="numeric series found: learning_rate"):
+        load_log(path)
+
+
+def test_a_loss_with_a_unit_suffix_is_the_loss():
+    log = load_log(wild("Chickaboo__NeuroZip/metrics.jsonl"))
+    assert log.metrics["loss"].null_count() == 0
+    assert any("loss" in e.fields for e in log.events if e.kind == "eval")

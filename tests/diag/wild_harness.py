@@ -270,7 +270,8 @@ def draft_entry(result: ItemResult) -> str:
 #: The phrases that tell one clear line from another (the rest names the file and its series).
 _PHRASES = ("cannot tell the format", "only validation series", "no series maps to loss or acc",
             "no progress line", "Git LFS pointer", "no record has a 'step' field",
-            "no records in it", "empty log", "not a TensorBoard event file", "no such file")
+            "no records in it", "empty log", "not a TensorBoard event file", "no such file",
+            "one JSON document", "not a trainer_state.json", "not a history of per-epoch lists")
 
 
 def error_phrase(line: str) -> str:

@@ -19,6 +19,7 @@ from dflash_diag.read.files import check_encoding
 from dflash_diag.read.formats import (
     console,
     csv_metrics,
+    json_history,
     jsonl_rows,
     mlflow_store,
     numeric_table,
@@ -39,6 +40,7 @@ FORMATS: dict[str, str] = {
     "wandb": wandb_offline.FORMAT,
     "console": console.FORMAT,
     "table": numeric_table.FORMAT,
+    "json-history": json_history.FORMAT,
 }
 #: Bytes of a file looked at to tell its format.
 HEAD_BYTES = 64 * 2**10
@@ -95,6 +97,14 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     if stripped.startswith(b"{"):
         if trainer_state.looks_like_trainer_state(head) and not _is_jsonl(stripped):
             return "hf-trainer-state"
+        if stripped.split(b"\n", 1)[0].strip() == b"{":
+            if json_history.load_history(path) is not None:
+                return "json-history"
+            # a pretty-printed JSON document: no log of JSON lines (each line would be malformed)
+            raise DiagError(f"{path}: one JSON document, not a log of JSON lines, and no "
+                            "trainer_state.json (no log_history)")
+        if b"\n" not in stripped.rstrip() and json_history.load_history(path) is not None:
+            return "json-history"  # the same history on one line
         return "jsonl"
     if csv_metrics.looks_like_metrics_csv(head):
         return "csv"
@@ -222,6 +232,7 @@ READERS: dict[str, Callable[[Path], Scalars]] = {
     "wandb": wandb_offline.read_wandb,
     "console": console.read_console,
     "table": numeric_table.read_numeric_table,
+    "json-history": json_history.read_json_history,
 }
 
 

@@ -209,6 +209,17 @@ def _richness(log: ParsedLog) -> tuple[int, int]:
     return log.metrics.height, sum(1 for e in log.events if e.kind == "eval")
 
 
+#: Canonical columns that say whether a run learns (one of them must hold a value).
+_PROGRESS = ("loss", "acc", "acc_pos", "tau_train", "walk_tokens")
+
+
+def _has_progress(log: ParsedLog) -> bool:
+    metrics = log.metrics
+    return metrics.height > 0 and any(
+        name in metrics.columns and metrics[name].null_count() < metrics.height
+        for name in _PROGRESS)
+
+
 def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     import polars as pl
 
@@ -231,7 +242,8 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
         raise DiagError(f"{plan.path}: cannot assemble its records "
                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
     log = canonical.log
-    if log.metrics.height == 0 and scalars.issues.lines:
+    if scalars.issues.lines and not _has_progress(log):
+        # records of lr, epoch or throughput only: nothing says whether the run learns
         raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
     if not scalars.issues.lines and fmt != "jsonl":
         what = ("no progress line (a step or an epoch with name: number pairs)"

@@ -122,7 +122,9 @@ PRESETS: dict[str, Preset] = {
             fields={"loss": ("train/loss",), "acc": ("train/full_acc",),
                     "lr": ("lr", "train/lr"), "epoch": ("epoch",),
                     "tok_per_sec": ("profile/tokens_per_s",), "tau_train": ("train/eal",)},
-            acc_pos=(r"train/position_(\d+)_acc",),
+            # newer versions: train/cond_acc_{k} (the conditional accuracy at position k, the
+            # chain's factor) beside train/full_acc_{k} (its running product) and loss_{k}
+            acc_pos=(r"train/position_(\d+)_acc", r"train/cond_acc_(\d+)"),
             step_keys=("global_step",),
             tau_train_offset=1.0,  # eal = sum_k prod acc: the accepted draft tokens
             eval_tau=("val/eal_epoch", "val/eal"),
@@ -130,7 +132,8 @@ PRESETS: dict[str, Preset] = {
             eval_fields={"loss": ("val/loss_epoch", "val/loss"),
                          "acc": ("val/full_acc_epoch", "val/full_acc")},
             signature=("train/full_acc", "train/eal", r"train/position_\d+_acc",
-                       "profile/tokens_per_s", r"val/.*_epoch"),
+                       "profile/tokens_per_s", r"val/.*_epoch", r"train/cond_acc_\d+",
+                       r"train/full_acc_\d+"),
             required=("loss", "acc"),
         ),
         Preset(
@@ -165,7 +168,9 @@ PRESETS: dict[str, Preset] = {
                     "acc": ("train_acc", "train_acc_step", "acc_step", "train_accuracy",
                             "train_acc_epoch", "acc_epoch"),
                     "lr": (r"lr-[A-Za-z]+", r"lr-[A-Za-z]+/pg\d+", "lr")},
-            signature=(r"lr-[A-Za-z]+.*", r"\w+_step", r"\w+_epoch"),
+            # self.log(..., on_step=True, on_epoch=True) names, LearningRateMonitor's lr-Adam
+            signature=(r"lr-[A-Za-z]+.*", r"\w*(?:loss|acc\w*)_step",
+                       r"\w*(?:loss|acc\w*)_epoch"),
             required=(),
         ),
         Preset(

@@ -157,8 +157,13 @@ def test_folder_whose_first_source_maps_nothing_reads_the_other(tmp_path):
     assert log.metrics.height and any("the folder holds" in n for n in log.notes)
 
 
-def test_mlflow_store_of_deleted_runs_only_is_read_with_a_note():
-    log = load_log(wild("Awritrojit__AIOPS_learning_mnist/mlruns"))
+def test_mlflow_store_of_deleted_runs_only_is_read_with_a_note(tmp_path):
+    import shutil
+
+    run = "24005fa4a9124421b61899b4a82e6510"  # lifecycle_stage: deleted
+    shutil.copytree(wild(f"Awritrojit__AIOPS_learning_mnist/mlruns/0/{run}"),
+                    tmp_path / "mlruns" / "0" / run)
+    log = load_log(tmp_path / "mlruns")
     assert log.metrics.height and any("only deleted runs" in n for n in log.notes)
 
 
@@ -429,3 +434,23 @@ def test_a_loss_with_a_unit_suffix_is_the_loss():
     log = load_log(wild("Chickaboo__NeuroZip/metrics.jsonl"))
     assert log.metrics["loss"].null_count() == 0
     assert any("loss" in e.fields for e in log.events if e.kind == "eval")
+
+
+def test_rich_wrapped_speculators_records_keep_their_step(tmp_path):
+    # vLLM speculators' trainer logs through rich's RichHandler: one record wraps onto indented
+    # lines, the source column (trainer.py:220) at the right of the first
+    record = ("[16:10:{sec:02d}] INFO     train/loss_0={l0:.3f}, train/full_acc_0={a0:.3f},"
+              "        trainer.py:220\n"
+              "                    train/cond_acc_0={a0:.3f}, train/loss_1=7.629,\n"
+              "                    train/full_acc_1={f1:.4f}, train/cond_acc_1={a1:.3f},\n"
+              "                    train/loss={loss:.3f}, epoch=0,\n"
+              "                    lr=5.00e-04, global_step={step}\n")
+    text = "Requirement already satisfied: accelerate<=1.13.0 (1.13.0)\n" + "".join(
+        record.format(sec=i, l0=7 - i / 10, a0=0.04 + i / 100, f1=(0.04 + i / 100) * 0.5,
+                      a1=0.5, loss=22 - i / 5, step=50 * i) for i in range(12))
+    log = _console(tmp_path, text)
+    assert log.metrics["step"].to_list() == [50 * i for i in range(12)]
+    assert log.metrics["loss"].to_list()[:2] == [22.0, 21.8]
+    assert log.metrics["acc_pos"].to_list()[0] == [0.04, 0.5]
+    assert any("preset speculators (detected)" in n for n in log.notes)
+    assert not any("never in the log" in n for n in log.notes)

@@ -233,7 +233,10 @@ def resolve_fields(
     if preset is not None:
         for canonical in preset.required:
             user = canonical in (fields or {})
-            if not user and canonical not in res.scalars:
+            # per-position accuracies stand in for an overall one (the preset's trainer may log
+            # only those in another version)
+            covered = canonical == "acc" and bool(res.acc_pos)
+            if not user and canonical not in res.scalars and not covered:
                 res.missing.append(f"{canonical} ({', '.join(preset.fields.get(canonical, ()))})")
         if preset.acc_pos and not res.acc_pos and "acc_pos" not in (fields or {}):
             res.missing.append(f"acc_pos ({preset.acc_pos[0]})")

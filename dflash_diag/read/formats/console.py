@@ -53,11 +53,40 @@ _PREFIX = re.compile(r"(?i)^\W*(train(?:ing)?|eval(?:uation)?|val(?:id(?:ation)?
 _STEP_KEYS = {"step", "global_step", "iter", "iteration", "batch", "ep", "epoch_step"}
 
 
+#: A log record's head as rich's ``RichHandler`` prints it (``[16:10:05] INFO     ...``); its
+#: long messages wrap onto lines indented to the message column.
+_RICH_HEAD = re.compile(r"^\[?\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]?\s+[A-Z]{4,8}\s")
+_CONTINUATION = re.compile(r"^ {8,}\S")
+#: ``trainer.py:220``: the source column of such a record, no metric.
+_SOURCE = re.compile(r"\b[\w.-]+\.py:\d+\b")
+
+
+def logical_lines(lines):
+    """Physical lines joined where a rich log record wrapped: indented lines after a record's
+    head belong to it (its pairs would otherwise lose their step)."""
+    pending = None
+    for line in lines:
+        plain = _ANSI.sub("", line)
+        if pending is not None and _CONTINUATION.match(plain):
+            pending += " " + plain.strip()
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        if _RICH_HEAD.match(plain):
+            pending = plain
+        else:
+            yield line
+    if pending is not None:
+        yield pending
+
+
 def looks_like_console(head: bytes) -> bool:
     """Whether some of the first lines are progress lines (a step and numbers)."""
     text = head.decode("utf-8", "replace")
     parser = _Parser()
-    return any(parser.parse(line) is not None for line in re.split(r"[\r\n]+", text))
+    return any(parser.parse(line) is not None
+               for line in logical_lines(re.split(r"[\r\n]+", text)))
 
 
 def _kind(word: str) -> str:
@@ -94,7 +123,7 @@ class _Parser:
         self.epoch_total: int | None = None
 
     def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
-        line = _ANSI.sub("", line).strip()
+        line = _SOURCE.sub("", _ANSI.sub("", line)).strip()
         if not line or len(line) > _MAX_LINE:
             return None
         bar = _BAR.search(line)
@@ -200,8 +229,10 @@ def read_console(path: str | Path) -> Scalars:
                 pending = lines.pop() if block else b""
                 if len(pending) > _MAX_LINE:
                     pending = b""  # a runaway line: not a progress line
-                for raw in lines if block else [*lines, pending]:
-                    parsed = parser.parse(raw.decode("utf-8", "replace"))
+                # a record wrapped across a block boundary loses only its own pairs
+                texts = (raw.decode("utf-8", "replace") for raw in (lines if block else [*lines, pending]))
+                for text in logical_lines(texts):
+                    parsed = parser.parse(text)
                     if parsed is None:
                         continue
                     issues.lines += 1

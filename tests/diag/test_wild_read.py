@@ -454,3 +454,31 @@ def test_rich_wrapped_speculators_records_keep_their_step(tmp_path):
     assert log.metrics["acc_pos"].to_list()[0] == [0.04, 0.5]
     assert any("preset speculators (detected)" in n for n in log.notes)
     assert not any("never in the log" in n for n in log.notes)
+
+
+def test_keras_tensorboard_train_and_validation_runs_are_one_run(tmp_path):
+    # Keras' TensorBoard callback: <log_dir>/train and <log_dir>/validation, TF2 tensor scalars
+    # with the same tags; the validation folder is written last
+    import os
+
+    from tests.diag.test_formats_readers import VERSION, _tensor_event
+
+    def write(folder: Path, stamp: int, rows) -> None:
+        folder.mkdir(parents=True)
+        path = folder / f"events.out.tfevents.{stamp}.host.1.v2"
+        path.write_bytes(VERSION + b"".join(_tensor_event(e, tag, v) for e, values in rows
+                                            for tag, v in values.items()))
+        os.utime(path, (stamp, stamp))
+
+    logs = tmp_path / "logs" / "fit" / "20240101-000000"
+    write(logs / "train", 1_700_000_000, [(e, {"epoch_loss": 2 - e / 10,
+                                               "epoch_accuracy": 0.5 + e / 100}) for e in range(8)])
+    write(logs / "validation", 1_700_000_100, [(e, {"epoch_loss": 2.1 - e / 20,
+                                                    "epoch_accuracy": 0.45 + e / 100})
+                                               for e in range(8)])
+    log = load_log(tmp_path / "logs")
+    assert log.metrics["loss"].to_list() == pytest.approx([2 - e / 10 for e in range(8)])
+    assert log.metrics["acc"].to_list() == pytest.approx([0.5 + e / 100 for e in range(8)])
+    evals = [e for e in log.events if e.kind == "eval"]
+    assert [e.fields["loss"] for e in evals] == pytest.approx([2.1 - e / 20 for e in range(8)])
+    assert any("Keras' train and validation runs" in n for n in log.notes)

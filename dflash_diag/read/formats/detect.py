@@ -208,6 +208,9 @@ def _read_tensorboard(path: Path) -> Scalars:
         if not runs:
             raise DiagError(f"{path}: no TensorBoard event files in it")
         latest = max(runs, key=tensorboard.newest_mtime)
+        pair = _keras_pair(latest)
+        if pair is not None:
+            return _read_keras_pair(*pair)
         _check_not_lfs(tensorboard.event_files(latest), latest)
         scalars = tensorboard.read_tensorboard(latest)
         if len(runs) > 1:
@@ -215,6 +218,39 @@ def _read_tensorboard(path: Path) -> Scalars:
                                  "(give a run's folder to read another)")
         return scalars
     return tensorboard.read_tensorboard(path)
+
+
+#: Keras' ``TensorBoard`` callback writes a run as ``<log_dir>/train`` and
+#: ``<log_dir>/validation``, with the same tags (``epoch_loss``) in both.
+_KERAS_TRAIN, _KERAS_VALIDATION = "train", ("validation", "val", "eval")
+
+
+def _keras_pair(run: Path) -> tuple[Path, Path] | None:
+    """(train, validation) run folders when ``run`` is one of Keras' pair, else None."""
+    parent = run.parent
+    train = parent / _KERAS_TRAIN
+    validation = next((parent / n for n in _KERAS_VALIDATION
+                       if (parent / n).is_dir() and tensorboard.event_files(parent / n)), None)
+    if validation is None or not train.is_dir() or not tensorboard.event_files(train):
+        return None
+    return (train, validation) if run in (train, validation) else None
+
+
+def _read_keras_pair(train: Path, validation: Path) -> Scalars:
+    """One run of Keras' pair: the validation folder's tags as ``val/<tag>`` (its epoch_loss is
+    the validation loss, not a second training curve), records in step order."""
+    _check_not_lfs(tensorboard.event_files(train), train)
+    first = tensorboard.read_tensorboard(train)
+    second = tensorboard.read_tensorboard(validation)
+    frames = [first.long_frame(), second.long_frame().with_columns(
+        ("val/" + pl.col("key")).alias("key"))]
+    merged = (pl.concat(frames).sort("step", maintain_order=True, nulls_last=True)
+              .with_columns(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"))
+              .select(first.frame.columns))
+    first.issues.merge(second.issues)
+    notes = first.notes + [f"Keras' train and validation runs: {train} and {validation}"]
+    return Scalars(frame=merged, format=first.format, issues=first.issues, meta=first.meta,
+                   notes=notes)
 
 
 def _read_sqlite(path: Path) -> Scalars:

@@ -40,7 +40,7 @@ GENERAL: dict[str, tuple[str, ...]] = {
     "loss": _lightning(
         "loss", "train/loss", "train_loss", "training_loss", "train/training_loss", "trn_loss",
         "tr_loss", "train/avg_loss", "avg_loss", "mean_loss", "train/mean_loss",
-        "train/total_loss", "total_loss", "train/train_loss", "train_loss_avg", "avg_train_loss",
+        "train/total_loss", "total_loss", "train_loss_avg", "avg_train_loss",
         "loss/train", "Loss/train", "train/Loss", "Loss", "batch_loss", "epoch_loss",
     ) + (r"train_loss_[a-z]\w*", r"train/loss_[a-z]\w*"),  # a unit suffix: train_loss_nats_per_byte
     "acc": _lightning(

@@ -482,3 +482,26 @@ def test_keras_tensorboard_train_and_validation_runs_are_one_run(tmp_path):
     evals = [e for e in log.events if e.kind == "eval"]
     assert [e.fields["loss"] for e in evals] == pytest.approx([2.1 - e / 20 for e in range(8)])
     assert any("Keras' train and validation runs" in n for n in log.notes)
+
+
+def test_a_counter_leading_the_line_is_the_step(tmp_path):
+    log = _console(tmp_path, "Namespace(batch_size=128, lr=0.0002, max_epoch=200)\n" + "".join(
+        f"[ ({i} ) Loss:  {0.4 - i / 50:.3f}, train_Acc: {0.9 + i / 100:.5f}, "
+        f"valid_Loss: 0.36, valid_Acc: 0.97]\n" for i in range(6)))
+    assert log.metrics.select("step", "loss", "acc").row(1) == (1, 0.38, 0.91)
+    assert len([e for e in log.events if e.kind == "eval"]) == 6
+    # a date or a clock time leading a line is no counter
+    log = _console(tmp_path, "2025-06-04 17:36:55,374 - INFO - step 5 loss=1.5\n"
+                             "12:30:01 step 6 loss=1.4\n")
+    assert log.metrics["step"].to_list() == [5, 6]
+
+
+def test_hf_closing_summary_is_no_training_record(tmp_path):
+    state = json.loads(wild("Emon2358__serial-lain-ai/trainer_state.json").read_text())
+    summary = [e for e in state["log_history"] if "train_runtime" in e]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({**state, "log_history": summary}))
+    with pytest.raises(DiagError, match="no series maps to loss or acc"):
+        load_log(path)
+    full = load_log(wild("Emon2358__serial-lain-ai/trainer_state.json"))
+    assert summary[0]["train_loss"] not in full.metrics["loss"].to_list()

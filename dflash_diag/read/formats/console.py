@@ -40,6 +40,9 @@ _STEP = re.compile(r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[
 #: A counter of batches within an epoch, the step when no step word is on the line.
 _BATCH = re.compile(r"(?i)\bbatch(?:es)?\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
 _EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
+#: A counter leading a line, closed by a bracket or a colon (not a date's ``2025-`` or a
+#: time's ``12:30``).
+_LEADING = re.compile(r"^[\[\(\s]*(\d+)\s*[\]\):](?!\d)()")
 #: A tqdm bar's ``n/total`` count (``50/500 [00:10<01:30, 4.9it/s]``).
 _BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
@@ -147,8 +150,9 @@ class _Parser:
         step_match = _STEP.search(line) or _BATCH.search(line)
         by_epoch = step_match is None
         if by_epoch:
-            # an epoch-only log (``Epoch 1/35, Train Loss: 1.63``): the epoch is the step
-            step_match = _EPOCH.search(line)
+            # an epoch-only log (``Epoch 1/35, Train Loss: 1.63``): the epoch is the step; else
+            # a counter leading the line (``[ (3 ) Loss: 0.03, ...``, ``12: loss=...``)
+            step_match = _EPOCH.search(line) or _LEADING.match(line)
             if step_match is None:
                 return None
         pairs = {}

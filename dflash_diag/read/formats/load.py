@@ -290,8 +290,10 @@ def nothing_maps_message(path: str, canonical, scalars) -> str:
     if validation and len(validation) == len([k for k in keys if "loss" in k or "acc" in k]):
         return (f"{head}; only validation series: {', '.join(validation[:_SHOWN_SERIES])} "
                 "(no training loss or accuracy; they are read as evals)")
-    loss_like = next((k for k in keys if "loss" in k.lower()), None)
-    acc_like = next((k for k in keys if "acc" in k.lower()), None)
+    # a run's closing summary (HF's train_loss over the whole run) is no curve to map
+    curves = [k for k in keys if not k.startswith(("summary/", "epoch_summary/"))]
+    loss_like = next((k for k in curves if "loss" in k.lower()), None)
+    acc_like = next((k for k in curves if "acc" in k.lower()), None)
     if loss_like is None and acc_like is None:
         return (f"{head}; numeric series found: {shown}{more} (none looks like a loss or an "
                 "accuracy); map one with --field loss=NAME")

@@ -505,3 +505,11 @@ def test_hf_closing_summary_is_no_training_record(tmp_path):
         load_log(path)
     full = load_log(wild("Emon2358__serial-lain-ai/trainer_state.json"))
     assert summary[0]["train_loss"] not in full.metrics["loss"].to_list()
+
+
+def test_one_json_line_without_newline_or_step_gets_one_line_from_every_command(tmp_path):
+    path = tmp_path / "val_metrics.json"
+    path.write_text(json.dumps({"loss_0_epoch": 2.9, "cond_acc_0_epoch": 0.43}))  # no "\n"
+    for command in (("converge",), ("watch", "--once")):
+        result = invoke(*command, path)
+        assert result.exit_code == 2 and "no record has a 'step' field" in result.stderr

@@ -148,6 +148,8 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
         return False  # the JSONL reader reports it
     if head[:2] == b"\x1f\x8b":
         return False  # compressed: this project's own logs
+    if len(head) < HEAD_BYTES and not head.endswith(b"\n"):
+        head += b"\n"  # the whole file: its last line (a one-line file's only one) is complete
     if head.startswith((b"\x00", b"\xef\xbb\xbf")) or has_foreign_events(head):
         return True  # a zero-filled or BOM start, another trainer's "event" records
     keys, nested = sample_keys(head)

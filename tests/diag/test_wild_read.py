@@ -513,3 +513,21 @@ def test_one_json_line_without_newline_or_step_gets_one_line_from_every_command(
     for command in (("converge",), ("watch", "--once")):
         result = invoke(*command, path)
         assert result.exit_code == 2 and "no record has a 'step' field" in result.stderr
+
+
+def test_validation_frame_names_the_series_alike_for_every_format():
+    from dflash_diag.read.validation import validation_frame
+
+    hf = validation_frame(load_log(wild("Jaypee34__Sentiment-Analysis-for-Customer-Feedback/"
+                                        "trainer_state.json")))
+    lightning = validation_frame(load_log(wild("DanyaSH759__MLOps_homework/lightning_logs/"
+                                               "version_0/metrics.csv")))
+    for frame in (hf, lightning):
+        assert frame.columns == ["step", "eval_loss", "eval_acc", "eval_tau"]
+        assert frame.height and frame["eval_loss"].null_count() == 0
+        assert frame["step"].is_sorted()
+    assert hf["eval_acc"].null_count() == 0  # HF's eval_accuracy
+    state = json.loads(wild("Jaypee34__Sentiment-Analysis-for-Customer-Feedback/"
+                            "trainer_state.json").read_text())
+    first = next(e for e in state["log_history"] if "eval_loss" in e)
+    assert hf.row(0) == (first["step"], first["eval_loss"], first["eval_accuracy"], None)

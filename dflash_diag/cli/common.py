@@ -18,6 +18,7 @@ from rich.console import Console
 
 from dflash_diag.analysis import defaults
 from dflash_diag.errors import DiagError
+from dflash_diag.read.presets import PRESETS
 from dflash_diag.render.safe_text import visible
 
 #: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
@@ -67,7 +68,8 @@ LogsArgument = Annotated[
     list[str],
     typer.Argument(help="Log(s): JSONL files, .gz files, - for standard input, or another "
                    "trainer's TensorBoard run, trainer_state.json, MLflow store, W&B offline run, "
-                   "metrics.csv or console log (file or folder). Several files are merged in step "
+                   "metrics.csv or console log (file or folder; a folder holding several of "
+                   "these is read as the richest, and a note says which). Several files are merged in step "
                    "order. A quoted glob is expanded here (e.g. "
                    "'logs/train.rank*.jsonl'); per-rank logs (*.rank{N}.jsonl, from "
                    "--log-all-ranks) give the per-rank throughput skew.", metavar="LOG..."),
@@ -83,19 +85,21 @@ FieldOption = Annotated[
     list[str] | None,
     typer.Option("--field", help="Map a log field onto a canonical one, NEW=OLD (e.g. acc=train/acc; "
                  "acc_pos=train/acc_{i} assembles numbered keys). N:NEW=OLD maps it for the N-th "
-                 "input only. Repeatable.", metavar="NEW=OLD"),
+                 "input only. Repeatable. When nothing maps, the error names the series found "
+                 "and the --field line to give.", metavar="NEW=OLD"),
 ]
 InputFormatOption = Annotated[
     str | None,
     typer.Option("--input-format", help="Read every input as this format instead of telling it "
                  "by content: jsonl, tensorboard, hf-trainer-state, csv, mlflow, mlflow-sqlite, "
-                 "wandb, console.", metavar="FORMAT"),
+                 "wandb, console, table, json-history.", metavar="FORMAT"),
 ]
 PresetOption = Annotated[
     list[str] | None,
     typer.Option("--preset", help="Another trainer's metric names and conventions: "
-                 "specforge-dflash, specforge-eagle3, torchspec, speculators, hf-trainer, "
-                 "torchtitan, or auto (detect; the default). Once for all inputs, or once per "
+                 f"{', '.join(PRESETS)}, or auto (detect; the default). Names no preset "
+                 "covers are looked up in one alias table (loss, train_loss, train_loss_step, "
+                 "val_loss, lr-Adam...: docs/formats.md). Once for all inputs, or once per "
                  "input in order.", metavar="NAME"),
 ]
 StrictOption = Annotated[bool, typer.Option("--strict/--no-strict", metavar="", help="Malformed lines are an error, not skipped.")]

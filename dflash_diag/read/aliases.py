@@ -40,18 +40,21 @@ GENERAL: dict[str, tuple[str, ...]] = {
     "loss": _lightning(
         "loss", "train/loss", "train_loss", "training_loss", "train/training_loss", "trn_loss",
         "tr_loss", "train/avg_loss", "avg_loss", "mean_loss", "train/mean_loss",
-        "train/total_loss", "total_loss", "train/train_loss", "train_loss_avg", "avg_train_loss",
-        "loss/train", "Loss/train", "train/Loss", "Loss",
-    ),
+        "train/total_loss", "total_loss", "train_loss_avg", "avg_train_loss",
+        "loss/train", "Loss/train", "train/Loss", "Loss", "batch_loss", "epoch_loss",
+    ) + (r"train_loss_[a-z]\w*", r"train/loss_[a-z]\w*"),  # a unit suffix: train_loss_nats_per_byte
     "acc": _lightning(
         "acc", "accuracy", "train/acc", "train/accuracy", "train_acc", "train_accuracy",
         "training_accuracy", "train/avg_acc", "avg_acc", "mean_acc", "mean_token_accuracy",
         "train/mean_token_accuracy", "train/full_acc", "token_acc", "train/token_acc",
         "acc/train", "accuracy/train", "Accuracy/train", "train/Accuracy", "avg_train_acc",
+        "batch_accuracy", "epoch_accuracy", "epoch_acc", "epoch_sparse_categorical_accuracy",
+        "epoch_categorical_accuracy", "sparse_categorical_accuracy", "categorical_accuracy",
     ),
     "lr": (
         "lr", "learning_rate", "train/lr", "train/learning_rate", "train_lr", "optim/lr",
         "lr-[A-Za-z]+", r"lr-[A-Za-z]+/pg\d+", r"lr/.+", r"lr_\d+", "LR", "Lr",
+        "epoch_learning_rate", "epoch_lr",
     ),
     "grad_norm": _lightning(
         "grad_norm", "train/grad_norm", "gradient_norm", "train/gradient_norm", "grad-norm",
@@ -70,14 +73,16 @@ VALIDATION: dict[str, tuple[str, ...]] = {
     "loss": _lightning(
         "eval/loss", "eval_loss", "val_loss", "val/loss", "validation/loss", "validation_loss",
         "valid_loss", "valid/loss", "eval/avg_loss", "loss/val", "Loss/val", "avg_val_loss",
-        "val/Loss",
-    ),
+        "val/Loss", "test/loss", "test_loss", "avg_test_loss", "val/epoch_loss",
+    ) + (r"val(?:idation)?_loss_[a-z]\w*", r"val(?:idation)?/loss_[a-z]\w*"),
     "acc": _lightning(
         "eval/accuracy", "eval/acc", "eval_accuracy", "eval_acc", "val_acc", "val_accuracy",
         "val/acc", "val/accuracy", "validation/accuracy", "validation/acc", "valid_acc",
         "valid/acc", "eval_mean_token_accuracy", "eval/mean_token_accuracy", "eval/avg_acc",
         "eval/full_acc", "val/full_acc", "acc/val", "accuracy/val", "Accuracy/val",
-        "avg_val_acc",
+        "avg_val_acc", "test/acc", "test/accuracy", "test_acc", "test_accuracy", "avg_test_acc",
+        "val/epoch_accuracy", "val/epoch_acc", "val/epoch_sparse_categorical_accuracy",
+        "val_sparse_categorical_accuracy", "val_categorical_accuracy",
     ),
 }
 

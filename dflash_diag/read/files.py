@@ -110,8 +110,8 @@ def check_encoding(head: bytes, name: str) -> None:
         len(head) >= 4 and head != bytes(4)
         and (head[1:4:2] == b"\x00\x00" or head[0:4:2] == b"\x00\x00")
     ):
-        raise DiagError(f"{_shown(name)} looks UTF-16/UTF-32 encoded; the log must be UTF-8 JSONL "
-                        f"(convert it: iconv -f UTF-16 -t UTF-8)")
+        raise DiagError(f"{_shown(name)} looks UTF-16/UTF-32 encoded (as Windows PowerShell's > "
+                        "writes text); the log must be UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)")
 
 
 class _CheckedStream(io.RawIOBase):

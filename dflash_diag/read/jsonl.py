@@ -705,6 +705,29 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
             .select(rows.columns))
 
 
+#: Share of records repeating the step of the record before them above which a log is taken to
+#: be written by two processes (each step twice), not to hold that many restarts.
+DUPLICATE_WRITERS_SHARE = 0.25
+
+
+def drop_duplicate_writers(log: ParsedLog, name: str) -> ParsedLog:
+    """A log in which (nearly) every step was written twice, by two processes that both log:
+    one record per step (the later of each repeat), and one note saying so, instead of a restart
+    per step. A few repeats are left to the restart rule (a resume at the step it crashed)."""
+    metrics = log.metrics
+    if metrics.height < 8:
+        return log
+    repeat = (pl.col("step") == pl.col("step").shift(1)).fill_null(False)
+    repeats = int(metrics.select(repeat.sum()).item())
+    if repeats < DUPLICATE_WRITERS_SHARE * metrics.height:
+        return log
+    later_repeat = (pl.col("step") == pl.col("step").shift(-1)).fill_null(False)
+    log.metrics = metrics.filter(~later_repeat)
+    log.notes.append(f"{name}: {repeats} records repeat the step of the record before them (two "
+                     "processes writing one log?): read as one record per step, the later kept")
+    return log
+
+
 def load_log(
     paths: str | Path | Sequence[str | Path],
     *,
@@ -771,6 +794,8 @@ def load_log(
                 message = str(exc)  # named already when the file itself could not be read
                 raise DiagError(message if visible(name) in message
                                 else f"{visible(name)}: {message}") from None
+        part = drop_duplicate_writers(part, visible(name))
+        notes += part.notes
         missing = missing_mapped_fields(part, plan.fields)
         if missing:
             notes.append(f"{visible(name)}: never in the log: {'; '.join(missing)}")

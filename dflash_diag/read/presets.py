@@ -49,6 +49,7 @@ class Preset:
             summed into ``loss`` when the trainer logs no overall loss (EAGLE-3's 0.8^i).
         signature: patterns that identify the trainer; the preset matching most of them wins
             detection.
+        min_signature: how many of them a log must hold for the preset to be detected.
         required: canonical fields whose absence is worth a warning.
     """
 
@@ -66,6 +67,7 @@ class Preset:
     loss_from_positions: tuple[str, float] | None = None
     signature: tuple[str, ...] = ()
     required: tuple[str, ...] = ("loss",)
+    min_signature: int = 1
 
 
 PRESETS: dict[str, Preset] = {
@@ -78,8 +80,10 @@ PRESETS: dict[str, Preset] = {
                     "lr": ("train/lr",)},
             eval_fields={"loss": ("eval/loss",), "acc": ("eval/accuracy", "eval/acc")},
             block_size=16,  # --block-size default of train_dflash.py
-            # the console's "Train - Step N ..., Loss: x, Acc: y" lines give train/acc
-            signature=("train/accuracy", "eval/accuracy", "train/acc", "eval/acc"),
+            # two of its names at least: a generic train/acc or eval/accuracy (any console's
+            # "Train Acc", an HF run's eval/accuracy) is not SpecForge
+            signature=("train/accuracy", "eval/accuracy", "train/lr"),
+            min_signature=2,
             required=("loss", "acc", "lr"),
         ),
         Preset(
@@ -118,7 +122,9 @@ PRESETS: dict[str, Preset] = {
             fields={"loss": ("train/loss",), "acc": ("train/full_acc",),
                     "lr": ("lr", "train/lr"), "epoch": ("epoch",),
                     "tok_per_sec": ("profile/tokens_per_s",), "tau_train": ("train/eal",)},
-            acc_pos=(r"train/position_(\d+)_acc",),
+            # newer versions: train/cond_acc_{k} (the conditional accuracy at position k, the
+            # chain's factor) beside train/full_acc_{k} (its running product) and loss_{k}
+            acc_pos=(r"train/position_(\d+)_acc", r"train/cond_acc_(\d+)"),
             step_keys=("global_step",),
             tau_train_offset=1.0,  # eal = sum_k prod acc: the accepted draft tokens
             eval_tau=("val/eal_epoch", "val/eal"),
@@ -126,7 +132,8 @@ PRESETS: dict[str, Preset] = {
             eval_fields={"loss": ("val/loss_epoch", "val/loss"),
                          "acc": ("val/full_acc_epoch", "val/full_acc")},
             signature=("train/full_acc", "train/eal", r"train/position_\d+_acc",
-                       "profile/tokens_per_s", r"val/.*_epoch"),
+                       "profile/tokens_per_s", r"val/.*_epoch", r"train/cond_acc_\d+",
+                       r"train/full_acc_\d+"),
             required=("loss", "acc"),
         ),
         Preset(
@@ -161,7 +168,9 @@ PRESETS: dict[str, Preset] = {
                     "acc": ("train_acc", "train_acc_step", "acc_step", "train_accuracy",
                             "train_acc_epoch", "acc_epoch"),
                     "lr": (r"lr-[A-Za-z]+", r"lr-[A-Za-z]+/pg\d+", "lr")},
-            signature=(r"lr-[A-Za-z]+.*", r"\w+_step", r"\w+_epoch", "val_loss", "train_loss"),
+            # self.log(..., on_step=True, on_epoch=True) names, LearningRateMonitor's lr-Adam
+            signature=(r"lr-[A-Za-z]+.*", r"\w*(?:loss|acc\w*)_step",
+                       r"\w*(?:loss|acc\w*)_epoch"),
             required=(),
         ),
         Preset(
@@ -233,7 +242,7 @@ def detect_preset(keys: Iterable[str]) -> Preset | None:
     best, best_score = None, 0
     for preset in PRESETS.values():
         score = sum(1 for pattern in preset.signature if any(_matches(pattern, k) for k in names))
-        if score > best_score:
+        if score > best_score and score >= preset.min_signature:
             best, best_score = preset, score
     return best
 

@@ -147,11 +147,11 @@ def test_stdin_and_gz(tmp_path):
 def test_field_mapping_reads_another_trainers_log(tmp_path):
     records = [{"global_step": s, "train/acc": 0.1 + 0.001 * s, "train/loss": 2.0} for s in range(200)]
     log = write(tmp_path / "other.jsonl", records)
-    # No flags: the names are SpecForge DFlash's (its console's train/acc) and the reader
-    # takes global_step as the step; the choice is said on stderr.
+    # No flags: train/acc and train/loss are in the alias table (anyone's names: no preset is
+    # detected from them) and the reader takes global_step as the step; said on stderr.
     detected = invoke(log)
     assert detected.exit_code == 0, detected.output
-    assert "preset specforge-dflash (detected)" in detected.stderr
+    assert "read as JSONL, no preset" in detected.stderr
     result = invoke(log, "-f", "json", "--field", "step=global_step", "--field", "acc=train/acc",
                     "--field", "loss=train/loss")
     assert result.exit_code == 0, result.output

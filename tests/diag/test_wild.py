@@ -17,7 +17,7 @@ def _fast_subset() -> list[str]:
     chosen, kinds = [], set()
     for path, expectation in sorted(EXPECTATIONS.items()):
         name = path.rsplit("/", 1)[-1]
-        kind = (expectation.expect, name if "." in name else "folder",
+        kind = (expectation.expect, name.rsplit(".", 1)[-1] if "." in name else "folder",
                 "eval" if any(m.startswith("eval_") for m in expectation.metrics) else "")
         if expectation.fast or kind not in kinds:
             chosen.append(path)
@@ -40,3 +40,22 @@ def test_every_expectation_names_a_corpus_log():
 def test_corpus_log_gets_its_recorded_outcome(item):
     result = run_item(WILD, item, timeout=120)
     assert problems(EXPECTATIONS[item], result) == []
+
+
+def test_every_corpus_log_reads_its_recorded_metrics():
+    """The readers alone (no analysis) on every recorded log: the metrics of a log that reads,
+    the one clear error of one that does not."""
+    from dflash_diag.errors import DiagError
+    from tests.diag.wild_harness import metrics_read
+
+    wrong = []
+    for path, expectation in sorted(EXPECTATIONS.items()):
+        try:
+            metrics = metrics_read(WILD / path)
+        except DiagError as exc:
+            if expectation.expect == "read" or (expectation.error or "") not in str(exc):
+                wrong.append(f"{path}: {exc}")
+            continue
+        if expectation.expect != "read" or set(metrics) != set(expectation.metrics):
+            wrong.append(f"{path}: read {list(metrics)}, expected {expectation}")
+    assert not wrong, "\n".join(wrong)

@@ -265,5 +265,16 @@ def draft_entry(result: ItemResult) -> str:
         return (f'[[log]]\npath = "{result.path}"\nexpect = "read"\nwindows = {result.windows}\n'
                 f"metrics = [{metrics}]\n")
     line = next((o.line for o in result.outcomes if o.kind == "error"), "")
-    tail = line.split(": ")[-1][:60].replace('"', "'") if line else ""
-    return f'[[log]]\npath = "{result.path}"\nexpect = "error"\nerror = "{tail}"\n'
+    return f'[[log]]\npath = "{result.path}"\nexpect = "error"\nerror = "{error_phrase(line)}"\n'
+
+#: The phrases that tell one clear line from another (the rest names the file and its series).
+_PHRASES = ("cannot tell the format", "only validation series", "no series maps to loss or acc",
+            "no progress line", "Git LFS pointer", "no record has a 'step' field",
+            "no records in it", "empty log", "not a TensorBoard event file", "no such file",
+            "one JSON document", "not a trainer_state.json", "not a history of per-epoch lists")
+
+
+def error_phrase(line: str) -> str:
+    """The telling phrase of an error line, for an expectation."""
+    found = next((p for p in _PHRASES if p in line), None)
+    return found if found is not None else line.split(": ")[-1][:60].replace('"', "'")

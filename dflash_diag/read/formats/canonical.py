@@ -233,7 +233,10 @@ def resolve_fields(
     if preset is not None:
         for canonical in preset.required:
             user = canonical in (fields or {})
-            if not user and canonical not in res.scalars:
+            # per-position accuracies stand in for an overall one (the preset's trainer may log
+            # only those in another version)
+            covered = canonical == "acc" and bool(res.acc_pos)
+            if not user and canonical not in res.scalars and not covered:
                 res.missing.append(f"{canonical} ({', '.join(preset.fields.get(canonical, ()))})")
         if preset.acc_pos and not res.acc_pos and "acc_pos" not in (fields or {}):
             res.missing.append(f"acc_pos ({preset.acc_pos[0]})")
@@ -319,6 +322,7 @@ def to_parsed_log(
         wanted.add(res.eval_tau)
     if not frame["row"].is_sorted():
         frame = frame.sort("row", maintain_order=True)
+    frame = _epoch_as_step(frame, wides, notes)
     no_step = frame.filter(pl.col("step").is_null())
     if no_step.height:
         issues.without_step += no_step["row"].n_unique()
@@ -352,6 +356,27 @@ def to_parsed_log(
                     presets=[effective.name] if effective is not None else [])
     log.next_line_no = records.height + 1
     return Canonical(log=log, resolution=res, format=scalars.format, notes=notes)
+
+
+#: Keys of an epoch counter that stands in for the step in an epoch-only log.
+_EPOCH_KEYS = ("epoch", "Epoch", "train/epoch")
+
+
+def _epoch_as_step(frame: pl.DataFrame, wides: list[pl.DataFrame],
+                   notes: list[str]) -> pl.DataFrame:
+    """In a log with no step at all but whole-numbered epochs (Keras' ``CSVLogger``, per-epoch
+    JSONL), the epoch is the step, and a note says so."""
+    if wides or not frame.height or frame["step"].null_count() < frame.height:
+        return frame
+    epochs = (frame.filter(pl.col("key").is_in(_EPOCH_KEYS))
+              .group_by("row").agg(pl.col("value").first().alias("_epoch")))
+    if not epochs.height or not epochs.select(
+            (pl.col("_epoch") == pl.col("_epoch").round(0)).all()).item():
+        return frame
+    notes.append("no step in the log: the epoch is the step")
+    return (frame.join(epochs, on="row", how="left")
+            .with_columns(pl.col("_epoch").cast(pl.Int64, strict=False).alias("step"))
+            .drop("_epoch"))
 
 
 def _has_dots(frame: pl.DataFrame) -> bool:

@@ -39,29 +39,62 @@ _STEP = re.compile(r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[
                    r"(?:\s*/\s*(\d+))?")
 #: A counter of batches within an epoch, the step when no step word is on the line.
 _BATCH = re.compile(r"(?i)\bbatch(?:es)?\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
-_EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*\d+)?")
+_EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
+#: A counter leading a line, closed by a bracket or a colon (not a date's ``2025-`` or a
+#: time's ``12:30``).
+_LEADING = re.compile(r"^[\[\(\s]*(\d+)\s*[\]\):](?!\d)()")
 #: A tqdm bar's ``n/total`` count (``50/500 [00:10<01:30, 4.9it/s]``).
 _BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _PAIR = re.compile(r"([A-Za-z_][\w/.()\-]*)\s*(?::|=)\s*(" + _NUMBER + r")(?![\w.])")
 #: ``loss 4.2345`` (nanoGPT's ``iter 100: loss 4.2345, time 12.3ms``) and ``train loss 2.1,
 #: val loss 2.3``: the metric words that are read without a ``:`` or ``=``.
-_SPACED = re.compile(r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?)\s+)?"
-                     r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s+(" + _NUMBER + r")(?![\w.])")
+_SPACED = re.compile(r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s+)?"
+                     r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s*[:=]?\s*(" + _NUMBER
+                     + r")(?![\w.])")
 _PREFIX = re.compile(r"(?i)^\W*(train(?:ing)?|eval(?:uation)?|val(?:id(?:ation)?)?|test)\b")
 _STEP_KEYS = {"step", "global_step", "iter", "iteration", "batch", "ep", "epoch_step"}
+
+
+#: A log record's head as rich's ``RichHandler`` prints it (``[16:10:05] INFO     ...``); its
+#: long messages wrap onto lines indented to the message column.
+_RICH_HEAD = re.compile(r"^\[?\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]?\s+[A-Z]{4,8}\s")
+_CONTINUATION = re.compile(r"^ {8,}\S")
+#: ``trainer.py:220``: the source column of such a record, no metric.
+_SOURCE = re.compile(r"\b[\w.-]+\.py:\d+\b")
+
+
+def logical_lines(lines):
+    """Physical lines joined where a rich log record wrapped: indented lines after a record's
+    head belong to it (its pairs would otherwise lose their step)."""
+    pending = None
+    for line in lines:
+        plain = _ANSI.sub("", line)
+        if pending is not None and _CONTINUATION.match(plain):
+            pending += " " + plain.strip()
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        if _RICH_HEAD.match(plain):
+            pending = plain
+        else:
+            yield line
+    if pending is not None:
+        yield pending
 
 
 def looks_like_console(head: bytes) -> bool:
     """Whether some of the first lines are progress lines (a step and numbers)."""
     text = head.decode("utf-8", "replace")
     parser = _Parser()
-    return any(parser.parse(line) is not None for line in re.split(r"[\r\n]+", text))
+    return any(parser.parse(line) is not None
+               for line in logical_lines(re.split(r"[\r\n]+", text)))
 
 
 def _kind(word: str) -> str:
     word = word.lower()
-    return "train" if word.startswith("train") else "eval"
+    return "train" if word.startswith("train") else "test" if word == "test" else "eval"
 
 
 def _dict_values(text: str) -> dict[str, float] | None:
@@ -93,7 +126,7 @@ class _Parser:
         self.epoch_total: int | None = None
 
     def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
-        line = _ANSI.sub("", line).strip()
+        line = _SOURCE.sub("", _ANSI.sub("", line)).strip()
         if not line or len(line) > _MAX_LINE:
             return None
         bar = _BAR.search(line)
@@ -115,27 +148,37 @@ class _Parser:
                 step = self.bar[max(self.bar)] if self.bar else self.n_dicts
                 return step, values
         step_match = _STEP.search(line) or _BATCH.search(line)
-        if step_match is None:
-            return None
+        by_epoch = step_match is None
+        if by_epoch:
+            # an epoch-only log (``Epoch 1/35, Train Loss: 1.63``): the epoch is the step; else
+            # a counter leading the line (``[ (3 ) Loss: 0.03, ...``, ``12: loss=...``)
+            step_match = _EPOCH.search(line) or _LEADING.match(line)
+            if step_match is None:
+                return None
         pairs = {}
         for key, value in _PAIR.findall(line):
             if key.lower() in _STEP_KEYS:
                 continue
             pairs[key.lower()] = float(value)
         for kind, key, value in _SPACED.findall(line):
-            name = key.lower()
+            name, number = key.lower(), float(value)
             if kind:
-                name = f"{_kind(kind)}/{name}"
-            pairs.setdefault(name, float(value))
+                # "Train Loss: 1.6, Test Acc: 59.9": the qualifier belongs to the name
+                if pairs.get(name) == number:
+                    del pairs[name]
+                pairs[f"{_kind(kind)}/{name}"] = number
+            else:
+                pairs.setdefault(name, number)
         pairs.pop("epoch_step", None)
         if not pairs:
             return None
         prefix = _PREFIX.match(line)
         if prefix:
-            kind = _kind(prefix.group(1)) if not prefix.group(1).lower().startswith("test") \
-                else "test"
+            kind = _kind(prefix.group(1))
             pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
         local = int(step_match.group(1))
+        if by_epoch:
+            return local, pairs
         total = int(step_match.group(2)) if step_match.group(2) else None
         return self._global_step(line, local, total), pairs
 
@@ -156,13 +199,27 @@ class _Parser:
         return self.offset + local
 
 
+#: A W&B run's ``files/`` folder keeps the run's console as ``output.log``.
+CONSOLE_FILES = ("output.log", "files/output.log")
+
+
+def find_console_file(folder: Path) -> Path | None:
+    """The console log a run folder keeps (W&B's ``files/output.log``), or None."""
+    return next((folder / name for name in CONSOLE_FILES if (folder / name).is_file()), None)
+
+
 def read_console(path: str | Path) -> Scalars:
-    """Read the progress lines of a console log.
+    """Read the progress lines of a console log (or of the one a run folder keeps).
 
     Raises:
-        DiagError: an unreadable file.
+        DiagError: an unreadable file, or a folder without a console log.
     """
     path = Path(path)
+    if path.is_dir():
+        found = find_console_file(path)
+        if found is None:
+            raise DiagError(f"{path}: no console log ({', '.join(CONSOLE_FILES)}) in it")
+        path = found
     collector = RowCollector()
     issues = ParseIssues()
     parser = _Parser()
@@ -176,8 +233,10 @@ def read_console(path: str | Path) -> Scalars:
                 pending = lines.pop() if block else b""
                 if len(pending) > _MAX_LINE:
                     pending = b""  # a runaway line: not a progress line
-                for raw in lines if block else [*lines, pending]:
-                    parsed = parser.parse(raw.decode("utf-8", "replace"))
+                # a record wrapped across a block boundary loses only its own pairs
+                texts = (raw.decode("utf-8", "replace") for raw in (lines if block else [*lines, pending]))
+                for text in logical_lines(texts):
+                    parsed = parser.parse(text)
                     if parsed is None:
                         continue
                     issues.lines += 1

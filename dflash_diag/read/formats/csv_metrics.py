@@ -41,8 +41,22 @@ def separator(head: bytes) -> str | None:
 
 
 def looks_like_metrics_csv(head: bytes) -> bool:
-    """Whether the first line is a CSV (or tab-separated) header with a step column."""
-    return separator(head) is not None
+    """Whether the first line is a CSV (or tab-separated) header with a step column (or an
+    ``epoch`` column and another: Keras' ``CSVLogger``)."""
+    if separator(head) is not None:
+        return True
+    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace").lstrip("\ufeff")
+    names = [n.strip().strip('"') for n in first.split(",")]
+    return len(names) >= 2 and "epoch" in names and all(
+        n and not _is_number(n) for n in names)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def find_metrics_csv(folder: Path) -> Path | None:
@@ -52,7 +66,10 @@ def find_metrics_csv(folder: Path) -> Path | None:
         return direct
     versions = []
     for child in folder.rglob(FILENAME):
-        match = re.search(r"version_(\d+)", str(child.parent))
+        # the nearest version_N folder of the file's own path below ``folder`` (a folder
+        # above, or the folder given, may be named anything)
+        match = next((m for part in reversed(child.parent.relative_to(folder).parts)
+                      if (m := re.fullmatch(r"version_(\d+)", part))), None)
         versions.append((int(match.group(1)) if match else -1, child.stat().st_mtime, child))
     return max(versions)[2] if versions else None
 
@@ -74,9 +91,9 @@ def read_metrics_csv(path: str | Path) -> Scalars:
         path = found
     header = _header(path)
     step_column = next((c for c in STEP_COLUMNS if c in header), None)
-    if step_column is None:
+    if step_column is None and "epoch" not in header:
         raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
-    if len(header) > WIDE_COLUMNS:
+    if len(header) > WIDE_COLUMNS and step_column is not None:
         return _read_wide(path, header, step_column, notes)
     try:
         # Every column as text: sparse lines and values such as "nan" must not upset the
@@ -86,8 +103,13 @@ def read_metrics_csv(path: str | Path) -> Scalars:
         frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True, separator=sep)
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
-    if step_column not in frame.columns:
+    step_column = next((c for c in STEP_COLUMNS if c in frame.columns), None)
+    if step_column is None and "epoch" not in frame.columns:
         raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
+    if step_column is None:
+        # Keras' CSVLogger: one line per epoch; the canonical log takes the epoch as the step
+        frame = frame.with_columns(pl.lit(None, pl.String).alias("_no_step"))
+        step_column = "_no_step"
     issues = ParseIssues(lines=frame.height)
     numbers = frame.with_row_index("row").select(
         pl.col("row").cast(pl.Int64),

@@ -19,8 +19,10 @@ from dflash_diag.read.files import check_encoding
 from dflash_diag.read.formats import (
     console,
     csv_metrics,
+    json_history,
     jsonl_rows,
     mlflow_store,
+    numeric_table,
     tensorboard,
     trainer_state,
     wandb_offline,
@@ -37,6 +39,8 @@ FORMATS: dict[str, str] = {
     "mlflow-sqlite": mlflow_store.FORMAT_SQLITE,
     "wandb": wandb_offline.FORMAT,
     "console": console.FORMAT,
+    "table": numeric_table.FORMAT,
+    "json-history": json_history.FORMAT,
 }
 #: Bytes of a file looked at to tell its format.
 HEAD_BYTES = 64 * 2**10
@@ -83,7 +87,7 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     head = head.lstrip(b"\x00")
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:]
-    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+    if head.startswith(LFS_POINTER):
         raise DiagError(f"{path}: a Git LFS pointer, not the log itself (fetch the file: "
                         "git lfs pull)")
     if not head.strip():
@@ -93,6 +97,14 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     if stripped.startswith(b"{"):
         if trainer_state.looks_like_trainer_state(head) and not _is_jsonl(stripped):
             return "hf-trainer-state"
+        if stripped.split(b"\n", 1)[0].strip() == b"{":
+            if json_history.load_history(path) is not None:
+                return "json-history"
+            # a pretty-printed JSON document: no log of JSON lines (each line would be malformed)
+            raise DiagError(f"{path}: one JSON document, not a log of JSON lines, and no "
+                            "trainer_state.json (no log_history)")
+        if b"\n" not in stripped.rstrip() and json_history.load_history(path) is not None:
+            return "json-history"  # the same history on one line
         return "jsonl"
     if csv_metrics.looks_like_metrics_csv(head):
         return "csv"
@@ -100,6 +112,8 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
             len(head) >= HEAD_BYTES - 4
             and console.looks_like_console(_head(path, console.DETECT_BYTES))):
         return "console"
+    if numeric_table.looks_like_numeric_table(path, head):
+        return "table"
     if not head.strip():
         return "jsonl"  # an empty file: the JSONL reader says "empty log"
     return None
@@ -135,6 +149,8 @@ def folder_formats(path: Path) -> list[str]:
         found.append("tensorboard")
     if csv_metrics.find_metrics_csv(path) is not None:
         found.append("csv")
+    if console.find_console_file(path) is not None:
+        found.append("console")
     return found
 
 
@@ -174,18 +190,67 @@ def tensorboard_runs(path: Path) -> list[Path]:
     return sorted(runs)
 
 
+#: The first line of a Git LFS pointer file (a repository's stand-in for a large file).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def _check_not_lfs(files: list[Path], where: Path) -> None:
+    """A run whose event files are all Git LFS pointers: say so, not "bad record header"."""
+    if files and all(_head(f, len(LFS_POINTER)) == LFS_POINTER for f in files):
+        raise DiagError(f"{where}: its event files are Git LFS pointers, not the logs themselves "
+                        "(fetch the files: git lfs pull)")
+
+
 def _read_tensorboard(path: Path) -> Scalars:
+    _check_not_lfs(tensorboard.event_files(path) if path.is_dir() else [path], path)
     if path.is_dir() and not tensorboard.event_files(path):
         runs = tensorboard_runs(path)
         if not runs:
             raise DiagError(f"{path}: no TensorBoard event files in it")
         latest = max(runs, key=tensorboard.newest_mtime)
+        pair = _keras_pair(latest)
+        if pair is not None:
+            return _read_keras_pair(*pair)
+        _check_not_lfs(tensorboard.event_files(latest), latest)
         scalars = tensorboard.read_tensorboard(latest)
         if len(runs) > 1:
             scalars.notes.append(f"latest of {len(runs)} TensorBoard runs: {latest} "
                                  "(give a run's folder to read another)")
         return scalars
     return tensorboard.read_tensorboard(path)
+
+
+#: Keras' ``TensorBoard`` callback writes a run as ``<log_dir>/train`` and
+#: ``<log_dir>/validation``, with the same tags (``epoch_loss``) in both.
+_KERAS_TRAIN, _KERAS_VALIDATION = "train", ("validation", "val", "eval")
+
+
+def _keras_pair(run: Path) -> tuple[Path, Path] | None:
+    """(train, validation) run folders when ``run`` is one of Keras' pair, else None."""
+    parent = run.parent
+    train = parent / _KERAS_TRAIN
+    validation = next((parent / n for n in _KERAS_VALIDATION
+                       if (parent / n).is_dir() and tensorboard.event_files(parent / n)), None)
+    if validation is None or not train.is_dir() or not tensorboard.event_files(train):
+        return None
+    return (train, validation) if run in (train, validation) else None
+
+
+def _read_keras_pair(train: Path, validation: Path) -> Scalars:
+    """One run of Keras' pair: the validation folder's tags as ``val/<tag>`` (its epoch_loss is
+    the validation loss, not a second training curve), records in step order."""
+    _check_not_lfs(tensorboard.event_files(train), train)
+    first = tensorboard.read_tensorboard(train)
+    second = tensorboard.read_tensorboard(validation)
+    frames = [first.long_frame(), second.long_frame().with_columns(
+        ("val/" + pl.col("key")).alias("key"))]
+    merged = (pl.concat(frames).sort("step", maintain_order=True, nulls_last=True)
+              .with_columns(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"))
+              .select(first.frame.columns))
+    first.issues.merge(second.issues)
+    notes = first.notes + [f"Keras' train and validation runs: {train} and {validation}"]
+    return Scalars(frame=merged, format=first.format, issues=first.issues, meta=first.meta,
+                   notes=notes)
 
 
 def _read_sqlite(path: Path) -> Scalars:
@@ -202,6 +267,8 @@ READERS: dict[str, Callable[[Path], Scalars]] = {
     "mlflow-sqlite": _read_sqlite,
     "wandb": wandb_offline.read_wandb,
     "console": console.read_console,
+    "table": numeric_table.read_numeric_table,
+    "json-history": json_history.read_json_history,
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dflash_diag.errors import DiagError
 from dflash_diag.logschema import METRIC_MAPS, REQUIRED
-from dflash_diag.read.aliases import STEP
+from dflash_diag.read.aliases import STEP, is_validation
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
 from dflash_diag.read.records import FIRST_N, ParseIssues
 
@@ -35,6 +35,7 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
     collector = RowCollector()
     issues = ParseIssues()
     line_no = 0
+    previous_step = None
     try:
         handle = path.open("rb")
     except OSError as exc:
@@ -78,10 +79,28 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
                 if is_own_event(record):
                     continue  # this project's own events belong to the native reader
                 step = next((record[k] for k in STEP_KEYS if k in record), None)
+                if step is not None and step == previous_step and _is_epoch_summary(record):
+                    record = _summary_names(record)
+                previous_step = step
                 collector.add(record, step=step, time=record.get("time", record.get("_timestamp")))
             if not block:
                 break
     return Scalars(frame=collector.frame(), format=FORMAT, issues=issues)
+
+
+def _is_epoch_summary(record: dict) -> bool:
+    """An end-of-epoch row (``{"epoch": 4, "step": 34100, "train_loss": ..., "val_loss": ...}``)
+    written at the step of the epoch's last train row: it carries validation values."""
+    return "epoch" in record and any(is_validation(str(k)) for k in record)
+
+
+def _summary_names(record: dict) -> dict:
+    """An epoch summary's train values renamed ``epoch_summary/<name>``: an epoch mean must not
+    overwrite the step's own value; its validation values stay as they are."""
+    return {k: v if k in STEP_KEYS or k == "epoch" or is_validation(str(k))
+            else None for k, v in record.items()} | {
+        f"epoch_summary/{k}": v for k, v in record.items()
+        if k not in STEP_KEYS and k != "epoch" and not is_validation(str(k))}
 
 
 #: This project's own event kinds (schema v1), which the native reader reads; another trainer's
@@ -91,7 +110,8 @@ _OWN_EVENTS = frozenset(kind for kind in REQUIRED if kind != "metrics")
 
 def is_own_event(record: dict) -> bool:
     """Whether a JSON record is one of this project's event records (not a metric record)."""
-    return record.get("event") in _OWN_EVENTS
+    event = record.get("event")
+    return isinstance(event, str) and event in _OWN_EVENTS
 
 
 def has_foreign_events(head: bytes) -> bool:

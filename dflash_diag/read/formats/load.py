@@ -148,6 +148,8 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
         return False  # the JSONL reader reports it
     if head[:2] == b"\x1f\x8b":
         return False  # compressed: this project's own logs
+    if len(head) < HEAD_BYTES and not head.endswith(b"\n"):
+        head += b"\n"  # the whole file: its last line (a one-line file's only one) is complete
     if head.startswith((b"\x00", b"\xef\xbb\xbf")) or has_foreign_events(head):
         return True  # a zero-filled or BOM start, another trainer's "event" records
     keys, nested = sample_keys(head)
@@ -161,10 +163,15 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
 
 
 def _native_names(keys: Mapping[str, type]) -> bool:
-    """Whether sampled keys are this project's schema: a ``step`` and a known metric name."""
-    from dflash_diag.logschema import METRIC_NUMBERS
+    """Whether sampled keys are this project's schema: a ``step``, a metric name of its own,
+    and no other trainer's alias of one (``train_loss``, ``val_loss``: the alias table)."""
+    from dflash_diag.logschema import METRIC_LISTS, METRIC_MAPS, METRIC_NUMBERS
+    from dflash_diag.read.aliases import is_alias
 
-    return "step" in keys and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time"))
+    own = {*METRIC_NUMBERS, *METRIC_LISTS, *METRIC_MAPS}
+    return ("step" in keys
+            and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time", "epoch"))
+            and not any(is_alias(k) for k in keys if k not in own))
 
 
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
@@ -204,6 +211,17 @@ def _richness(log: ParsedLog) -> tuple[int, int]:
     return log.metrics.height, sum(1 for e in log.events if e.kind == "eval")
 
 
+#: Canonical columns that say whether a run learns (one of them must hold a value).
+_PROGRESS = ("loss", "acc", "acc_pos", "tau_train", "walk_tokens")
+
+
+def _has_progress(log: ParsedLog) -> bool:
+    metrics = log.metrics
+    return metrics.height > 0 and any(
+        name in metrics.columns and metrics[name].null_count() < metrics.height
+        for name in _PROGRESS)
+
+
 def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     import polars as pl
 
@@ -226,8 +244,13 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
         raise DiagError(f"{plan.path}: cannot assemble its records "
                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
     log = canonical.log
-    if log.metrics.height == 0 and scalars.issues.lines:
+    if scalars.issues.lines and not _has_progress(log):
+        # records of lr, epoch or throughput only: nothing says whether the run learns
         raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
+    if not scalars.issues.lines and fmt != "jsonl":
+        what = ("no progress line (a step or an epoch with name: number pairs)"
+                if fmt == "console" else "no records")
+        raise DiagError(f"{plan.path}: {canonical.description}: {what} in it")
     log.sources = [plan.path]
     log.notes = [f"{plan.path}: {canonical.description}"] + [
         f"{plan.path}: {note}" for note in canonical.notes]
@@ -269,8 +292,10 @@ def nothing_maps_message(path: str, canonical, scalars) -> str:
     if validation and len(validation) == len([k for k in keys if "loss" in k or "acc" in k]):
         return (f"{head}; only validation series: {', '.join(validation[:_SHOWN_SERIES])} "
                 "(no training loss or accuracy; they are read as evals)")
-    loss_like = next((k for k in keys if "loss" in k.lower()), None)
-    acc_like = next((k for k in keys if "acc" in k.lower()), None)
+    # a run's closing summary (HF's train_loss over the whole run) is no curve to map
+    curves = [k for k in keys if not k.startswith(("summary/", "epoch_summary/"))]
+    loss_like = next((k for k in curves if "loss" in k.lower()), None)
+    acc_like = next((k for k in curves if "acc" in k.lower()), None)
     if loss_like is None and acc_like is None:
         return (f"{head}; numeric series found: {shown}{more} (none looks like a loss or an "
                 "accuracy); map one with --field loss=NAME")

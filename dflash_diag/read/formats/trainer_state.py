@@ -88,6 +88,10 @@ def read_trainer_state(path: str | Path) -> Scalars:
         if not isinstance(entry, dict):
             issues.malformed += 1
             continue
+        if "train_runtime" in entry:
+            # the run's closing summary (train_loss = the mean over the run): no logging call
+            entry = {f"summary/{k}": v for k, v in entry.items() if k != "step"} | {
+                "step": entry.get("step")}
         collector.add({k: v for k, v in entry.items() if k != "step"}, step=entry.get("step"))
     meta = {k: state.get(k) for k in ("max_steps", "num_train_epochs", "logging_steps",
                                       "eval_steps", "train_batch_size") if k in state}

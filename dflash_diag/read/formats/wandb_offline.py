@@ -50,8 +50,11 @@ def find_run_file(folder: Path) -> Path | None:
     files = sorted(folder.glob("*.wandb"))
     if files:
         return files[-1]
-    runs = sorted(p for p in folder.glob("*run-*") if p.is_dir())
-    for run in reversed(runs):  # names start with the run's start time: newest last
+    # a run folder is named [offline-]run-<start time>-<id>: newest last by the time, whether
+    # synced or offline (the "offline-" prefix would sort every offline run first)
+    runs = sorted((p for p in folder.glob("*run-*") if p.is_dir()),
+                  key=lambda p: (p.name.split("run-", 1)[-1], p.name))
+    for run in reversed(runs):
         files = sorted(run.glob("*.wandb"))
         if files:
             return files[-1]

@@ -204,12 +204,51 @@ def test_csv_with_100k_columns_reads_in_bounded_memory(tmp_path):
     rows = [f"{s},{3 - s / 100},{s / 200}" + "," * 100_000 for s in range(1, 51)]
     path = tmp_path / "metrics.csv"
     path.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
-    code = ("import resource, sys\n"
+    # VmHWM, not ru_maxrss: the latter keeps the forking pytest process's peak across exec
+    code = ("import sys\n"
             "from dflash_diag.read.formats.csv_metrics import read_metrics_csv\n"
             "s = read_metrics_csv(sys.argv[1])\n"
             "assert s.frame.height == 100, s.frame\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+            "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+            "print(int(hwm.split()[1]) // 1024)\n")
     out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) < 250, out.stdout  # MiB; about 60 now, over 1,000 before
+
+
+# -- acc_pos lists of a million elements --------------------------------------------------------
+
+def test_list_fields_are_cut_to_the_bound(tmp_path):
+    """A list of 10^6 elements is kept as its first MAX_LIST_ELEMENTS (a 5 MB log with one
+    such list cost 523 MiB), by polars' parse and by the line-by-line one (a bad line in the
+    same piece sends it there); the other records are untouched."""
+    from dflash_diag.read.jsonl import load_log
+    from dflash_diag.read.records import MAX_LIST_ELEMENTS
+
+    huge = "[" + ",".join(["0.5"] * 1_000_000) + "]"
+    lines = [json.dumps({"step": s, "loss": 1.0, "acc_pos": [0.9, 0.8]}) for s in range(1, 6)]
+    lines.append(f'{{"step": 6, "loss": 1.0, "acc_pos": {huge}, "walk_hist": {huge}}}')
+    for bad in ("", "{not json\n"):
+        path = tmp_path / "train.jsonl"
+        path.write_text("\n".join(lines) + "\n" + bad)
+        log = load_log(path)
+        lengths = log.metrics["acc_pos"].list.len().to_list()
+        assert lengths == [2] * 5 + [MAX_LIST_ELEMENTS], bad
+        if "walk_hist" in log.metrics.columns:
+            assert log.metrics["walk_hist"].list.len().max() <= MAX_LIST_ELEMENTS
+
+
+def test_numbered_position_keys_are_cut_to_the_bound():
+    from dflash_diag.read.formats.canonical import RowCollector, Scalars, to_parsed_log
+    from dflash_diag.read.presets import get_preset
+    from dflash_diag.read.records import MAX_LIST_ELEMENTS
+
+    collector = RowCollector()
+    for step in range(1, 4):
+        row = {"train/loss": 1.0, "train/lr": 1e-4}
+        row.update({f"train/acc_{k}": 0.5 for k in range(MAX_LIST_ELEMENTS + 50)})
+        collector.add(row, step=step)
+    log = to_parsed_log(Scalars(frame=collector.frame(), format="test"),
+                        preset=get_preset("specforge-eagle3")).log
+    assert log.metrics["acc_pos"].list.len().to_list() == [MAX_LIST_ELEMENTS] * 3

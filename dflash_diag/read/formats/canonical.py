@@ -27,7 +27,7 @@ import polars as pl
 from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
 from dflash_diag.read.formats.checks import count_nonfinite, drop_bad_steps, step_expr, step_value
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
-from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
+from dflash_diag.read.records import MAX_LIST_ELEMENTS, LogEvent, ParsedLog, ParseIssues
 
 #: The long frame of scalars that every format reader produces.
 SCALAR_SCHEMA: dict[str, pl.DataType] = {
@@ -246,7 +246,7 @@ def _numbered(patterns: Sequence[str], names: Sequence[str]) -> list[str]:
             if match:
                 found.append((int(match.group(1)), name))
         if found:
-            return [name for _, name in sorted(found)]
+            return [name for _, name in sorted(found)[:MAX_LIST_ELEMENTS]]
     return []
 
 

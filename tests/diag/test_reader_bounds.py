@@ -14,6 +14,7 @@ import tracemalloc
 import zlib
 
 import polars as pl
+import pytest
 
 from dflash_diag.read.formats import tensorboard
 from dflash_diag.read.formats.tensorboard import masked_crc32c, read_tensorboard
@@ -252,3 +253,57 @@ def test_numbered_position_keys_are_cut_to_the_bound():
     log = to_parsed_log(Scalars(frame=collector.frame(), format="test"),
                         preset=get_preset("specforge-eagle3")).log
     assert log.metrics["acc_pos"].list.len().to_list() == [MAX_LIST_ELEMENTS] * 3
+
+
+# -- trainer_state.json: log_history entry by entry -----------------------------------------------
+
+def test_trainer_state_is_read_entry_by_entry(tmp_path):
+    """A large state's log_history is decoded one entry at a time and its values packed into
+    polars pieces (json.load held every entry as a dict, and the collector every value as
+    Python objects: a 300 MB state cost 1.2-3 GB)."""
+    from dflash_diag.read.formats.trainer_state import read_trainer_state
+
+    entry = '{{"step": {s}, "loss": {l:.6f}, "learning_rate": 0.0001, "grad_norm": 1.25}}'
+    history = ",".join(entry.format(s=s, l=3 - s * 1e-6) for s in range(1, 150_001))
+    path = tmp_path / "trainer_state.json"
+    path.write_text('{"best_metric": null, "global_step": 150000, "log_history": ['
+                    + history + '], "max_steps": 150000, "train_batch_size": 8}')
+    scalars, peak = peak_bytes(read_trainer_state, path)
+    assert scalars.frame.height == 450_000 and scalars.issues.lines == 150_000
+    assert scalars.meta["max_steps"] == 150_000  # a key after log_history
+    assert scalars.frame["step"].to_list()[-1] == 150_000
+    assert peak < 16 * 2**20, peak  # the file is 11 MB; its objects were over 100 MB
+
+
+@pytest.mark.parametrize("text", [
+    '{"log_history": [{"step": 1, "loss": 2}], "global_step": 1} x',
+    '{"log_history": [{"step": 1, "loss": 2},]}',
+    '{"log_history": [{"step": 1, "loss": 2}',
+    '{"log_history": {"step": 1}}',
+    '[{"step": 1}]',
+    '{"log_history": [' + "[" * 100_000 + "]}",
+])
+def test_trainer_state_scanner_refuses_what_json_load_refuses(tmp_path, text):
+    from dflash_diag.errors import DiagError
+    from dflash_diag.read.formats.trainer_state import read_trainer_state
+
+    path = tmp_path / "trainer_state.json"
+    path.write_text(text)
+    with pytest.raises(DiagError) as exc:
+        read_trainer_state(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_trainer_state_scanner_values_across_chunks(tmp_path, monkeypatch):
+    """Numbers, strings and entries cut by the scanner's chunk end are read whole."""
+    from dflash_diag.read.formats import trainer_state
+
+    monkeypatch.setattr(trainer_state._Scanner, "CHUNK", 7, raising=False)
+    history = [{"step": s, "loss": 1.0 / s, "note": "é" * s} for s in range(1, 40)]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 39, "log_history": history, "max_steps": 1234567},
+                               ensure_ascii=False))
+    scalars = trainer_state.read_trainer_state(path)
+    assert scalars.frame.filter(pl.col("key") == "loss")["value"].to_list() == [
+        1.0 / s for s in range(1, 40)]
+    assert scalars.meta["max_steps"] == 1234567

@@ -257,22 +257,27 @@ def test_numbered_position_keys_are_cut_to_the_bound():
 
 # -- trainer_state.json: log_history entry by entry -----------------------------------------------
 
-def test_trainer_state_is_read_entry_by_entry(tmp_path):
+def test_trainer_state_is_read_entry_by_entry(tmp_path, monkeypatch):
     """A large state's log_history is decoded one entry at a time and its values packed into
     polars pieces (json.load held every entry as a dict, and the collector every value as
-    Python objects: a 300 MB state cost 1.2-3 GB)."""
-    from dflash_diag.read.formats.trainer_state import read_trainer_state
+    Python objects: a 300 MB state cost 1.2-3 GB). Small chunks and pieces, so that the bound
+    is far below the file's objects."""
+    from dflash_diag.read.formats import trainer_state
+    from dflash_diag.read.formats.canonical import RowCollector
 
+    if hasattr(trainer_state, "_Scanner"):
+        monkeypatch.setattr(trainer_state._Scanner, "CHUNK", 2**16)
+    monkeypatch.setattr(RowCollector, "PIECE_VALUES", 4096, raising=False)
     entry = '{{"step": {s}, "loss": {l:.6f}, "learning_rate": 0.0001, "grad_norm": 1.25}}'
-    history = ",".join(entry.format(s=s, l=3 - s * 1e-6) for s in range(1, 150_001))
+    history = ",".join(entry.format(s=s, l=3 - s * 1e-6) for s in range(1, 20_001))
     path = tmp_path / "trainer_state.json"
-    path.write_text('{"best_metric": null, "global_step": 150000, "log_history": ['
-                    + history + '], "max_steps": 150000, "train_batch_size": 8}')
-    scalars, peak = peak_bytes(read_trainer_state, path)
-    assert scalars.frame.height == 450_000 and scalars.issues.lines == 150_000
-    assert scalars.meta["max_steps"] == 150_000  # a key after log_history
-    assert scalars.frame["step"].to_list()[-1] == 150_000
-    assert peak < 16 * 2**20, peak  # the file is 11 MB; its objects were over 100 MB
+    path.write_text('{"best_metric": null, "global_step": 20000, "log_history": ['
+                    + history + '], "max_steps": 20000, "train_batch_size": 8}')
+    scalars, peak = peak_bytes(trainer_state.read_trainer_state, path)
+    assert scalars.frame.height == 60_000 and scalars.issues.lines == 20_000
+    assert scalars.meta["max_steps"] == 20_000  # a key after log_history
+    assert scalars.frame["step"].to_list()[-1] == 20_000
+    assert peak < 4 * 2**20, peak  # the file is 1.4 MB; its objects were over 12 MB
 
 
 @pytest.mark.parametrize("text", [

@@ -312,3 +312,26 @@ def test_trainer_state_scanner_values_across_chunks(tmp_path, monkeypatch):
     assert scalars.frame.filter(pl.col("key") == "loss")["value"].to_list() == [
         1.0 / s for s in range(1, 40)]
     assert scalars.meta["max_steps"] == 1234567
+
+
+def test_tensorboard_oversize_record_past_the_first_chunk_and_one_torn_at_the_end(
+        tmp_path, monkeypatch):
+    """The skip seeks to the oversize record's end in the FILE (the offset of a record after
+    the first chunk, not within its chunk), and a record whose framing (16 bytes) would end past
+    the file is a torn tail, not a record passed over (audit survivors 1 and 2)."""
+    monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    big = b"\x09" + struct.pack("<d", 1.7e9) + b"\x22" + b"\x80\x80\x04" + bytes(2**16)
+    before = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 4001))  # ~3 chunks
+    after = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(4001, 4101))
+    head = VERSION + before + _claim(len(big)) + big + struct.pack("<I", 0) + after
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(head)
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.long_frame()["step"].to_list() == list(range(1, 4101))
+    assert scalars.issues.torn_tail == []
+    # a claim that the file's bytes cover but its data CRC (4) and header (12) do not
+    rest = 2**17
+    torn = head + _claim(rest + 2) + bytes(rest)
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(torn)
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.long_frame()["step"].to_list() == list(range(1, 4101))
+    assert scalars.issues.torn_tail == [0]

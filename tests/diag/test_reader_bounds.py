@@ -335,3 +335,15 @@ def test_tensorboard_oversize_record_past_the_first_chunk_and_one_torn_at_the_en
     scalars = read_tensorboard(tmp_path)
     assert scalars.long_frame()["step"].to_list() == list(range(1, 4101))
     assert scalars.issues.torn_tail == [0]
+
+
+def test_trainer_state_scanner_refuses_a_stray_byte_after_the_document(tmp_path):
+    """Bytes after the closing brace, even a lone UTF-8 lead byte, are refused as json.load
+    refuses them (the scanner's decoder is told where the input ends)."""
+    from dflash_diag.errors import DiagError
+    from dflash_diag.read.formats.trainer_state import read_trainer_state
+
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(b'{"global_step": 1, "log_history": [{"step": 1, "loss": 2}]}\xc3')
+    with pytest.raises(DiagError, match="not valid JSON"):
+        read_trainer_state(path)

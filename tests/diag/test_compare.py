@@ -378,3 +378,26 @@ def test_regime_spanning_two_headers_takes_the_last_header_in_force(tmp_path):
     assert sync["tokens_per_step"] == 4096.0
     (boundary,) = data["boundaries"]
     assert boundary["matched"] == "dp=2" and "matches dp=2" in boundary["explanation"]
+
+
+def test_acc_zero_on_one_side_only_is_an_accuracy_signal(tmp_path):
+    """acc 0 before a boundary and 0.3 after: the accuracy moved, so a loss jump that no config
+    factor explains is a real change in training, not 'no accuracy signal' (that is acc 0 on
+    BOTH sides; audit survivor)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dflash_diag.cli import app
+
+    lines = [{"event": "run_start", "script": "sync", "world_size": 1}]
+    lines += [{"step": s, "loss": 2.0, "acc": 0.0} for s in range(1, 101)]
+    lines.append({"event": "run_start", "script": "pipeline", "world_size": 1})
+    lines += [{"step": s, "loss": 3.4, "acc": 0.3} for s in range(101, 201)]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = CliRunner().invoke(app, ["compare", str(path), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    (boundary,) = json.loads(result.stdout)["boundaries"]
+    assert "no accuracy signal" not in boundary["explanation"]
+    assert "looks like a real change in training" in boundary["explanation"]

@@ -279,21 +279,30 @@ def _weight(rows: pl.DataFrame) -> pl.Expr:
     return pl.lit(1.0)
 
 
-def mean_positions(rows: pl.DataFrame, column: str) -> list[float] | None:
-    """Per-position mean of a list column, weighted by ``n_blocks`` where every row has it."""
+def mean_positions(rows: pl.DataFrame, column: str,
+                   positions: int | None = None) -> list[float] | None:
+    """Per-position mean of a list column, weighted by ``n_blocks`` where every row has it;
+    the first ``positions`` only (None: all)."""
     if column not in rows.columns or rows.height == 0:
         return None
-    by_window = position_means_by_group(rows.with_columns(pl.lit(0).alias("_g")), column, "_g")
+    by_window = position_means_by_group(rows.with_columns(pl.lit(0).alias("_g")), column, "_g",
+                                        positions)
     return by_window.get(0)
 
 
-def position_means_by_group(rows: pl.DataFrame, column: str, group: str) -> dict[int, list[float]]:
+def position_means_by_group(rows: pl.DataFrame, column: str, group: str,
+                            positions: int | None = None) -> dict[int, list[float]]:
     """Per-position means of a list column for each value of ``group`` (one polars query),
-    weighted by ``n_blocks`` where every row has it; NaN/Inf elements are left out."""
+    weighted by ``n_blocks`` where every row has it; NaN/Inf elements are left out.
+
+    ``positions``: the first so many positions only (a block of B tokens drafts B - 1: a
+    longer list's tail is no position and must not change tau; None: all).
+    """
     if column not in rows.columns or rows.height == 0:
         return {}
+    values = pl.col(column) if positions is None else pl.col(column).list.head(positions)
     exploded = (
-        rows.select(pl.col(group), pl.col(column), _weight(rows).alias("_w"))
+        rows.select(pl.col(group), values, _weight(rows).alias("_w"))
         .filter(pl.col(column).is_not_null() & (pl.col(column).list.len() > 0))
         .with_columns(pl.int_ranges(pl.col(column).list.len()).alias("_pos"))
         .explode([column, "_pos"])
@@ -382,11 +391,11 @@ def training_estimates(
         elif walk_n is not None:
             basis += f", {plural(walk_n, 'record')}"
         out.append(TauEstimate(WALK, tau_walk, basis, se=tau_walk_se, held_back=held))
-    accept = mean_positions(rows, "accept_pos")
+    accept = mean_positions(rows, "accept_pos", block_size - 1)
     harmonic = harmonic_tau(accept, block_size) if accept else None
     if harmonic is not None:
         out.append(TauEstimate(HARMONIC, harmonic, f"accept_pos, {where}"))
-    acc_pos = mean_positions(rows, "acc_pos")
+    acc_pos = mean_positions(rows, "acc_pos", block_size - 1)
     if acc_pos:
         out.append(TauEstimate(CHAIN, chain_tau(acc_pos), f"acc_pos, {where}"))
     if acc is not None and math.isfinite(acc):

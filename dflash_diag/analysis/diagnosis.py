@@ -478,7 +478,7 @@ def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.Data
         start = windows[0].start - windows[0].index * size
         rows = load(frame.filter(pl.col("step").is_between(windows[0].start, windows[-1].end)))
         rows = rows.with_columns(window_index(start, size))
-        means = position_means_by_group(rows, column, "_window")
+        means = position_means_by_group(rows, column, "_window", block_size - 1)
         out = []
         for w in windows:
             values = means.get(w.index)

@@ -58,6 +58,7 @@ from dflash_diag.read.nonfinite_tokens import (
 from dflash_diag.read.records import (  # re-exported: the reader's public types live in records.py
     BOOKKEEPING_COLUMNS,
     FIRST_N,
+    MAX_LIST_ELEMENTS,
     STEP_LIMIT,
     LogEvent,
     ParsedLog,
@@ -163,6 +164,7 @@ def _parse_piece(
     issues.lines += parser.lines
     if parser.substituted:
         frame = undo_sentinels(frame)
+    frame = _bound_lists(frame, schema)
     if not parser.has_events:
         events = []
     else:
@@ -176,6 +178,18 @@ def _parse_piece(
         # of the whole assembled frame.
         frame = frame.filter(~is_event)
     return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
+
+
+def _bound_lists(frame: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """List columns cut to :data:`MAX_LIST_ELEMENTS` (only when some list is longer: no copy
+    of the usual frame)."""
+    names = [n for n, dtype in schema.items() if isinstance(dtype, pl.List) and n in frame.columns]
+    if not names or frame.height == 0:
+        return frame
+    longest = frame.select(pl.max_horizontal(pl.col(n).list.len().max() for n in names)).item()
+    if longest is None or longest <= MAX_LIST_ELEMENTS:
+        return frame
+    return frame.with_columns(pl.col(n).list.head(MAX_LIST_ELEMENTS) for n in names)
 
 
 def _assemble(
@@ -345,7 +359,7 @@ class _ChunkParser:
             if not isinstance(value, list):
                 self.issues.nonnumeric += 1
                 return None
-            return [self._number(item) for item in value]
+            return [self._number(item) for item in value[:MAX_LIST_ELEMENTS]]
         if dtype.is_numeric():
             return self._number(value)
         return None  # an extra field of a dtype this lenient path does not handle

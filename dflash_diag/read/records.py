@@ -20,6 +20,12 @@ FIRST_N = 5
 #: :attr:`ParseIssues.bad_step` and left out, never wrapped around or dropped silently.
 STEP_LIMIT = 2**53
 
+#: Elements of a list field (``acc_pos``, ``accept_pos``, the walk's histogram) kept per record:
+#: a block has B - 1 drafted positions (B is 16 in DFlash, 8 in EAGLE-3), so the rest of a
+#: longer list is no position and is not read; without a bound a log with a few lists of 10^6
+#: elements cost half a gigabyte and more.
+MAX_LIST_ELEMENTS = 1024
+
 #: Columns of :attr:`ParsedLog.metrics` besides the metric fields.
 BOOKKEEPING_COLUMNS = ("source", "seq", "run", "script")
 

@@ -146,7 +146,11 @@ class RefreshStats:
 
 
 def _head(path: Path) -> bytes:
+    """A regular file's first two bytes (a FIFO is never opened here: opening one blocks until
+    a writer comes, and watch refuses it at once elsewhere)."""
     try:
+        if not path.is_file():
+            return b""
         with path.open("rb") as handle:
             return handle.read(2)
     except OSError:

@@ -133,3 +133,39 @@ def test_mismatch_is_judged_against_walk_else_harmonic_not_the_upward_biased_pre
     walked = estimate_acceptance(0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5),
                                  tau_walk=3.5)
     assert walked.warnings and "(walk)" in walked.warnings[0]
+
+
+def test_only_the_first_b_minus_1_positions_count_toward_tau():
+    """A block of B tokens drafts B - 1 positions: a longer list's tail (a bug in a logger, a
+    hostile log) must not change the chain, harmonic or prefix estimates."""
+    exact = _rows(acc_pos=[[0.9, 0.8, 0.7]], accept_pos=[[0.9, 0.7, 0.5]])
+    longer = _rows(acc_pos=[[0.9, 0.8, 0.7, 1.0, 1.0, 1.0]],
+                   accept_pos=[[0.9, 0.7, 0.5, 0.5, 0.5]])
+    config = AcceptanceConfig(block_size=4)
+    want = estimate_acceptance(0.8, "w", exact, [], config)
+    got = estimate_acceptance(0.8, "w", longer, [], config)
+    assert {e.name: e.tau for e in got.estimates} == pytest.approx(
+        {e.name: e.tau for e in want.estimates})
+    assert mean_positions(longer, "acc_pos", 3) == pytest.approx([0.9, 0.8, 0.7])
+
+
+def test_per_window_chain_series_uses_b_minus_1_positions(tmp_path):
+    """The per-window tau series (the ETA's points) cuts the lists the same way."""
+    import json
+
+    from dflash_diag import load_log
+    from dflash_diag.analysis.diagnosis import DiagnosisConfig
+    from dflash_diag.converge.report import build_converge_report
+
+    def log(extra):
+        lines = [json.dumps({"event": "run_start", "block_size": 4})]
+        lines += [json.dumps({"step": s, "loss": 3 - s / 100, "acc": 0.5,
+                              "acc_pos": [0.9, 0.8, 0.7] + extra}) for s in range(1, 201)]
+        path = tmp_path / f"log{len(extra)}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        config = DiagnosisConfig(acceptance=AcceptanceConfig(block_size=4, target_tau=3.0))
+        return build_converge_report(load_log(path), config)  # a tau target: the series
+
+    exact, longer = log([]), log([1.0] * 20)
+    assert longer.tau_series == pytest.approx(exact.tau_series)
+    assert longer.acceptance.tau == pytest.approx(exact.acceptance.tau)

@@ -347,3 +347,57 @@ def test_per_token_loss_ratio_weights_by_n_pred():
     # the batch losses, (1 + 3) / 2 = 2.0, is what compare used to print)
     assert b.loss_ratio == pytest.approx((300 * 1.0 + 100 * 3.0) / 400)
     assert b.per_token_loss_ratio == pytest.approx((300 * 1.0 + 100 * 3.0) / 400)
+
+
+def test_regime_spanning_two_headers_takes_the_last_header_in_force(tmp_path):
+    """A pipeline regime logged under two headers (dp=1 budget 4096, then dp=2 budget 8192):
+    its config and tokens per step come from the last header in force, and the boundary with
+    the sync regime is explained by that config (dp=2), not by the first pipeline header's
+    (which has no factor against sync)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dflash_diag.cli import app
+
+    lines = [{"event": "run_start", "script": "sync", "world_size": 1, "token_budget": 4096}]
+    lines += [{"step": s, "loss": 1.5 - s / 1e4, "acc": 0.3 + s / 1e5} for s in range(1, 101)]
+    lines.append({"event": "run_start", "script": "pipeline", "world_size": 1, "token_budget": 4096})
+    lines += [{"step": s, "loss": 3.0 - s / 1e4, "acc": 0.3 + s / 1e5} for s in range(101, 151)]
+    lines.append({"event": "run_start", "script": "pipeline", "world_size": 2, "token_budget": 8192})
+    lines += [{"step": s, "loss": 3.0 - s / 1e4, "acc": 0.3 + s / 1e5} for s in range(151, 301)]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = CliRunner().invoke(app, ["compare", str(path), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    sync, pipeline = data["regimes"]
+    assert (pipeline["start_step"], pipeline["end_step"]) == (101, 300)
+    assert pipeline["config"]["world_size"] == 2 and pipeline["config"]["token_budget"] == 8192
+    assert pipeline["tokens_per_step"] == 16384.0  # 8192 x dp 2, from the last header
+    assert sync["tokens_per_step"] == 4096.0
+    (boundary,) = data["boundaries"]
+    assert boundary["matched"] == "dp=2" and "matches dp=2" in boundary["explanation"]
+
+
+def test_acc_zero_on_one_side_only_is_an_accuracy_signal(tmp_path):
+    """acc 0 before a boundary and 0.3 after: the accuracy moved, so a loss jump that no config
+    factor explains is a real change in training, not 'no accuracy signal' (that is acc 0 on
+    BOTH sides; audit survivor)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dflash_diag.cli import app
+
+    lines = [{"event": "run_start", "script": "sync", "world_size": 1}]
+    lines += [{"step": s, "loss": 2.0, "acc": 0.0} for s in range(1, 101)]
+    lines.append({"event": "run_start", "script": "pipeline", "world_size": 1})
+    lines += [{"step": s, "loss": 3.4, "acc": 0.3} for s in range(101, 201)]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = CliRunner().invoke(app, ["compare", str(path), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    (boundary,) = json.loads(result.stdout)["boundaries"]
+    assert "no accuracy signal" not in boundary["explanation"]
+    assert "looks like a real change in training" in boundary["explanation"]

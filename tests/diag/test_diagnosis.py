@@ -396,3 +396,27 @@ def test_watch_keeps_an_eval_older_than_its_history(tmp_path):
     watch = as_json("watch", path, "-f", "json", "--history", "10")["acceptance"]
     assert converge["estimator"] == watch["estimator"] == "measured"
     assert converge["tau"] == watch["tau"] == 1.7 and watch["measured_age_steps"] == 2500
+
+
+def test_calibration_numerator_is_the_measured_tau_of_the_eval(tmp_path):
+    """The ratio at the last eval is that eval's tau over the estimate of the window holding
+    it, each pinned to its own source (not only ``ratio == measured / estimate``: a ratio of
+    the wrong two numbers passes that)."""
+    block, survival = 4, [0.6, 0.3, 0.1]
+    records = [{"event": "run_start", "schema": 1, "script": "pipeline", "block_size": block}]
+    for step in range(1, 301):
+        accept = survival if step <= 200 else [0.8, 0.6, 0.4]  # the estimate moves on after 200
+        records.append({"step": step, "loss": 2.0 - step / 1000, "acc": 0.4,
+                        "acc_pos": [0.6, 0.5, 0.3], "accept_pos": accept})
+        if step in (100, 180):
+            records.append({"event": "eval", "step": step, "tau": 1.5 if step == 100 else 1.7,
+                            "n_prompts": 8})
+    path = tmp_path / "calibrated.jsonl"
+    path.write_bytes(dumps(records))
+    a = as_json("converge", path, "-f", "json", "--window", "50")["acceptance"]
+    c = a["calibration"]
+    assert (c["estimator"], c["step"]) == ("harmonic", 180)
+    assert c["measured"] == pytest.approx(1.7)  # the eval's tau, not the latest estimate
+    assert c["estimate"] == pytest.approx(harmonic_tau(survival, block))  # the window of step 180
+    assert c["ratio"] == pytest.approx(1.7 / harmonic_tau(survival, block))
+    assert a["tau"] == pytest.approx(1.7) and a["measured_step"] == 180

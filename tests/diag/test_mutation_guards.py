@@ -11,6 +11,8 @@ import csv
 import io
 import json
 
+import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from dflash_diag.cli import app
@@ -98,3 +100,38 @@ def test_the_step_at_warmup_steps_is_not_warmup(tmp_path):
 
     assert phase(99) == "warmup"
     assert phase(100) == "decay"
+
+
+def test_two_run_window_loss_leaves_nan_records_out_of_the_weights():
+    """A NaN loss is left out of the window mean, its weight too (audit survivor: the weights
+    of the NaN records stayed in the denominator, pulling the mean down)."""
+    from dflash_diag.compare.report import align_runs
+
+    steps = list(range(1, 11))
+    a = pl.DataFrame({"step": steps, "loss": [2.0] * 4 + [float("nan")] * 2 + [2.0] * 4,
+                      "acc": [0.5] * 10})
+    b = pl.DataFrame({"step": steps, "loss": [3.0] * 10, "acc": [0.5] * 10})
+
+    (window,) = align_runs(a, b, window=10).windows
+    assert window.loss_a == pytest.approx(2.0) and window.loss_b == pytest.approx(3.0)
+
+
+def test_level_shift_and_noise_are_no_loss_spikes():
+    """A loss that jumps and stays (each high window has an equal neighbour) is no spike, and
+    a bump inside the curve's own noise is none either: the floor is a floor, not a ceiling on
+    the robust scale (audit survivors)."""
+    from dflash_diag.analysis.alerts import loss_spikes
+
+    assert loss_spikes([1.0, 1.0, 1.0, 5.0, 5.0]) == []
+    assert loss_spikes([1.0, 1.3, 0.9, 1.5, 0.95, 1.3, 1.0]) == []
+    assert loss_spikes([1.0, 1.01, 0.99, 3.0, 1.0, 1.01, 0.99]) == [3]  # a real one still is
+
+
+def test_window_label_never_ends_before_the_window_starts():
+    from types import SimpleNamespace
+
+    from dflash_diag.analysis.spans import window_label
+
+    window = SimpleNamespace(start=101, end=150)
+    assert window_label(window, 90) == "101"  # data behind the window: its start alone
+    assert window_label(window, 120) == "101-120" and window_label(window, None) == "101-150"

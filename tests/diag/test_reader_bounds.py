@@ -14,6 +14,7 @@ import tracemalloc
 import zlib
 
 import polars as pl
+import pytest
 
 from dflash_diag.read.formats import tensorboard
 from dflash_diag.read.formats.tensorboard import masked_crc32c, read_tensorboard
@@ -204,15 +205,145 @@ def test_csv_with_100k_columns_reads_in_bounded_memory(tmp_path):
     rows = [f"{s},{3 - s / 100},{s / 200}" + "," * 100_000 for s in range(1, 51)]
     path = tmp_path / "metrics.csv"
     path.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
-    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child forked from a large
-    # pytest process reports the parent's peak; VmHWM belongs to the new image.
-    code = ("import re, sys\n"
+    # VmHWM, not ru_maxrss: the latter keeps the forking pytest process's peak across exec
+    code = ("import sys\n"
             "from dflash_diag.read.formats.csv_metrics import read_metrics_csv\n"
             "s = read_metrics_csv(sys.argv[1])\n"
             "assert s.frame.height == 100, s.frame\n"
-            "status = open('/proc/self/status').read()\n"
-            "print(int(re.search(r'VmHWM:\\s+(\\d+)', status).group(1)) // 1024)\n")
+            "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+            "print(int(hwm.split()[1]) // 1024)\n")
     out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) < 250, out.stdout  # MiB; about 60 now, over 1,000 before
+
+
+# -- acc_pos lists of a million elements --------------------------------------------------------
+
+def test_list_fields_are_cut_to_the_bound(tmp_path):
+    """A list of 10^6 elements is kept as its first MAX_LIST_ELEMENTS (a 5 MB log with one
+    such list cost 523 MiB), by polars' parse and by the line-by-line one (a bad line in the
+    same piece sends it there); the other records are untouched."""
+    from dflash_diag.read.jsonl import load_log
+    from dflash_diag.read.records import MAX_LIST_ELEMENTS
+
+    huge = "[" + ",".join(["0.5"] * 1_000_000) + "]"
+    lines = [json.dumps({"step": s, "loss": 1.0, "acc_pos": [0.9, 0.8]}) for s in range(1, 6)]
+    lines.append(f'{{"step": 6, "loss": 1.0, "acc_pos": {huge}, "walk_hist": {huge}}}')
+    for bad in ("", "{not json\n"):
+        path = tmp_path / "train.jsonl"
+        path.write_text("\n".join(lines) + "\n" + bad)
+        log = load_log(path)
+        lengths = log.metrics["acc_pos"].list.len().to_list()
+        assert lengths == [2] * 5 + [MAX_LIST_ELEMENTS], bad
+        if "walk_hist" in log.metrics.columns:
+            assert log.metrics["walk_hist"].list.len().max() <= MAX_LIST_ELEMENTS
+
+
+def test_numbered_position_keys_are_cut_to_the_bound():
+    from dflash_diag.read.formats.canonical import RowCollector, Scalars, to_parsed_log
+    from dflash_diag.read.presets import get_preset
+    from dflash_diag.read.records import MAX_LIST_ELEMENTS
+
+    collector = RowCollector()
+    for step in range(1, 4):
+        row = {"train/loss": 1.0, "train/lr": 1e-4}
+        row.update({f"train/acc_{k}": 0.5 for k in range(MAX_LIST_ELEMENTS + 50)})
+        collector.add(row, step=step)
+    log = to_parsed_log(Scalars(frame=collector.frame(), format="test"),
+                        preset=get_preset("specforge-eagle3")).log
+    assert log.metrics["acc_pos"].list.len().to_list() == [MAX_LIST_ELEMENTS] * 3
+
+
+# -- trainer_state.json: log_history entry by entry -----------------------------------------------
+
+def test_trainer_state_is_read_entry_by_entry(tmp_path, monkeypatch):
+    """A large state's log_history is decoded one entry at a time and its values packed into
+    polars pieces (json.load held every entry as a dict, and the collector every value as
+    Python objects: a 300 MB state cost 1.2-3 GB). Small chunks and pieces, so that the bound
+    is far below the file's objects."""
+    from dflash_diag.read.formats import trainer_state
+    from dflash_diag.read.formats.canonical import RowCollector
+
+    if hasattr(trainer_state, "_Scanner"):
+        monkeypatch.setattr(trainer_state._Scanner, "CHUNK", 2**16)
+    monkeypatch.setattr(RowCollector, "PIECE_VALUES", 4096, raising=False)
+    entry = '{{"step": {s}, "loss": {l:.6f}, "learning_rate": 0.0001, "grad_norm": 1.25}}'
+    history = ",".join(entry.format(s=s, l=3 - s * 1e-6) for s in range(1, 20_001))
+    path = tmp_path / "trainer_state.json"
+    path.write_text('{"best_metric": null, "global_step": 20000, "log_history": ['
+                    + history + '], "max_steps": 20000, "train_batch_size": 8}')
+    scalars, peak = peak_bytes(trainer_state.read_trainer_state, path)
+    assert scalars.frame.height == 60_000 and scalars.issues.lines == 20_000
+    assert scalars.meta["max_steps"] == 20_000  # a key after log_history
+    assert scalars.frame["step"].to_list()[-1] == 20_000
+    assert peak < 4 * 2**20, peak  # the file is 1.4 MB; its objects were over 12 MB
+
+
+@pytest.mark.parametrize("text", [
+    '{"log_history": [{"step": 1, "loss": 2}], "global_step": 1} x',
+    '{"log_history": [{"step": 1, "loss": 2},]}',
+    '{"log_history": [{"step": 1, "loss": 2}',
+    '{"log_history": {"step": 1}}',
+    '[{"step": 1}]',
+    '{"log_history": [' + "[" * 100_000 + "]}",
+])
+def test_trainer_state_scanner_refuses_what_json_load_refuses(tmp_path, text):
+    from dflash_diag.errors import DiagError
+    from dflash_diag.read.formats.trainer_state import read_trainer_state
+
+    path = tmp_path / "trainer_state.json"
+    path.write_text(text)
+    with pytest.raises(DiagError) as exc:
+        read_trainer_state(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_trainer_state_scanner_values_across_chunks(tmp_path, monkeypatch):
+    """Numbers, strings and entries cut by the scanner's chunk end are read whole."""
+    from dflash_diag.read.formats import trainer_state
+
+    monkeypatch.setattr(trainer_state._Scanner, "CHUNK", 7, raising=False)
+    history = [{"step": s, "loss": 1.0 / s, "note": "é" * s} for s in range(1, 40)]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 39, "log_history": history, "max_steps": 1234567},
+                               ensure_ascii=False))
+    scalars = trainer_state.read_trainer_state(path)
+    assert scalars.frame.filter(pl.col("key") == "loss")["value"].to_list() == [
+        1.0 / s for s in range(1, 40)]
+    assert scalars.meta["max_steps"] == 1234567
+
+
+def test_tensorboard_oversize_record_past_the_first_chunk_and_one_torn_at_the_end(
+        tmp_path, monkeypatch):
+    """The skip seeks to the oversize record's end in the FILE (the offset of a record after
+    the first chunk, not within its chunk), and a record whose framing (16 bytes) would end past
+    the file is a torn tail, not a record passed over (audit survivors 1 and 2)."""
+    monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    big = b"\x09" + struct.pack("<d", 1.7e9) + b"\x22" + b"\x80\x80\x04" + bytes(2**16)
+    before = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 4001))  # ~3 chunks
+    after = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(4001, 4101))
+    head = VERSION + before + _claim(len(big)) + big + struct.pack("<I", 0) + after
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(head)
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.long_frame()["step"].to_list() == list(range(1, 4101))
+    assert scalars.issues.torn_tail == []
+    # a claim that the file's bytes cover but its data CRC (4) and header (12) do not
+    rest = 2**17
+    torn = head + _claim(rest + 2) + bytes(rest)
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(torn)
+    scalars = read_tensorboard(tmp_path)
+    assert scalars.long_frame()["step"].to_list() == list(range(1, 4101))
+    assert scalars.issues.torn_tail == [0]
+
+
+def test_trainer_state_scanner_refuses_a_stray_byte_after_the_document(tmp_path):
+    """Bytes after the closing brace, even a lone UTF-8 lead byte, are refused as json.load
+    refuses them (the scanner's decoder is told where the input ends)."""
+    from dflash_diag.errors import DiagError
+    from dflash_diag.read.formats.trainer_state import read_trainer_state
+
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(b'{"global_step": 1, "log_history": [{"step": 1, "loss": 2}]}\xc3')
+    with pytest.raises(DiagError, match="not valid JSON"):
+        read_trainer_state(path)

@@ -202,3 +202,42 @@ def test_step_keys_of_a_preset_out_of_range(tmp_path):
 
 
 _ = _varint  # the W&B framing helpers come from test_reader_bounds
+
+
+def test_a_step_of_exactly_2_53_is_out_of_range_in_every_reader(tmp_path):
+    """The bound is inclusive, as the JSONL reader's (``at least 2^53``)."""
+    for fmt in ("jsonl", "wandb", "mlflow", "hf-trainer-state", "csv"):
+        folder = tmp_path / fmt
+        folder.mkdir()
+        path = WRITERS[fmt](folder, extra_steps=(2**53,))
+        text = " ".join(text_report(path).split())
+        assert "1 record(s) with a step out of range" in text, fmt
+
+
+def test_tensorboard_events_without_wall_time_have_no_nonfinite_values(tmp_path):
+    """TF2's tensor scalars carry no wall time (the reader's time is NaN then): the format's own
+    missing time is not a NaN metric value."""
+    from .test_formats_readers import _tensor_event
+
+    data = VERSION + b"".join(_tensor_event(s, "train/loss", 3 - s / 100)
+                              + _tensor_event(s, "train/acc", s / 100) for s in STEPS)
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(data)
+    assert converge(tmp_path)["nonfinite"] == 0
+
+
+def test_inf_in_a_numbered_position_key_is_counted(tmp_path):
+    """acc_pos assembled from train/acc_0.. (SpecForge EAGLE-3): an Inf element is counted as
+    the JSONL reader counts list elements."""
+    data = VERSION
+    for s in STEPS:
+        data += _scalar_event(s, "train/lr", 1e-4) + _scalar_event(s, "train/ploss_0", 2.0)
+        data += _scalar_event(s, "train/acc_0", math.inf if s == 7 else 0.5)
+        data += _scalar_event(s, "train/acc_1", math.nan if s == 8 else 0.4)
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(data)
+    from dflash_diag.read.formats.canonical import to_parsed_log
+    from dflash_diag.read.formats.tensorboard import read_tensorboard
+    from dflash_diag.read.presets import get_preset
+
+    log = to_parsed_log(read_tensorboard(tmp_path), preset=get_preset("specforge-eagle3")).log
+    assert log.issues.nonfinite["acc_pos"] == 2  # the Inf and the NaN element
+    assert log.issues.nonfinite["acc"] == 2  # the mean accuracy built from them

@@ -28,7 +28,7 @@ from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
 from dflash_diag.read.aliases import GENERAL, VALIDATION, first_alias
 from dflash_diag.read.formats.checks import count_nonfinite, drop_bad_steps, step_expr, step_value
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
-from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
+from dflash_diag.read.records import MAX_LIST_ELEMENTS, LogEvent, ParsedLog, ParseIssues
 
 #: The long frame of scalars that every format reader produces.
 SCALAR_SCHEMA: dict[str, pl.DataType] = {
@@ -85,6 +85,10 @@ class RowCollector:
     numbers and numeric strings are kept, anything else is skipped (strings, lists, bools).
     """
 
+    #: Values gathered in Python lists before they are packed into a polars piece (a value in
+    #: the lists costs about 100 bytes, in a piece 48: a large log is not held as objects).
+    PIECE_VALUES = 2**16
+
     def __init__(self) -> None:
         self.rows: list[int] = []
         self.steps: list[int | None] = []
@@ -92,6 +96,7 @@ class RowCollector:
         self.values: list[float] = []
         self.times: list[float | None] = []
         self.n_records = 0
+        self._pieces: list[pl.DataFrame] = []
 
     def add(self, record: Mapping[str, Any], step: Any = None, time: Any = None) -> None:
         """Add one record; ``step``/``time`` are the format's own (None: none)."""
@@ -108,14 +113,24 @@ class RowCollector:
             self.keys.append(key)
             self.values.append(number)
             self.times.append(time_value)
+        if len(self.values) >= self.PIECE_VALUES:
+            self._pack()
 
-    def frame(self) -> pl.DataFrame:
-        """The long frame of everything added."""
-        return pl.DataFrame(
+    def _pack(self) -> None:
+        self._pieces.append(pl.DataFrame(
             {"row": self.rows, "step": self.steps, "key": self.keys, "value": self.values,
              "time": self.times},
             schema=SCALAR_SCHEMA,
-        )
+        ))
+        self.rows, self.steps, self.keys, self.values, self.times = [], [], [], [], []
+
+    def frame(self) -> pl.DataFrame:
+        """The long frame of everything added."""
+        self._pack()
+        pieces, self._pieces = self._pieces, []
+        frame = pieces[0] if len(pieces) == 1 else pl.concat(pieces)
+        self._pieces = [frame]
+        return frame
 
 
 #: Nesting levels flattened; deeper objects are no metric (and must not exhaust the stack).
@@ -256,7 +271,7 @@ def _numbered(patterns: Sequence[str], names: Sequence[str]) -> list[str]:
             if match:
                 found.append((int(match.group(1)), name))
         if found:
-            return [name for _, name in sorted(found)]
+            return [name for _, name in sorted(found)[:MAX_LIST_ELEMENTS]]
     return []
 
 

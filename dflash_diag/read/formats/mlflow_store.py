@@ -17,7 +17,6 @@ which (a run's own folder reads that run).
 
 from __future__ import annotations
 
-import math
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -211,13 +210,10 @@ def _params(folder: Path) -> dict[str, str]:
 
 
 def _number(value: object) -> float | None:
-    """A stored number as a float (an integer beyond the float range is ±inf), else None."""
+    """A stored number as a float (SQLite integers are 64-bit: always a float), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.copysign(math.inf, value)
+    return float(value)
 
 
 def looks_like_sqlite(head: bytes) -> bool:

@@ -11,6 +11,7 @@ largest ``global_step`` wins (ties: the newest).
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -48,18 +49,149 @@ def find_state_files(folder: Path) -> list[Path]:
 
 
 def _load(path: Path) -> dict[str, Any]:
+    """The state's top-level fields, its ``log_history`` as a :class:`_History` (read entry by
+    entry when iterated: the list of dicts of a 300 MB state cost gigabytes, held whole)."""
     try:
         if path.stat().st_size > _MAX_BYTES:
             raise DiagError(f"{path}: too large for a trainer_state.json")
         with path.open("rb") as handle:
-            state = json.load(handle)
+            scanner = _Scanner(handle)
+            state: dict[str, Any] = {}
+            for key in scanner.object_keys():
+                if key == "log_history" and scanner.peek() == "[":
+                    start = scanner.offset()
+                    for _ in scanner.array_items():
+                        pass  # checked and passed over; read again when iterated
+                    state[key] = _History(path, start)
+                else:
+                    state[key] = scanner.value()
+            scanner.end()
     except OSError as exc:
         raise DiagError(f"cannot read {path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise DiagError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+    if not isinstance(state.get("log_history"), _History):
         raise DiagError(f"{path}: not a trainer_state.json (no log_history list)")
     return state
+
+
+class _History:
+    """A state file's ``log_history``, its entries decoded one at a time when iterated."""
+
+    def __init__(self, path: Path, start: int) -> None:
+        self.path = path
+        self.start = start  # character offset of its "["
+
+    def __iter__(self):
+        try:
+            with self.path.open("rb") as handle:
+                scanner = _Scanner(handle)
+                scanner.skip_to(self.start)
+                yield from scanner.array_items(decode=True)
+        except OSError as exc:
+            raise DiagError(f"cannot read {self.path}: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise DiagError(f"{self.path}: not valid JSON ({exc})") from None
+
+
+class _Scanner:
+    """Reads one JSON document piece by piece: the top-level object's keys, and each element
+    of an array, with :meth:`json.JSONDecoder.raw_decode` over a buffer refilled in chunks
+    (memory: a chunk and the largest single value, not the document).
+
+    Raises ``ValueError`` on invalid JSON, as :func:`json.load` does.
+    """
+
+    CHUNK = 2**20
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.decoder = codecs.getincrementaldecoder("utf-8-sig")()
+        self.text = ""
+        self.pos = 0
+        self.consumed = 0  # characters dropped before ``text``
+        self.eof = False
+        self.json = json.JSONDecoder()
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.handle.read(self.CHUNK)
+        self.text = self.text[self.pos:] + self.decoder.decode(chunk, final=not chunk)
+        self.consumed += self.pos
+        self.pos = 0
+        self.eof = not chunk
+        return True
+
+    def offset(self) -> int:
+        return self.consumed + self.pos
+
+    def skip_to(self, offset: int) -> None:
+        while self.consumed + len(self.text) <= offset and self._fill():
+            pass
+        self.pos = offset - self.consumed
+
+    def peek(self) -> str:
+        while True:
+            while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < len(self.text) or not self._fill():
+                return self.text[self.pos:self.pos + 1]
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise ValueError(f"expected {char!r} at character {self.offset()}")
+        self.pos += 1
+
+    def value(self, decode: bool = True) -> Any:
+        self.peek()
+        while True:
+            try:
+                value, end = self.json.raw_decode(self.text, self.pos)
+            except ValueError:
+                # perhaps only cut by the buffer's end: read on (bounded by the file cap)
+                if self._fill():
+                    continue
+                raise
+            if end == len(self.text) and not self.eof and self.text[self.pos] not in "{[\"":
+                self._fill()  # a number may go on in the next chunk
+                continue
+            self.pos = end
+            return value if decode else None
+
+    def object_keys(self):
+        self.expect("{")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            if self.peek() != '"':
+                raise ValueError(f"expected a key at character {self.offset()}")
+            key = self.value()
+            self.expect(":")
+            yield key
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("}")
+            return
+
+    def array_items(self, decode: bool = False):
+        self.expect("[")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield self.value()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("]")
+            return
+
+    def end(self) -> None:
+        if self.peek():
+            raise ValueError(f"extra data at character {self.offset()}")
 
 
 def read_trainer_state(path: str | Path) -> Scalars:

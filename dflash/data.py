@@ -119,12 +119,22 @@ def load_dataset(directory: Path | str = DEFAULT_DATA_DIR) -> Dataset:
     path = Path(directory) / TRAIN_FILE
     if not path.is_file():
         raise ValueError(f"no dataset at {path} (run `python -m pipelines.make_data`)")
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get("meta", "{}"))
-    t = load_file(str(path))
-    return Dataset(t["tokens"], t["offsets"], t["response_starts"], meta)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads((f.metadata() or {}).get("meta", "{}"))
+        t = load_file(str(path))
+        dataset = Dataset(t["tokens"], t["offsets"], t["response_starts"], meta)
+    except (SafetensorError, OSError, json.JSONDecodeError, KeyError, ValueError,
+            RuntimeError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise ValueError(f"dataset {path} is damaged or not a dataset ({type(e).__name__}: "
+                         f"{detail}); regenerate it (python -m pipelines.make_data)") from None
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {path} holds no examples; regenerate it "
+                         "(python -m pipelines.make_data)")
+    return dataset
 
 
 def load_eval_prompts(directory: Path | str = DEFAULT_DATA_DIR, n: int | None = None

@@ -356,3 +356,23 @@ def build_config(cls: type[C], file: str | Path | None = None,
         return cls(**values)
     except TypeError as e:  # e.g. a table where a number belongs
         raise ValueError(str(e)) from None
+
+
+def requested_drafter(cls: type[TrainConfig], file: str | Path | None = None,
+                      overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The drafter fields the user asked for: the file's ``[drafter]`` table (top level or the
+    program's table) and ``--block-size`` / ``--draft-layers``, the built-in defaults left out.
+
+    A resumed run keeps its checkpoint's drafter, so these are what it must agree with
+    (:func:`pipelines.resume.check_resume_drafter`); a default is no request.
+    """
+    raw: dict[str, Any] = read_toml(file) if file is not None else {}
+    section = "pipeline" if issubclass(cls, PipelineConfig) else "sync"
+    table: dict[str, Any] = {}
+    for where in (raw, raw.get(section)):
+        if isinstance(where, dict) and isinstance(where.get("drafter"), dict):
+            table = dict(where["drafter"])
+    for k, v in (overrides or {}).items():
+        if k.startswith("drafter.") and v is not None:
+            table[k.split(".", 1)[1]] = v
+    return table

@@ -76,6 +76,13 @@ def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets
             assert rec["tok_per_sec"] == pytest.approx(rec["n_tokens"] / own)
     for step, (g, r0, r1) in enumerate(zip(b, *map(metrics_of, ranks)), start=1):
         assert r0["step"] == r1["step"] == step
+        # The gradient itself, before clipping: the same as one rank's with double accumulation.
+        # (AdamW normalises a gradient's scale away and clipping caps it, so the weights above
+        # stay equal under a wrong 1/world_size factor; the logged norm does not.)
+        assert r0["grad_norm"] == r1["grad_norm"]
+        assert r0["grad_norm"] == pytest.approx(a[step - 1]["grad_norm"], rel=1e-4)
+        if program == "pipeline":
+            assert g["grad_norm"] == pytest.approx(a[step - 1]["grad_norm"], rel=1e-4)
         n_pred = r0["n_pred"] + r1["n_pred"]
         assert g["acc"] == pytest.approx((r0["acc"] * r0["n_pred"] + r1["acc"] * r1["n_pred"]) / n_pred)
         if program == "pipeline":

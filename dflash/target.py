@@ -116,9 +116,9 @@ class TargetModel:
         local = Path(str(path_or_id)).is_dir()
         try:
             return AutoConfig.from_pretrained(str(path_or_id), local_files_only=local)
-        except Exception as e:  # noqa: BLE001 - a hostile config.json fails in many ways
+        except Exception as e:
             detail = " ".join(str(e).split())[:300]
-            raise ValueError(f"cannot read the config of target model {path_or_id!r}: "
+            raise ValueError(f"cannot load target model {path_or_id!r}: its config: "
                              f"{detail}") from e
 
     @property

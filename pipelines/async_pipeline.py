@@ -230,14 +230,21 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
                     cursor, epoch = item.cursor, item.epoch
                 walk = {}
                 if walk_due(cfg, k) and dp.is_main:
-                    # The walked tau on the step's last micro-batch (its own target features, no
-                    # gradients), before the update: the drafter state the step's other metrics
-                    # describe, on sequences it has not been trained on yet (in the first epoch),
-                    # so the walk is not read in-sample. Its time counts in this step's tok/s.
+                    # The walked tau before the update (the drafter state the step's other
+                    # metrics describe), without gradients; its time counts in this step's tok/s.
+                    # On the held-out split: sequences never trained on, in every epoch. Without
+                    # one, on the step's last micro-batch (its own target features): not yet
+                    # trained on in the first epoch only.
                     with precision:
-                        walk = walk_batch(drafter, setup.target, batch, item.features,
-                                          horizon=setup.horizon,
-                                          max_seqs=cfg.walk_seqs).to_log_dict()
+                        if setup.held_out is not None:
+                            walk = setup.held_out.walk(
+                                drafter, setup.target, layer_ids, setup.horizon,
+                                record=k // (cfg.log_every * cfg.walk_every) - 1,
+                                n=cfg.walk_seqs, device=cfg.device)
+                        else:
+                            walk = walk_batch(drafter, setup.target, batch, item.features,
+                                              horizon=setup.horizon,
+                                              max_seqs=cfg.walk_seqs).to_log_dict()
                 local, m = m, reduce_step(dp, m)
                 lr = setup.schedule.lr_at(k)
                 scale = grad_scale_for(dp, m)

@@ -56,6 +56,7 @@ from .preflight import (
 from .resume import micro_batches_per_step, resume_layout_note, schedule_for
 from .run_lock import RunLock, acquire_run_lock
 from .schedule import Schedule
+from .walk_split import HeldOutWalk, split_for_walk
 
 
 def resolve_target(target: str) -> str:
@@ -115,6 +116,8 @@ class Setup:
     horizon: int = 0
     """Tokens per response of the eval and of the walked tau (the prefill token included):
     ``eval_new_tokens``, default the longest training response."""
+    held_out: HeldOutWalk | None = None
+    """The held-out examples the walked tau walks (None: it walks the training batch)."""
     lock: RunLock = field(default_factory=RunLock)
     """This launch's locks on the checkpoint directory and the log (:mod:`pipelines.run_lock`),
     released when the run ends (``with setup.lock:``)."""
@@ -199,17 +202,15 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.peak_lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     start_step, cursor, resumed_from, saved_schedule = 0, None, None, None
+    saved_split: dict[str, Any] | None = None
     dp = dp or DataParallel(device=cfg.device)
     if cfg.resume is not None:
         state = restore_training_checkpoint(cfg.resume, drafter, optimizer, device=cfg.device)
-        try:
-            check_cursor_fits(state, cfg.resume, len(dataset))
-        except CheckpointError as e:
-            raise TrainingError(f"cannot resume: {e}") from None
         # The AdamW moments travel with the checkpoint; its hyper-parameters are this config's
         # (load_state_dict brought back the old run's weight decay with the moments).
         for group in optimizer.param_groups:
             group["weight_decay"] = cfg.weight_decay
+        saved_split = state.get("walk_held_out") or {}  # older checkpoints: trained on all
         start_step = state["step"]
         cursor = Cursor.from_json(state["cursor"]) if state.get("cursor") else None
         resumed_from = {"path": str(cfg.resume), "step": start_step}
@@ -217,6 +218,14 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         note = resume_layout_note(state, dp, cfg)
         if note and dp.is_main:
             print(f"dflash-train: note: {note}", file=sys.stderr)
+    # The held-out walk split comes out of the data before the loader sees it (a resume keeps
+    # its checkpoint's: the cursor counts that run's training examples).
+    try:
+        dataset, held_out = split_for_walk(dataset, cfg.walk_holdout, cfg.seed, saved_split)
+        if cfg.resume is not None:
+            check_cursor_fits(state, cfg.resume, len(dataset))
+    except (CheckpointError, KeyError, TypeError, ValueError) as e:
+        raise TrainingError(f"cannot resume: {e}") from None
     try:
         loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor,
                                    rank=dp.rank, world_size=dp.world_size)
@@ -233,7 +242,7 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         print(f"dflash-train: note: {note}", file=sys.stderr)
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
-                 eval_prompts=prompts, model=dp.wrap(drafter),
+                 eval_prompts=prompts, model=dp.wrap(drafter), held_out=held_out,
                  horizon=cfg.eval_new_tokens or longest_response(dataset))
 
 

@@ -57,6 +57,7 @@ class RunLog:
             steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
             resumed_from=setup.resumed_from,
             resume_schedule=self.cfg.resume_schedule if setup.resumed_from else None,
+            walk_held_out=setup.held_out.to_header() if setup.held_out else None,
         )
         try:
             self.write(header)
@@ -127,7 +128,8 @@ class RunLog:
             Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
             state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
                    "script": script, "seed": self.cfg.seed, "world_size": self.dp.world_size,
-                   "micro_batches": micro_batches_per_step(self.cfg)},
+                   "micro_batches": micro_batches_per_step(self.cfg),
+                   "walk_held_out": s.held_out.to_header() if s.held_out else {}},
         )
         self.last_ckpt_path = path
         self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))

@@ -257,7 +257,7 @@ def test_data_whose_responses_hold_no_block_is_refused_up_front(tiny_assets, tmp
 def test_a_run_whose_every_step_was_skipped_fails(program, make_cfg, tmp_path, monkeypatch):
     """The same data with the up-front refusal switched off: every loss is NaN, every update
     skipped (fewer steps than max_nonfinite), and the run must fail, without a checkpoint."""
-    import pipelines.run_setup as run_setup
+    from pipelines import run_setup
 
     monkeypatch.setattr(run_setup, "check_blocks_fit", lambda *a: None)
     short = _data(tmp_path / "short", [([5, 6, 7], [8])] * 40)

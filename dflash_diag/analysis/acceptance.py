@@ -166,8 +166,8 @@ def walk_in_sample(held_out_named: bool, epoch: float | None) -> str | None:
     """
     if held_out_named or epoch is None or not math.isfinite(epoch) or epoch < 1:
         return None
-    return (f"walk in-sample: it walks training sequences (no held-out split in the header), "
-            f"trained on since epoch 1; epoch {epoch:.1f} here")
+    return (f"walk in-sample, unfit to lead: it walks training sequences (no held-out split "
+            f"in the header), trained on since epoch 1; epoch {epoch:.1f} here")
 
 
 def leading(estimates: Sequence[TauEstimate]) -> TauEstimate | None:

@@ -21,7 +21,7 @@ def _walk(path: Path) -> dict:
 def test_the_rule():
     assert walk_in_sample(False, 0.99) is None and walk_in_sample(True, 4.2) is None
     assert walk_in_sample(False, None) is None
-    assert walk_in_sample(False, 1.0).startswith("walk in-sample: it walks training sequences")
+    assert walk_in_sample(False, 1.0).startswith("walk in-sample, unfit to lead: it walks training")
 
 
 def test_a_log_without_a_held_out_split_keeps_its_walk_but_not_its_lead_past_epoch_one(tmp_path):

@@ -82,7 +82,8 @@ def test_walk_fields_need_the_pipeline_record():
 
 # -- the held-out walk split -----------------------------------------------------------------------
 
-def test_the_walk_walks_a_held_out_split_never_trained_on(make_cfg, tiny_assets, tmp_path):
+def test_the_walk_walks_a_held_out_split_never_trained_on(make_cfg, tiny_assets, tmp_path,
+                                                          monkeypatch):
     """The split is fixed at the start (named in the header), no trained batch holds any of its
     sequences, each walked record walks the next walk_seqs of them, and a resumed run holds out
     the same examples (its checkpoint keeps the split)."""
@@ -98,8 +99,19 @@ def test_the_walk_walks_a_held_out_split_never_trained_on(make_cfg, tiny_assets,
             ids, mask = item.batch["input_ids"], item.batch["attention_mask"].bool()
             trained.extend(tuple(ids[r][mask[r]].tolist()) for r in range(ids.shape[0]))
 
+    from pipelines.walk_split import HeldOutWalk
+
+    walked_rows: list[list[int]] = []
+    real_walk = HeldOutWalk.walk
+
+    def walk(self, *args, record, n, **kw):
+        walked_rows.append(self.rows_for(record, n))
+        return real_walk(self, *args, record=record, n=n, **kw)
+
+    monkeypatch.setattr(HeldOutWalk, "walk", walk)
     cfg = make_cfg(max_steps=4, walk_every=1, walk_seqs=2, walk_holdout=6, ckpt_every=2)
     assert run_pipeline(cfg, inject=spy).exit_code == 0
+    assert walked_rows == [[0, 1], [2, 3], [4, 5], [0, 1]]  # the next two, in turn
     records = read_log(tmp_path / "train.jsonl")
     split = records[0]["walk_held_out"]
     assert split == {"examples": 6, "seed": 0, "of": len(full),

@@ -94,7 +94,7 @@ def test_a_target_declaring_an_impossible_size_is_refused_before_it_is_built(
 
 
 def test_weights_that_do_not_match_the_config_are_one_line_without_the_load_report(
-        tiny_assets, tmp_path, capsys):
+        tiny_assets, tmp_path):
     """A vocabulary that fits memory but not the weights: transformers' loading report (a
     table with ANSI codes) is held back, its mismatch named on the one line."""
     target, _ = tiny_assets
@@ -104,9 +104,15 @@ def test_weights_that_do_not_match_the_config_are_one_line_without_the_load_repo
     config["vocab_size"] *= 2
     (bad / "config.json").write_text(json.dumps(config))
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
-    assert main(["sync", "--config", str(cfg), "--target", str(bad)]) == 2
-    line = one_error_line(capsys)
-    assert "weights do not match config.json" in line and "embed_tokens" in line
+    # A real process: transformers' log handler keeps the stderr it found when first used, which
+    # in-process capture does not see.
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "sync", "--config", str(cfg),
+                           "--target", str(bad)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dflash-train: error: "), lines
+    assert "weights do not match config.json" in lines[0] and "embed_tokens" in lines[0]
 
 
 # -- one run per checkpoint directory and log ----------------------------------------------------
@@ -186,6 +192,28 @@ def test_a_lock_left_by_a_dead_run_is_taken_over(make_cfg, tmp_path):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         os.close(fd)
+
+
+def test_a_lock_file_replaced_before_it_is_locked_is_locked_again(tmp_path, monkeypatch):
+    """A holder removing the lock file between our open and our flock (the end of its run):
+    the lock taken must be on the file now at the path, not on the removed one."""
+    from pipelines import run_lock
+
+    real = fcntl.flock
+    calls = []
+
+    def flock(fd, op):
+        if not calls:  # the first attempt: the file is replaced under us
+            (tmp_path / LOCK_FILE).unlink()
+            (tmp_path / LOCK_FILE).write_text("")
+        calls.append(fd)
+        return real(fd, op)
+
+    monkeypatch.setattr(run_lock.fcntl, "flock", flock)
+    (tmp_path / LOCK_FILE).write_text("")
+    with run_lock.acquire_run_lock(tmp_path, tmp_path / "t.jsonl") as lock:
+        assert os.fstat(lock.fds[0]).st_ino == (tmp_path / LOCK_FILE).stat().st_ino
+        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
 
 
 # -- an unwritable checkpoint directory, found before training -----------------------------------

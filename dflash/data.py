@@ -83,6 +83,16 @@ class Dataset:
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
         return Example(self.tokens[lo:hi].to(torch.long), int(self.response_starts[i]))
 
+    def subset(self, indices: list[int]) -> Dataset:
+        """The examples at ``indices``, in that order, as a dataset of their own (same meta)."""
+        examples = [self[i] for i in indices]
+        flat = torch.cat([e.input_ids for e in examples]) if examples else self.tokens[:0]
+        offsets = torch.tensor([0, *torch.tensor([e.input_ids.numel() for e in examples],
+                                                 dtype=torch.long).cumsum(0).tolist()],
+                               dtype=torch.long)
+        starts = torch.tensor([e.response_start for e in examples], dtype=torch.long)
+        return Dataset(flat.to(self.tokens.dtype), offsets, starts, self.meta)
+
     @classmethod
     def from_examples(cls, examples: list[tuple[list[int], list[int]]], meta: dict) -> Dataset:
         """Build from ``(prompt_ids, response_ids)`` pairs."""
@@ -97,6 +107,19 @@ class Dataset:
         # int32 holds any real vocabulary and halves the file against int64.
         return cls(torch.tensor(flat, dtype=torch.int32), torch.tensor(offsets, dtype=torch.long),
                    torch.tensor(starts, dtype=torch.long), meta)
+
+
+def held_out_indices(n_examples: int, n_held: int, seed: int) -> list[int]:
+    """Which ``n_held`` of ``n_examples`` examples a run holds out of training (sorted): a
+    seeded draw, a pure function of its arguments, so a resumed run holds out the same ones.
+
+    The generator's seed is offset from the data order's (``epoch_order`` uses
+    ``seed * 1_000_003 + epoch``), so the split is not the first examples of epoch 0.
+    """
+    if not 0 <= n_held < n_examples:
+        raise ValueError(f"cannot hold out {n_held} of {n_examples} examples")
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
+    return sorted(torch.randperm(n_examples, generator=gen)[:n_held].tolist())
 
 
 def save_dataset(directory: Path, dataset: Dataset, eval_prompts: list[list[int]]) -> None:
@@ -119,12 +142,22 @@ def load_dataset(directory: Path | str = DEFAULT_DATA_DIR) -> Dataset:
     path = Path(directory) / TRAIN_FILE
     if not path.is_file():
         raise ValueError(f"no dataset at {path} (run `python -m pipelines.make_data`)")
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get("meta", "{}"))
-    t = load_file(str(path))
-    return Dataset(t["tokens"], t["offsets"], t["response_starts"], meta)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads((f.metadata() or {}).get("meta", "{}"))
+        t = load_file(str(path))
+        dataset = Dataset(t["tokens"], t["offsets"], t["response_starts"], meta)
+    except (SafetensorError, OSError, json.JSONDecodeError, KeyError, ValueError,
+            RuntimeError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise ValueError(f"dataset {path} is damaged or not a dataset ({type(e).__name__}: "
+                         f"{detail}); regenerate it (python -m pipelines.make_data)") from None
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {path} holds no examples; regenerate it "
+                         "(python -m pipelines.make_data)")
+    return dataset
 
 
 def load_eval_prompts(directory: Path | str = DEFAULT_DATA_DIR, n: int | None = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,30 @@ class TargetOutput:
     logits: torch.Tensor | None
     features: torch.Tensor
     cache: object | None = None
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[list[str]]:
+    """Hold back what transformers logs while loading (its loading report): the training
+    programs speak in one line each. Yields the held-back lines, ANSI codes removed."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage())
+            lines.extend(" ".join(line.split()) for line in text.splitlines())
+
+    root = hf_logging.get_logger()  # transformers' root logger; its handler writes stderr
+    keep, saved = Keep(), root.handlers[:]
+    root.handlers = [keep]
+    try:
+        yield lines
+    finally:
+        root.handlers = saved
 
 
 class TargetModel:
@@ -65,13 +91,35 @@ class TargetModel:
                                  f"({', '.join(pickles[:3])}): safetensors only (a pickle can run "
                                  "code when loaded); convert it to model.safetensors first")
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype,
-                                                         local_files_only=local,
-                                                         use_safetensors=True)
+            with _quiet_load_report() as report:
+                model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype,
+                                                             local_files_only=local,
+                                                             use_safetensors=True)
         except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:
-            detail = " ".join(str(e).split())[:300]
-            raise ValueError(f"cannot load target model {path_or_id!r}: {detail}") from e
+            # transformers' own report (a table with ANSI codes) was held back: name its first
+            # mismatching weight instead, on the one line.
+            mismatch = next((line for line in report if "MISMATCH" in line), None)
+            detail = (f"weights do not match config.json: {mismatch}" if mismatch
+                      else " ".join(str(e).split()))
+            raise ValueError(f"cannot load target model {path_or_id!r}: {detail[:300]}") from e
         return cls(model.to(device), name=str(path_or_id))
+
+    @staticmethod
+    def read_config(path_or_id: str):
+        """The HF config of a target, read without building the model (cheap: config.json).
+
+        Raises:
+            ValueError: no config, or one transformers cannot read (one line).
+        """
+        from transformers import AutoConfig
+
+        local = Path(str(path_or_id)).is_dir()
+        try:
+            return AutoConfig.from_pretrained(str(path_or_id), local_files_only=local)
+        except Exception as e:
+            detail = " ".join(str(e).split())[:300]
+            raise ValueError(f"cannot load target model {path_or_id!r}: its config: "
+                             f"{detail}") from e
 
     @property
     def config(self):

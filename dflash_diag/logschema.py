@@ -31,6 +31,10 @@ SCHEDULE_OPTIONAL_FIELDS: tuple[str, ...] = ("start_step",)
 RESUME_SCHEDULE_MODES: tuple[str, ...] = ("continue", "restart")
 #: Keys of ``run_start.resumed_from`` (null on a fresh start).
 RESUMED_FROM_FIELDS: tuple[str, ...] = ("path", "step")
+#: Keys of ``run_start.walk_held_out``: the examples held out of training for the walked tau
+#: (their count, the seed of the draw, the dataset's size, their indices). A header without it
+#: walks training sequences: out of sample in the first epoch only.
+WALK_HELD_OUT_FIELDS: tuple[str, ...] = ("examples", "seed", "of", "indices")
 
 # -- metric records ---------------------------------------------------------------------------
 
@@ -80,7 +84,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 #: Kind -> fields a record of that kind may leave out.
 OPTIONAL: dict[str, tuple[str, ...]] = {
     "metrics": (*PIPELINE_METRICS, *RANK_METRICS, *WALK_METRICS),
-    "run_start": ("rank", "resume_schedule"),  # per-rank logs only; resumed launches only
+    # per-rank logs only; resumed launches only; runs with a held-out walk split only
+    "run_start": ("rank", "resume_schedule", "walk_held_out"),
     "eval": (),
     "checkpoint": (),
     "nonfinite": ("grad_norm",),
@@ -97,7 +102,7 @@ EVENT_KINDS: tuple[str, ...] = tuple(kind for kind in RECORD_KINDS if kind != "m
 EVENT_FIELDS: tuple[str, ...] = (
     "event", "script", "schema", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature",
     "block_size", "steps_per_epoch", "world_size", "schedule", "resumed_from", "config", "path",
-    "reason", "resume_schedule",
+    "reason", "resume_schedule", "walk_held_out",
 )
 
 

@@ -38,11 +38,10 @@ from .config import PipelineConfig
 from .csp import Channel, Graph, Stage, StageError, StopRequest
 from .devices import compute_precision, dtype_of
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
-from .errors import TrainingError
 from .evaluate import run_eval
 from .log_schema import Metrics
 from .outcome import RunResult, exit_code_for, make_progress, summarize
-from .run_setup import Setup, anchor_generator, build_setup, resolve_target
+from .run_setup import Setup, anchor_generator, build_setup, load_target
 from .runlog import RunLog, walk_due
 from .update import apply_update, grad_scale_for, reduce_step
 
@@ -72,6 +71,7 @@ class _Outcome:
 
     step: int
     reason: str = "max_steps"
+    error: str | None = None
 
 
 def _no_fault(stage: str, i: int, item: MicroBatch | None = None) -> None:
@@ -84,11 +84,9 @@ def target_workers(setup: Setup, devices: list[str]) -> list[TargetModel]:
     by_device: dict[str, TargetModel] = {cfg.device: setup.target}
     for dev in devices:
         if dev not in by_device:
-            try:
-                by_device[dev] = TargetModel.from_pretrained(
-                    resolve_target(cfg.target), device=dev, dtype=dtype_of(cfg.dtype))
-            except ValueError as e:
-                raise TrainingError(str(e)) from None
+            # Checked against this device's memory before it is built, as the first copy was.
+            by_device[dev] = load_target(cfg.target, dev, dtype_of(cfg.dtype),
+                                         check_memory=cfg.check_memory)
     return [by_device[dev] for dev in devices]
 
 
@@ -137,6 +135,12 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
 def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
          dp: DataParallel, started_at: float) -> RunResult:
     setup = build_setup(cfg, dp)
+    with setup.lock:  # the checkpoint directory and the log are this launch's until it ends
+        return _train(setup, stop, inject, dp, started_at)
+
+
+def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
+           dp: DataParallel, started_at: float) -> RunResult:
     cfg = setup.cfg  # max_steps resolved from --epochs
     if not cfg.torch_threads:
         torch.set_num_threads(cpu_threads_per_stage(cfg))
@@ -226,14 +230,21 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                     cursor, epoch = item.cursor, item.epoch
                 walk = {}
                 if walk_due(cfg, k) and dp.is_main:
-                    # The walked tau on the step's last micro-batch (its own target features, no
-                    # gradients), before the update: the drafter state the step's other metrics
-                    # describe, on sequences it has not been trained on yet (in the first epoch),
-                    # so the walk is not read in-sample. Its time counts in this step's tok/s.
+                    # The walked tau before the update (the drafter state the step's other
+                    # metrics describe), without gradients; its time counts in this step's tok/s.
+                    # On the held-out split: sequences never trained on, in every epoch. Without
+                    # one, on the step's last micro-batch (its own target features): not yet
+                    # trained on in the first epoch only.
                     with precision:
-                        walk = walk_batch(drafter, setup.target, batch, item.features,
-                                          horizon=setup.horizon,
-                                          max_seqs=cfg.walk_seqs).to_log_dict()
+                        if setup.held_out is not None:
+                            walk = setup.held_out.walk(
+                                drafter, setup.target, layer_ids, setup.horizon,
+                                record=k // (cfg.log_every * cfg.walk_every) - 1,
+                                n=cfg.walk_seqs, device=cfg.device)
+                        else:
+                            walk = walk_batch(drafter, setup.target, batch, item.features,
+                                              horizon=setup.horizon,
+                                              max_seqs=cfg.walk_seqs).to_log_dict()
                 local, m = m, reduce_step(dp, m)
                 lr = setup.schedule.lr_at(k)
                 scale = grad_scale_for(dp, m)
@@ -268,7 +279,11 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:
                     runlog.checkpoint(k, cursor, SCRIPT)
                     t_last = time.perf_counter()
-        if step > setup.start_step and runlog.last_ckpt_step != step:
+        if outcome.reason != "signal":
+            outcome.error = runlog.nothing_trained(step)
+        if outcome.error is not None:
+            outcome.reason = "nonfinite"
+        elif step > setup.start_step and runlog.last_ckpt_step != step:
             runlog.checkpoint(step, cursor, SCRIPT)
 
     stages = [Stage("loader", loader_stage, outputs=[ch_batches])]
@@ -290,8 +305,9 @@ def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
         runlog.stop(outcome.step, "signal", f"{type(e).__name__}: interrupted twice, no checkpoint")
         runlog.close()
         raise
-    runlog.stop(outcome.step, outcome.reason)
+    runlog.stop(outcome.step, outcome.reason, outcome.error)
     runlog.close()
     return RunResult(step=outcome.step, reason=outcome.reason,
-                     exit_code=exit_code_for(outcome.reason, stop.signum),
-                     summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, outcome.reason))
+                     exit_code=exit_code_for(outcome.reason, stop.signum), error=outcome.error,
+                     summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, outcome.reason,
+                                       outcome.error))

@@ -20,6 +20,8 @@ script          no       "sync" or "pipeline"
 seed            no       int in [0, 2**32)
 world_size      no       int >= 1
 micro_batches   no       int >= 1 (older checkpoints: ``grad_accum``)
+walk_held_out   no       {} (no split) or {"examples": int >= 1, "seed", "of": int, "indices"}:
+                         the held-out walk split (:mod:`pipelines.walk_split`)
 =============== ======== ==========================================================
 
 Unknown keys are kept and ignored (a newer version may add some).
@@ -82,6 +84,20 @@ def _schedule(v: Any) -> str | None:
     return None
 
 
+def _held_out(v: Any) -> str | None:
+    if v == {}:
+        return None
+    keys = {"examples", "seed", "of", "indices"}
+    if not isinstance(v, dict) or set(v) != keys:
+        return f"{{}} or an object with {', '.join(sorted(keys))}, got {v!r:.60}"
+    for key, low, high in (("examples", 1, None), ("seed", 0, SEED_LIMIT), ("of", 2, None)):
+        if _int_at_least(low, high)(v[key]) is not None:
+            return f"{key} {_int_at_least(low, high)(v[key])}"
+    if v["examples"] >= v["of"]:
+        return f"examples below of ({v['of']}), got {v['examples']}"
+    return None
+
+
 def _script(v: Any) -> str | None:
     return None if v in SCRIPTS and isinstance(v, str) else f"'sync' or 'pipeline', got {v!r:.40}"
 
@@ -96,6 +112,7 @@ STATE_FIELDS: dict[str, tuple[bool, Callable[[Any], str | None]]] = {
     "world_size": (False, _int_at_least(1)),
     "micro_batches": (False, _int_at_least(1)),
     "grad_accum": (False, _int_at_least(1)),
+    "walk_held_out": (False, _held_out),
 }
 
 

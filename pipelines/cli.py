@@ -31,6 +31,7 @@ from .config import (
     TrainConfig,
     default_of,
 )
+from .errors import shorten_words
 
 PROG = "dflash-train"
 
@@ -187,10 +188,23 @@ def _training_command(program: str, cls: type, doc: str) -> Callable[..., None]:
 
 
 def _build(cls: type, config: Path | None, flags: dict[str, Any]):
-    from .config import build_config
+    from .config import build_config, requested_drafter
 
     try:
-        return build_config(cls, config, flags)
+        cfg = build_config(cls, config, flags)
+        if cfg.resume is not None:  # the checkpoint's drafter is trained: refuse other shapes now
+            from .checkpoints import checkpoint_config
+            from .errors import TrainingError
+            from .preflight import check_path_name
+            from .resume import check_resume_drafter
+
+            try:
+                check_path_name(cfg.resume, "--resume")
+                check_resume_drafter(cfg.resume, checkpoint_config(cfg.resume),
+                                     requested_drafter(cls, config, flags))
+            except TrainingError as e:
+                raise UsageFailure(str(e)) from None
+        return cfg
     except ValueError as e:
         raise UsageFailure(str(e)) from None
 
@@ -230,7 +244,7 @@ def _run(program: str, cfg: Any) -> None:
         where = (f"; last good checkpoint: {summary.checkpoint}" if summary.checkpoint
                  else "; no checkpoint to resume from")
     if result.error:
-        print(f"{PROG}: error: {result.error}{where}", file=sys.stderr)
+        print(shorten_words(f"{PROG}: error: {result.error}{where}"), file=sys.stderr)
     elif result.reason != "max_steps":
         print(f"{PROG}: stopped at step {result.step} ({result.reason}){where}", file=sys.stderr)
     raise typer.Exit(result.exit_code)
@@ -305,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name=PROG, standalone_mode=False)
     except UsageFailure as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(shorten_words(f"{PROG}: error: {e}"), file=sys.stderr)
         return 2
     except typer.Exit as e:
         return e.exit_code
@@ -319,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = getattr(e, "ctx", None)  # the subcommand whose options were wrong, when known
         where = ctx.command_path if ctx is not None and ctx.command_path else PROG
         hint = f" (see {where} --help)" if "--help" not in message else ""
-        print(f"{PROG}: error: {' '.join(message.split())}{hint}", file=sys.stderr)
+        print(shorten_words(f"{PROG}: error: {' '.join(message.split())}{hint}"), file=sys.stderr)
         return 2
     return code if isinstance(code, int) else 0
 

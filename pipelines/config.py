@@ -126,6 +126,11 @@ class TrainConfig:
     """Sequences walked per walked record (each costs one no-gradient drafter pass over its
     response; at 4, measured 1.6% of the step time on the bundled target and 0.3% on
     SmolLM2-135M with an untrained drafter, about 4% at most as acceptance grows)."""
+    walk_holdout: int = 32
+    """Examples held out of training at the run's start (seeded, at most an eighth of the data)
+    for the walked tau to walk: an unbiased series in every epoch (0: none, the walk reads the
+    step's own training batch, out of sample in the first epoch only). A resumed run keeps its
+    checkpoint's split."""
     max_nonfinite: int = 5
     """Stop the run after this many non-finite steps in a row."""
     torch_threads: int = 0
@@ -150,7 +155,7 @@ class TrainConfig:
         _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
                        "max_nonfinite", "walk_seqs")
         _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads", "walk_every",
-                           "progress_every")
+                           "progress_every", "walk_holdout")
         if self.eval_new_tokens is not None:
             _positive_ints(self, "eval_new_tokens")
         if self.seed >= SEED_LIMIT:
@@ -356,3 +361,23 @@ def build_config(cls: type[C], file: str | Path | None = None,
         return cls(**values)
     except TypeError as e:  # e.g. a table where a number belongs
         raise ValueError(str(e)) from None
+
+
+def requested_drafter(cls: type[TrainConfig], file: str | Path | None = None,
+                      overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The drafter fields the user asked for: the file's ``[drafter]`` table (top level or the
+    program's table) and ``--block-size`` / ``--draft-layers``, the built-in defaults left out.
+
+    A resumed run keeps its checkpoint's drafter, so these are what it must agree with
+    (:func:`pipelines.resume.check_resume_drafter`); a default is no request.
+    """
+    raw: dict[str, Any] = read_toml(file) if file is not None else {}
+    section = "pipeline" if issubclass(cls, PipelineConfig) else "sync"
+    table: dict[str, Any] = {}
+    for where in (raw, raw.get(section)):
+        if isinstance(where, dict) and isinstance(where.get("drafter"), dict):
+            table = dict(where["drafter"])
+    for k, v in (overrides or {}).items():
+        if k.startswith("drafter.") and v is not None:
+            table[k.split(".", 1)[1]] = v
+    return table

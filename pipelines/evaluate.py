@@ -125,16 +125,14 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
     Raises:
         TrainingError: unreadable checkpoint, target or prompts; drafter and target do not fit.
     """
-    from dflash import TargetModel
     from dflash.checkpoint import STATE_FILE, load_drafter, read_json_object
     from dflash.data import EVAL_FILE
 
     from .config import BUNDLED
-    from .run_setup import resolve_data, resolve_target
+    from .run_setup import load_target, resolve_data
 
     try:
-        target = TargetModel.from_pretrained(resolve_target(req.target or BUNDLED),
-                                             device=req.device)
+        target = load_target(req.target or BUNDLED, req.device, torch.float32)
         drafter = load_drafter(req.drafter, device=req.device, dtype=target.dtype)
         if req.prompt_files:
             prompts = load_prompt_sets(req.prompt_files, req.prompts)

@@ -56,12 +56,15 @@ class RunStart:
     resume_schedule: str | None = None
     """Only in a resumed launch: ``continue`` (the checkpoint's lr schedule goes on) or
     ``restart`` (``schedule`` starts anew after the resumed step; its ``start_step`` says where)."""
+    walk_held_out: dict[str, Any] | None = None
+    """The held-out examples the walked tau walks (``{"examples", "seed", "of", "indices"}``);
+    absent when the walk reads the training batches."""
     event: str = "run_start"
     schema: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        for name in ("rank", "resume_schedule"):
+        for name in ("rank", "resume_schedule", "walk_held_out"):
             if d[name] is None:
                 del d[name]
         # key order: event and schema first, for people reading the log with `head`
@@ -189,7 +192,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "walk_tokens": (int,), "walk_steps": (int,), "walk_hist": (list,),
     "event": (str,), "schema": (int,), "script": (str,), "config": (dict,), "schedule": (dict,),
     "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)), "world_size": (int,),
-    "resumed_from": (dict, type(None)), "rank": (int,), "tau": _NUM, "tau_hist": (list,),
+    "resumed_from": (dict, type(None)), "rank": (int,), "walk_held_out": (dict,), "tau": _NUM, "tau_hist": (list,),
     "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM, "path": (str,),
     "consecutive": (int,), "reason": (str,), "error": (str,), "resume_schedule": (str,),
 }
@@ -240,6 +243,8 @@ def validate_record(rec: dict[str, Any]) -> str:
                              f"(one of {logschema.RESUME_SCHEDULE_MODES}, in a resumed launch only)")
         if rec["resumed_from"] is not None and set(rec["resumed_from"]) != set(logschema.RESUMED_FROM_FIELDS):
             raise ValueError("run_start: resumed_from must be {path, step}")
+        if "walk_held_out" in rec and set(rec["walk_held_out"]) != set(logschema.WALK_HELD_OUT_FIELDS):
+            raise ValueError(f"run_start: walk_held_out must be {{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}}}")
         if "rank" in rec and not 0 <= rec["rank"] < rec["world_size"]:
             raise ValueError(f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}")
     if kind == "metrics":

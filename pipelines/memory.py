@@ -222,6 +222,70 @@ def check_fits(est: MemoryEstimate, token_budget: int,
             f"anyway")
 
 
+def target_weight_bytes(config, dtype_bytes: int) -> int:
+    """Bytes of a decoder-only target's weights, from the sizes its HF config declares.
+
+    Embeddings ``V * Ht`` (twice when the lm_head is not tied), and per layer the attention
+    projections ``Ht * (ht + 2 * gt) * d + ht * d * Ht`` and a gated MLP ``3 * Ht * It``
+    (norms and biases are negligible). A mixture of experts holds more: this is a lower bound,
+    which is what a refusal needs.
+
+    Raises:
+        ValueError: a size that is missing, not an integer or below 1.
+    """
+    def size(name: str, default: int | None = None) -> int:
+        v = getattr(config, name, None)
+        v = default if v is None else v
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        return v
+
+    H, V, L = size("hidden_size"), size("vocab_size"), size("num_hidden_layers")
+    inter = size("intermediate_size", 4 * H)
+    heads = size("num_attention_heads")
+    kv = size("num_key_value_heads", heads)
+    d = size("head_dim", max(1, H // heads))
+    tied = bool(getattr(config, "tie_word_embeddings", True))
+    per_layer = H * (heads + 2 * kv) * d + heads * d * H + 3 * H * inter
+    return dtype_bytes * (V * H * (1 if tied else 2) + L * per_layer)
+
+
+def check_target_fits(name: str, config, dtype_bytes: int, devices: list[str],
+                      available: dict[str, int | None] | None = None) -> None:
+    """Refuse a target whose declared size cannot fit, before anything is built: a config.json
+    declaring 10^6 layers would otherwise be built layer by layer for many minutes (ignoring
+    signals) and 10^9 vocabulary entries fail only after a page of loading report.
+
+    Args:
+        name: the target as given (for the message).
+        config: its HF config (read, not built).
+        dtype_bytes: bytes per weight.
+        devices: one entry per copy of the target (the drafter's device and each worker's).
+        available: bytes free per device key (default: measured by :func:`available_memory`).
+
+    Raises:
+        TrainingError: one line with the declared sizes, the estimate and the memory free.
+    """
+    try:
+        need = target_weight_bytes(config, dtype_bytes)
+    except ValueError as e:
+        raise TrainingError(f"target {name}: config.json: {e}") from None
+    copies: dict[str, int] = {}
+    for dev in devices:
+        copies[_device_key(dev)] = copies.get(_device_key(dev), 0) + 1
+    for dev, n in copies.items():
+        free = (available or {}).get(dev) if available is not None else available_memory(dev)
+        if free is None or need * n <= free:
+            continue
+        sizes = ", ".join(f"{k} {getattr(config, k, None):,}" for k in
+                          ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
+                          if isinstance(getattr(config, k, None), int))
+        raise TrainingError(
+            f"target {name} declares {sizes}: about {need * n / GIB:,.1f} GiB of weights on {dev} "
+            f"(estimate{f', {n} copies' if n > 1 else ''}) but {free / GIB:.1f} GiB is available: "
+            f"check the target's config.json, or set check_memory = false to try anyway")
+
+
 def estimate_for_run(cfg, dcfg: DFlashConfig, target_config, dataset) -> MemoryEstimate:
     """The estimate of a training config (``TrainConfig`` or ``PipelineConfig``), its drafter
     config, the loaded target's HF config and the dataset."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dflash.checkpoint import clean_checkpoint_leftovers
 
-from .errors import TrainingError
+from .errors import TrainingError, shorten
 
 
 def cpu_count() -> int:
@@ -74,14 +74,54 @@ def check_writable_file(path: str | Path, what: str, flag: str) -> None:
 
 
 def check_checkpoint_dir(path: str | Path) -> None:
-    """The checkpoint directory must be a directory (or not exist yet).
+    """The checkpoint directory must be a directory this run can write checkpoints into,
+    checked by creating it (as the first save would) and a probe directory inside it (a save
+    writes a temporary directory there, then renames it): a read-only directory is found now,
+    not after all the training.
 
     Raises:
-        TrainingError: it is a file.
+        TrainingError: it is a file, or it cannot be created or written to.
     """
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise TrainingError(f"checkpoint directory {p} is a file: choose a directory (--ckpt-dir)")
+    probe = p / f".probe-{os.getpid()}"
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        reason = e.strerror or str(e)
+        if e.errno in (errno.ENOTDIR, errno.EEXIST) and not probe.parent.is_dir():
+            reason = "a parent is not a directory"
+        raise TrainingError(f"cannot write checkpoints to {p}: {reason}; choose another "
+                            f"directory (--ckpt-dir)") from None
+
+
+#: Longest file name (one path component) and whole path, in bytes, that Linux filesystems take
+#: (NAME_MAX, PATH_MAX). A longer name fails deep inside a library with an OSError traceback.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def check_path_name(path: str, flag: str) -> None:
+    """``path`` (a file or directory name given by ``flag``) must be a name the filesystem can
+    hold: no component over ``NAME_MAX`` bytes, at most ``PATH_MAX`` bytes in all, no NUL.
+
+    Raises:
+        TrainingError: one line with the name shortened.
+    """
+    raw = os.fsencode(path)
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    problem = None
+    if b"\0" in raw:
+        problem = "holds a NUL character"
+    elif longest > NAME_MAX:
+        problem = f"has a name of {longest} bytes (at most {NAME_MAX} a name)"
+    elif len(raw) > PATH_MAX:
+        problem = f"is {len(raw)} bytes long (at most {PATH_MAX})"
+    if problem:
+        raise TrainingError(f"{flag} {shorten(path)} {problem}: choose a shorter path")
 
 
 def tidy_checkpoints(*roots: str | Path, announce: bool = True) -> None:

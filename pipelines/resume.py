@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflash import DFlashConfig
+
 from .config import TrainConfig
 from .distributed import DataParallel
 from .errors import TrainingError
@@ -79,6 +81,21 @@ def schedule_for(cfg: TrainConfig, start_step: int,
         if mine is not None:
             note += f": --resume-schedule restart starts it here ({mine.describe()})"
     return old, note
+
+
+def check_resume_drafter(path: str, saved: DFlashConfig, requested: dict[str, Any]) -> None:
+    """A resumed run trains the checkpoint's drafter: every drafter field the user asked for
+    (``--block-size``, ``--draft-layers``, a ``[drafter]`` table) must agree with it, or the
+    flags would be ignored while the log header recorded them.
+
+    Raises:
+        TrainingError: one line naming each field that differs.
+    """
+    bad = [f"{k} {v!r} (the checkpoint's is {getattr(saved, k)!r})"
+           for k, v in requested.items() if hasattr(saved, k) and getattr(saved, k) != v]
+    if bad:
+        raise TrainingError(f"cannot resume {path} with {'; '.join(bad)}: a resumed run keeps "
+                            f"its checkpoint's drafter; drop the flag or start a fresh run")
 
 
 def micro_batches_per_step(cfg: TrainConfig) -> int:

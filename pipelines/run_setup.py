@@ -19,6 +19,7 @@ Reproducibility rules that make resumed runs match uninterrupted ones:
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,20 +40,23 @@ from dflash.data import (
 
 from .checkpoint_state import check_cursor_fits
 from .checkpoints import checkpoint_config, restore_training_checkpoint
-from .config import BUNDLED, TrainConfig
+from .config import BUNDLED, CPU_DRAFTER, TrainConfig
 from .devices import check_device_available, dtype_of
 from .distributed import DataParallel
 from .errors import TrainingError
 from .logwriter import rank_log_path
-from .memory import check_fits, estimate_for_run
+from .memory import check_fits, check_target_fits, estimate_for_run
 from .preflight import (
     check_checkpoint_dir,
+    check_path_name,
     check_torch_threads,
     check_writable_file,
     tidy_checkpoints,
 )
 from .resume import micro_batches_per_step, resume_layout_note, schedule_for
+from .run_lock import RunLock, acquire_run_lock
 from .schedule import Schedule
+from .walk_split import HeldOutWalk, split_for_walk
 
 
 def resolve_target(target: str) -> str:
@@ -61,6 +65,25 @@ def resolve_target(target: str) -> str:
 
 def resolve_data(data: str) -> str:
     return str(DEFAULT_DATA_DIR) if data == BUNDLED else data
+
+
+def load_target(name: str, device: str, dtype: torch.dtype, *, check_memory: bool = True,
+                copies: list[str] | None = None) -> TargetModel:
+    """The target ``name`` (a path, a hub id or "bundled") on ``device``, its declared size
+    checked against the memory free first (``copies``: every device that will hold one).
+
+    Raises:
+        TrainingError: unreadable, too big for the machine, or failing to load (one line).
+    """
+    path = resolve_target(name)
+    try:
+        if check_memory:
+            config = TargetModel.read_config(path)
+            check_target_fits(name, config, torch.empty(0, dtype=dtype).element_size(),
+                              copies or [device])
+        return TargetModel.from_pretrained(path, device=device, dtype=dtype)
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
 
 
 def anchor_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -93,6 +116,11 @@ class Setup:
     horizon: int = 0
     """Tokens per response of the eval and of the walked tau (the prefill token included):
     ``eval_new_tokens``, default the longest training response."""
+    held_out: HeldOutWalk | None = None
+    """The held-out examples the walked tau walks (None: it walks the training batch)."""
+    lock: RunLock = field(default_factory=RunLock)
+    """This launch's locks on the checkpoint directory and the log (:mod:`pipelines.run_lock`),
+    released when the run ends (``with setup.lock:``)."""
 
     def __post_init__(self) -> None:
         if self.model is None:
@@ -111,17 +139,29 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         dp: this rank's place among data-parallel ranks (default: a single process).
 
     Raises:
-        TrainingError: the target, data or checkpoint cannot be used.
+        TrainingError: the target, data or checkpoint cannot be used, or another run holds
+            the checkpoint directory or the log.
     """
-    preflight(cfg, dp)
+    lock = preflight(cfg, dp)
+    try:
+        setup = _build_setup(cfg, dp)
+    except BaseException:
+        lock.release()
+        raise
+    setup.lock = lock
+    return setup
+
+
+def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     for dev in [cfg.device, *getattr(cfg, "target_devices", [])]:
         check_device_available(dev)
     dtype = dtype_of(cfg.dtype)
+    copies = [cfg.device, *(d for d in getattr(cfg, "target_devices", []) if d != cfg.device)]
+    target = load_target(cfg.target, cfg.device, dtype, check_memory=cfg.check_memory,
+                         copies=copies)
     try:
-        target = TargetModel.from_pretrained(resolve_target(cfg.target),
-                                             device=cfg.device, dtype=dtype)
         dataset = load_dataset(resolve_data(cfg.data))
         prompts = load_eval_prompts(resolve_data(cfg.data), n=cfg.eval_prompts)
     except ValueError as e:
@@ -141,6 +181,10 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
                 f"checkpoint {cfg.resume} does not fit target {cfg.target}: fields {bad} differ"
             )
         dcfg = saved
+        # The header records the drafter in force: the checkpoint's, not the config's defaults
+        # (any field asked for that differs was refused before anything was loaded).
+        cfg = dataclasses.replace(cfg, drafter={k: getattr(saved, k)
+                                                for k in (*CPU_DRAFTER, *cfg.drafter)})
     else:
         overrides = dict(cfg.drafter)
         # The data generator records the tokenizer's mask token; prefer it to for_target's guess.
@@ -148,6 +192,7 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
             overrides["mask_token_id"] = int(dataset.meta["mask_token_id"])
         dcfg = DFlashConfig.for_target(target.config, **overrides)
 
+    check_blocks_fit(dataset, dcfg.block_size, cfg.data)
     if cfg.check_memory:  # before the drafter, its optimizer and any activation exist
         check_fits(estimate_for_run(cfg, dcfg, target.config, dataset), cfg.token_budget)
 
@@ -157,17 +202,15 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.peak_lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     start_step, cursor, resumed_from, saved_schedule = 0, None, None, None
+    saved_split: dict[str, Any] | None = None
     dp = dp or DataParallel(device=cfg.device)
     if cfg.resume is not None:
         state = restore_training_checkpoint(cfg.resume, drafter, optimizer, device=cfg.device)
-        try:
-            check_cursor_fits(state, cfg.resume, len(dataset))
-        except CheckpointError as e:
-            raise TrainingError(f"cannot resume: {e}") from None
         # The AdamW moments travel with the checkpoint; its hyper-parameters are this config's
         # (load_state_dict brought back the old run's weight decay with the moments).
         for group in optimizer.param_groups:
             group["weight_decay"] = cfg.weight_decay
+        saved_split = state.get("walk_held_out") or {}  # older checkpoints: trained on all
         start_step = state["step"]
         cursor = Cursor.from_json(state["cursor"]) if state.get("cursor") else None
         resumed_from = {"path": str(cfg.resume), "step": start_step}
@@ -175,6 +218,14 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         note = resume_layout_note(state, dp, cfg)
         if note and dp.is_main:
             print(f"dflash-train: note: {note}", file=sys.stderr)
+    # The held-out walk split comes out of the data before the loader sees it (a resume keeps
+    # its checkpoint's: the cursor counts that run's training examples).
+    try:
+        dataset, held_out = split_for_walk(dataset, cfg.walk_holdout, cfg.seed, saved_split)
+        if cfg.resume is not None:
+            check_cursor_fits(state, cfg.resume, len(dataset))
+    except (CheckpointError, KeyError, TypeError, ValueError) as e:
+        raise TrainingError(f"cannot resume: {e}") from None
     try:
         loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor,
                                    rank=dp.rank, world_size=dp.world_size)
@@ -191,8 +242,24 @@ def build_setup(cfg: TrainConfig, dp: DataParallel | None = None) -> Setup:
         print(f"dflash-train: note: {note}", file=sys.stderr)
     return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
                  schedule=schedule, start_step=start_step, resumed_from=resumed_from,
-                 eval_prompts=prompts, model=dp.wrap(drafter),
+                 eval_prompts=prompts, model=dp.wrap(drafter), held_out=held_out,
                  horizon=cfg.eval_new_tokens or longest_response(dataset))
+
+
+def check_blocks_fit(dataset, block_size: int, name: str) -> None:
+    """Refuse data in which no example holds one whole block: an anchor needs ``block_size``
+    response tokens (itself and the B-1 it predicts), so on shorter responses every step has no
+    block, its loss is NaN and the update is skipped: a run that trains nothing.
+
+    Raises:
+        TrainingError: one line with the longest response and what to change.
+    """
+    longest = longest_response(dataset)
+    if longest < block_size:
+        raise TrainingError(f"data {name}: the longest response is {longest} token"
+                            f"{'s' if longest != 1 else ''}, but a block of the drafter needs "
+                            f"{block_size} (block_size): nothing to train on; regenerate the data "
+                            f"with longer responses or lower --block-size")
 
 
 def longest_response(dataset) -> int:
@@ -201,17 +268,43 @@ def longest_response(dataset) -> int:
     return int(max(n - int(s) for n, s in zip(dataset.lengths, dataset.response_starts)))
 
 
-def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> None:
-    """Machine checks before anything is loaded (one-line TrainingError each), and the tidy-up
-    of what killed checkpoint saves left (by the rank that writes checkpoints)."""
+#: The config's paths and the flags that set them (checked as names before any is used).
+PATH_FLAGS = {"log": "--log", "ckpt_dir": "--ckpt-dir", "target": "--target", "data": "--data",
+              "resume": "--resume"}
+
+
+def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> RunLock:
+    """Machine checks before anything is loaded (one-line TrainingError each), the tidy-up
+    of what killed checkpoint saves left, and the locks on the checkpoint directory and the log
+    (by the rank that writes them; the other ranks get an empty lock).
+
+    Returns:
+        The launch's locks: release them when the run ends.
+    """
+    for name, flag in PATH_FLAGS.items():
+        value = getattr(cfg, name)
+        if value is not None and value != BUNDLED:
+            check_path_name(value, flag)
     check_torch_threads(cfg.torch_threads)
+    lock = RunLock()
     if dp is None or dp.is_main:
         check_writable_file(cfg.log, "log", "--log")
         check_checkpoint_dir(cfg.ckpt_dir)
-        roots = [cfg.ckpt_dir] + ([str(Path(cfg.resume).parent)] if cfg.resume else [])
-        tidy_checkpoints(*roots)
+        lock = acquire_run_lock(cfg.ckpt_dir, cfg.log)  # before the tidy-up: no live run's files
+        try:
+            roots = [cfg.ckpt_dir] + ([str(Path(cfg.resume).parent)] if cfg.resume else [])
+            tidy_checkpoints(*roots)
+        except BaseException:
+            lock.release()
+            raise
     if cfg.log_all_ranks:
-        check_writable_file(rank_log_path(cfg.log, dp.rank if dp else 0), "per-rank log", "--log")
+        try:
+            check_writable_file(rank_log_path(cfg.log, dp.rank if dp else 0), "per-rank log",
+                                "--log")
+        except TrainingError:
+            lock.release()
+            raise
+    return lock
 
 
 def _drafter_overrides(saved: DFlashConfig) -> dict[str, Any]:

@@ -47,6 +47,8 @@ class RunLog:
         except OSError as e:  # LogWriteError: one line naming the file
             raise TrainingError(str(e)) from None
         self.nonfinite_in_a_row = 0
+        self.updates = 0
+        """Optimizer updates applied in this launch (a skipped, non-finite step is not one)."""
         self.last_ckpt_step: int | None = None
         self.last_ckpt_path: Path | None = None
         header = RunStart(
@@ -55,6 +57,7 @@ class RunLog:
             steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
             resumed_from=setup.resumed_from,
             resume_schedule=self.cfg.resume_schedule if setup.resumed_from else None,
+            walk_held_out=setup.held_out.to_header() if setup.held_out else None,
         )
         try:
             self.write(header)
@@ -103,6 +106,17 @@ class RunLog:
 
     def finite(self) -> None:
         self.nonfinite_in_a_row = 0
+        self.updates += 1
+
+    def nothing_trained(self, step: int) -> str | None:
+        """The error of a launch that ran steps but skipped every update (e.g. data with no
+        supervised block: every loss NaN): it failed, whatever its step count says, and its
+        drafter is not worth a checkpoint. None when it trained."""
+        ran = step - self.setup.start_step
+        if ran <= 0 or self.updates:
+            return None
+        return (f"every step of this launch ({ran}) was skipped: the loss or gradient was never "
+                f"finite, so nothing was trained and no checkpoint was written")
 
     def checkpoint(self, step: int, cursor: dict[str, Any], script: str) -> Path | None:
         """Write ``step-NNNNNN/`` atomically (rank 0), then its log record."""
@@ -114,7 +128,8 @@ class RunLog:
             Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
             state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
                    "script": script, "seed": self.cfg.seed, "world_size": self.dp.world_size,
-                   "micro_batches": micro_batches_per_step(self.cfg)},
+                   "micro_batches": micro_batches_per_step(self.cfg),
+                   "walk_held_out": s.held_out.to_header() if s.held_out else {}},
         )
         self.last_ckpt_path = path
         self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))

@@ -19,7 +19,7 @@ from .devices import compute_precision
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
 from .log_schema import Metrics
 from .outcome import RunResult, exit_code_for, make_progress, summarize
-from .run_setup import anchor_generator, build_setup
+from .run_setup import Setup, anchor_generator, build_setup
 from .runlog import RunLog
 from .update import apply_update, grad_scale_for, reduce_step
 
@@ -47,6 +47,11 @@ def run_sync(cfg: TrainConfig, stop: StopRequest | None = None) -> RunResult:
 
 def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel, started_at: float) -> RunResult:
     setup = build_setup(cfg, dp)
+    with setup.lock:  # the checkpoint directory and the log are this launch's until it ends
+        return _train(setup, stop, dp, started_at)
+
+
+def _train(setup: Setup, stop: StopRequest, dp: DataParallel, started_at: float) -> RunResult:
     cfg = setup.cfg  # max_steps resolved from --epochs
     drafter, model, target, loader = setup.drafter, setup.model, setup.target, setup.loader
     runlog = RunLog(setup, SCRIPT, steps_per_epoch=float(loader.batches_per_epoch()), dp=dp)
@@ -93,7 +98,8 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel, started_at: floa
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:
                     runlog.checkpoint(k, cursor, SCRIPT)
                 t_last = time.perf_counter()  # checkpoint time stays out of the next step
-        if step > setup.start_step and runlog.last_ckpt_step != step:
+        failed = runlog.nothing_trained(step) if reason != "signal" else None
+        if failed is None and step > setup.start_step and runlog.last_ckpt_step != step:
             runlog.checkpoint(step, cursor, SCRIPT)
     except Exception as e:  # noqa: BLE001 - any failure ends the run with a stop record
         error = f"{type(e).__name__}: {e}"
@@ -105,7 +111,10 @@ def _run(cfg: TrainConfig, stop: StopRequest, dp: DataParallel, started_at: floa
         runlog.stop(step, "signal", "interrupted twice: stopped without a final checkpoint")
         runlog.close()
         raise
-    runlog.stop(step, reason)
+    if failed is not None:
+        reason = "nonfinite"
+    runlog.stop(step, reason, failed)
     runlog.close()
     return RunResult(step=step, reason=reason, exit_code=exit_code_for(reason, stop.signum),
-                     summary=summarize(SCRIPT, setup, runlog, bar, step, reason))
+                     error=failed, summary=summarize(SCRIPT, setup, runlog, bar, step, reason,
+                                                     failed))

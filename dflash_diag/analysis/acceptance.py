@@ -156,6 +156,20 @@ def walk_held_back(tau: float, se: float | None, n_records: int,
     return None
 
 
+def walk_in_sample(held_out_named: bool, epoch: float | None) -> str | None:
+    """Why a walk may not lead because it walked sequences the drafter has trained on, or None.
+
+    A log whose ``run_start`` header names no held-out split (``walk_held_out``: logs written
+    before the trainer held one out) walked the step's own training batch: out of sample in the
+    first epoch, but from epoch 1 on the drafter has trained on those sequences and the walk
+    drifts high as it memorises them. ``epoch``: the latest epoch of the window's walked records.
+    """
+    if held_out_named or epoch is None or not math.isfinite(epoch) or epoch < 1:
+        return None
+    return (f"walk in-sample, unfit to lead: it walks training sequences (no held-out split "
+            f"in the header), trained on since epoch 1; epoch {epoch:.1f} here")
+
+
 def leading(estimates: Sequence[TauEstimate]) -> TauEstimate | None:
     """The primary estimate: the strongest that may lead; when every ranked one is held back,
     the strongest ranked one (a noisy walk is still better than no estimate)."""
@@ -367,6 +381,7 @@ def training_estimates(
     where: str = "last window",
     tau_walk_se: float | None = None,
     walk_n: int | None = None,
+    in_sample: str | None = None,
 ) -> list[TauEstimate]:
     """The estimates from training metrics (not ``measured``), strongest first, ``prefix`` last.
 
@@ -381,10 +396,13 @@ def training_estimates(
         tau_walk_se: the walked tau's standard error.
         walk_n: the walked records behind ``tau_walk`` (None: unknown, and the walk leads as
             before: a caller that does not count records does not judge them).
+        in_sample: why the walk read training sequences (:func:`walk_in_sample`): it is then
+            listed, never leading.
     """
     out: list[TauEstimate] = []
     if tau_walk is not None and math.isfinite(tau_walk):
         held = walk_held_back(tau_walk, tau_walk_se, walk_n) if walk_n is not None else None
+        held = in_sample or held
         basis = walk_basis
         if held is not None:
             basis += f"; {held}"  # the phrase names the record count
@@ -422,6 +440,7 @@ def estimate_acceptance(
     tau_walk_se: float | None = None,
     walk_n: int | None = None,
     estimates_at: Callable[[int], list[TauEstimate]] | None = None,
+    walk_in_sample: str | None = None,
 ) -> Acceptance:
     """Every estimate the data supports, the primary one chosen, the target and warnings.
 
@@ -440,6 +459,7 @@ def estimate_acceptance(
         walk_n: the walked records behind it (the walk leads only on adequate evidence).
         estimates_at: ``step -> training estimates over the window holding step``, for the
             measured/estimate ratio at the last eval (None: not reported).
+        walk_in_sample: why the walk read training sequences (it then never leads).
     """
     block_size, block_source = block_size_for(config, header_block_size)
     estimates: list[TauEstimate] = []
@@ -455,7 +475,8 @@ def estimate_acceptance(
         estimates.append(TauEstimate(MEASURED, float(measured.fields["tau"]), basis))
     estimates += training_estimates(acc=acc, rows=last_rows, block_size=block_size, tau_walk=tau_walk,
                                     walk_basis=walk_basis, tau_train=tau_train,
-                                    tau_walk_se=tau_walk_se, walk_n=walk_n)
+                                    tau_walk_se=tau_walk_se, walk_n=walk_n,
+                                    in_sample=walk_in_sample)
 
     warnings: list[str] = []
     calibration = None

@@ -33,6 +33,7 @@ from dflash_diag.analysis.acceptance import (
     measurements,
     position_means_by_group,
     training_estimates,
+    walk_in_sample,
 )
 from dflash_diag.analysis.alerts import Alert, loss_spikes, value_resolution
 from dflash_diag.analysis.alive import broken_reason, screen_records
@@ -177,6 +178,24 @@ def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
     if run is None or run < 0 or run >= len(headers):
         return None
     return headers[run]
+
+
+def walked_epoch(frame: pl.DataFrame, window: Window,
+                 steps_per_epoch: float | None) -> float | None:
+    """The latest epoch of ``window``'s walked records (from ``epoch``, else the step over the
+    header's ``steps_per_epoch``; None when neither is known)."""
+    rows = window_rows(frame, window)
+    if "walk_tokens" in rows.columns:
+        rows = rows.filter(pl.col("walk_tokens").is_not_null())
+    if rows.height == 0:
+        return None
+    if "epoch" in rows.columns:
+        epoch = finite_number(rows["epoch"].drop_nulls().drop_nans().max())
+        if epoch is not None:
+            return epoch
+    if steps_per_epoch:
+        return float(rows["step"].max()) / steps_per_epoch
+    return None
 
 
 def header_number(header: LogEvent | None, name: str) -> float | None:
@@ -331,6 +350,11 @@ def diagnose_frame(
         acc_basis = "no accuracy in the log"
     walk_window = next((w for w in reversed(windows) if w.tau_walk is not None), None)
     by_window = {w.index: w for w in windows}
+    held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
+
+    def in_sample(w: Window) -> str | None:  # a walk of training sequences past epoch 1
+        return walk_in_sample(held_out_named, walked_epoch(
+            frame, w, header_number(header, "steps_per_epoch")))
 
     def estimates_at(step: int) -> list[TauEstimate]:
         index = (step - windows[0].start) // config.window + windows[0].index
@@ -340,7 +364,7 @@ def diagnose_frame(
         return training_estimates(
             acc=w.acc, rows=load(window_rows(frame, w)), block_size=block_size, tau_walk=w.tau_walk,
             tau_train=w.tau_train, where=f"window {window_label(w, last_step)}",
-            tau_walk_se=w.tau_walk_se, walk_n=w.walk_n,
+            tau_walk_se=w.tau_walk_se, walk_n=w.walk_n, in_sample=in_sample(w),
         )
 
     last_rows = load(window_rows(frame, last))
@@ -359,6 +383,7 @@ def diagnose_frame(
         tau_walk_se=walk_window.tau_walk_se if walk_window else None,
         walk_n=walk_window.walk_n if walk_window else None,
         estimates_at=estimates_at,
+        walk_in_sample=in_sample(walk_window) if walk_window else None,
     )
     drafter = detect_drafter(frame, header=header, evals=evals,
                              block_size_option=config.acceptance.block_size, foreign=foreign,

@@ -40,11 +40,14 @@ def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets
         f'target = "{target}"', f'data = "{data}"', "token_budget = 128", "max_steps = 3",
         "ckpt_every = 0", "eval_every = 0", "progress = false", "log_all_ranks = true",
         f'ckpt_dir = "{tmp_path / "two"}"',
+        # All 48 fixture examples train: 3 steps x 4 batches fill epoch 0 exactly, so one rank
+        # and two ranks (which drop an epoch's odd last batch) see the same batches.
+        "walk_holdout = 0",
         "[drafter]", "block_size = 4", "num_anchors = 8",
     ]) + "\n")
     torchrun(program, toml, *flags, "--log-file", str(tmp_path / "two.jsonl"))
     # One rank, one process: each step takes the two batches the two ranks shared.
-    one = run_pipeline(make_cfg(max_steps=3, grad_accum=2 if program == "sync" else 4,
+    one = run_pipeline(make_cfg(max_steps=3, grad_accum=2 if program == "sync" else 4, walk_holdout=0,
                                 log=str(tmp_path / "one.jsonl"), ckpt_dir=str(tmp_path / "one")))
     assert one.exit_code == 0
 
@@ -76,6 +79,13 @@ def test_two_ranks_match_one_rank_with_double_accumulation(make_cfg, tiny_assets
             assert rec["tok_per_sec"] == pytest.approx(rec["n_tokens"] / own)
     for step, (g, r0, r1) in enumerate(zip(b, *map(metrics_of, ranks)), start=1):
         assert r0["step"] == r1["step"] == step
+        # The gradient itself, before clipping: the same as one rank's with double accumulation.
+        # (AdamW normalises a gradient's scale away and clipping caps it, so the weights above
+        # stay equal under a wrong 1/world_size factor; the logged norm does not.)
+        assert r0["grad_norm"] == r1["grad_norm"]
+        assert r0["grad_norm"] == pytest.approx(a[step - 1]["grad_norm"], rel=1e-4)
+        if program == "pipeline":
+            assert g["grad_norm"] == pytest.approx(a[step - 1]["grad_norm"], rel=1e-4)
         n_pred = r0["n_pred"] + r1["n_pred"]
         assert g["acc"] == pytest.approx((r0["acc"] * r0["n_pred"] + r1["acc"] * r1["n_pred"]) / n_pred)
         if program == "pipeline":

@@ -192,4 +192,4 @@ def test_checkpoint_json_written_by_a_save_is_what_resume_validates(old_checkpoi
     state.pop("format")
     assert validate_training_state(state, old_checkpoint) is state
     assert set(state) == {"step", "cursor", "schedule", "script", "seed", "world_size",
-                          "micro_batches"}
+                          "micro_batches", "walk_held_out"}

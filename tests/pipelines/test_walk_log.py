@@ -78,3 +78,77 @@ def test_walk_fields_need_the_pipeline_record():
     legacy = {"step": 1, "time": 0.0, "epoch": 0.0, "loss": 1.0, "acc": 0.5, "lr": 1e-3}
     with pytest.raises(ValueError, match="walk"):
         validate_record({**legacy, "walk_tokens": 1, "walk_steps": 1, "walk_hist": [1, 0, 0, 0]})
+
+
+# -- the held-out walk split -----------------------------------------------------------------------
+
+def test_the_walk_walks_a_held_out_split_never_trained_on(make_cfg, tiny_assets, tmp_path,
+                                                          monkeypatch):
+    """The split is fixed at the start (named in the header), no trained batch holds any of its
+    sequences, each walked record walks the next walk_seqs of them, and a resumed run holds out
+    the same examples (its checkpoint keeps the split)."""
+
+    from dflash.data import held_out_indices
+
+    _, data = tiny_assets
+    full = load_dataset(data)
+    trained: list[tuple[int, ...]] = []
+
+    def spy(stage, i, item):
+        if stage == "drafter":
+            ids, mask = item.batch["input_ids"], item.batch["attention_mask"].bool()
+            trained.extend(tuple(ids[r][mask[r]].tolist()) for r in range(ids.shape[0]))
+
+    from pipelines.walk_split import HeldOutWalk
+
+    walked_rows: list[list[int]] = []
+    real_walk = HeldOutWalk.walk
+
+    def walk(self, *args, record, n, **kw):
+        walked_rows.append(self.rows_for(record, n))
+        return real_walk(self, *args, record=record, n=n, **kw)
+
+    monkeypatch.setattr(HeldOutWalk, "walk", walk)
+    cfg = make_cfg(max_steps=4, walk_every=1, walk_seqs=2, walk_holdout=6, ckpt_every=2)
+    assert run_pipeline(cfg, inject=spy).exit_code == 0
+    assert walked_rows == [[0, 1], [2, 3], [4, 5], [0, 1]]  # the next two, in turn
+    records = read_log(tmp_path / "train.jsonl")
+    split = records[0]["walk_held_out"]
+    assert split == {"examples": 6, "seed": 0, "of": len(full),
+                     "indices": held_out_indices(len(full), 6, 0)}
+    held = {tuple(full[i].input_ids.tolist()) for i in split["indices"]}
+    assert trained and not held & set(trained)
+    walks = [r for r in metrics_of(records) if "walk_tokens" in r]
+    assert len(walks) == 4 and all(r["walk_steps"] > 0 for r in walks)
+    # the held-out examples' response lengths bound each record's walked tokens (2 sequences)
+    assert all(r["walk_tokens"] <= 2 * (6 - 1) for r in walks)
+
+    resumed = make_cfg(max_steps=5, walk_every=1, walk_seqs=2, walk_holdout=3, seed=0,
+                       resume=str(tmp_path / "ck" / "step-000004"))
+    assert run_pipeline(resumed).exit_code == 0
+    header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
+    assert header["walk_held_out"] == split  # the checkpoint's, not walk_holdout = 3
+
+
+def test_without_a_split_the_header_names_none_and_the_walk_reads_the_batch(make_cfg, tmp_path):
+    assert run_pipeline(make_cfg(max_steps=2, walk_every=1, walk_holdout=0)).exit_code == 0
+    records = read_log(tmp_path / "train.jsonl")
+    assert "walk_held_out" not in records[0]
+    assert all("walk_tokens" in r for r in metrics_of(records))
+
+
+def test_the_split_is_a_seeded_draw_and_a_small_share():
+    from dflash.data import held_out_indices
+    from pipelines.walk_split import split_for_walk
+
+    a = held_out_indices(2048, 32, 0)
+    assert a == held_out_indices(2048, 32, 0) and a != held_out_indices(2048, 32, 1)
+    assert a == sorted(set(a)) and a != list(range(32))
+    with pytest.raises(ValueError):
+        held_out_indices(10, 10, 0)
+    full = load_dataset()  # the bundled data: 2048 examples
+    train, split = split_for_walk(full, 32, 0)
+    assert len(train) == len(full) - 32 and split.indices == a
+    small, split = split_for_walk(full.subset(list(range(40))), 32, 0)
+    assert len(split.indices) == 5 and len(small) == 35  # at most an eighth
+    assert split.rows_for(0, 2) == [0, 1] and split.rows_for(2, 2) == [4, 0]

@@ -711,7 +711,7 @@ def load_log(
     strict: bool = False,
     fields: Mapping[str, str] | None = None,
     extra: Mapping[str, pl.DataType] | None = None,
-    lists: bool = True,
+    lists: bool = False,
     input_format: str | None = None,
     presets: Sequence[str | None] | None = None,
     per_input_fields: Sequence[Mapping[str, str]] | None = None,
@@ -725,9 +725,12 @@ def load_log(
     form. ``per_input_fields`` replaces ``fields`` input by input. How each input was read, and
     any mapped field that never occurs, is in :attr:`ParsedLog.notes`.
 
-    With ``lists=False`` the per-position lists of files are left unread (standard input, FIFOs
-    and pipes are always read whole, as they cannot be read twice); :func:`fetch_lists` gets them for the rows
-    that need them.
+    The per-position lists (``acc_pos``, ``accept_pos``) are most of a pipeline log's parse time
+    and memory and a report needs them for its last window only, so by default (``lists=False``)
+    those of files are left unread (null, the sources named in :attr:`ParsedLog.lists_pending`):
+    :func:`fetch_lists` reads them for the rows that need them, and
+    :func:`~dflash_diag.analysis.diagnosis.diagnose` does so by itself. ``lists=True`` reads
+    them all. Standard input, FIFOs and pipes are always read whole (they cannot be read twice).
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
     resolved per source and the records merged in step order by

@@ -158,8 +158,15 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
     from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
 
     if plan.format == "jsonl":
+        from dflash_diag.read.formats.jsonl_rows import FORMAT, STEP_KEYS
+        from dflash_diag.read.formats.jsonl_wide import read_jsonl_wide
+
+        # polars' scan where it gives the line reader's records exactly (None: it does not); a
+        # wide piece's own "step" column is no key, so a map naming that key takes the lines
+        fast = (None if plan.fields.get("step") == "step"
+                else read_jsonl_wide(plan.path, FORMAT, STEP_KEYS))
         try:
-            scalars = read_jsonl_rows(plan.path, strict=strict)
+            scalars = fast or read_jsonl_rows(plan.path, strict=strict)
         except DiagError:
             raise
         except (OSError, ValueError) as exc:

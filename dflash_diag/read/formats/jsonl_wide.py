@@ -54,11 +54,11 @@ def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> S
     tree = _head_tree(head)
     if tree is None:
         return None
-    colons, nulls = _count_tokens(path)
+    colons = _count_tokens(path, b":")
     if colons is None:
         return None
     frame = _scan(path, tree)
-    if frame is not None and not _present(frame, colons, nulls):
+    if frame is not None and not _all_keys_read(frame, path, colons):
         # keys the head does not show (an eval_loss first written after the head, a final
         # train_runtime): polars' own inference over the whole file names them (a second pass)
         try:
@@ -67,7 +67,7 @@ def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> S
             return None
         tree = _tree_of(dict(inferred))
         frame = _scan(path, tree) if tree is not None else None
-        if frame is not None and not _present(frame, colons, nulls):
+        if frame is not None and not _all_keys_read(frame, path, colons):
             return None
     return None if frame is None else _wide(frame, fmt, step_keys)
 
@@ -139,31 +139,31 @@ def _dtype(node: Any) -> pl.DataType:
     return getattr(pl, node)()
 
 
-def _count_tokens(path: Path) -> tuple[int | None, int]:
-    """Colons (one per key, more inside strings) and ``null`` tokens in the file.
-
-    A single-byte count runs at memory speed; ``null`` is searched with the previous block's
-    last three bytes in front, so a token cut by a block edge counts once.
-    """
-    colons = nulls = 0
+def _count_tokens(path: Path, token: bytes) -> int | None:
+    """How often ``token`` occurs in the file (read in blocks; a token cut by a block edge is
+    found in the previous block's last bytes and this block's first ones)."""
+    count = 0
     carry = b""
+    edge = len(token) - 1
     try:
         with path.open("rb") as handle:
             while block := handle.read(_BLOCK):
-                colons += block.count(b":")
-                nulls += (carry + block).count(b"null")  # 3 carried bytes hold no whole token
-                carry = block[-3:]
+                count += block.count(token)
+                if edge:
+                    count += (carry + block[:edge]).count(token)
+                    carry = block[-edge:]
     except OSError:
-        return None, 0
-    return colons, nulls
+        return None
+    return count
 
 
-def _present(frame: pl.DataFrame, colons: int, nulls: int) -> bool:
+def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
     """Whether the file's colons are exactly the keys polars found.
 
     Every key is one colon; a ``null`` value is a key polars cannot tell from a missing one, so
-    the file's ``null`` tokens are added; colons and ``null`` inside strings and key names are
-    text, not keys, and are taken off.
+    the file's ``null`` tokens are added (counted only when the colons are more than the values:
+    a clean file pays one count); colons and ``null`` inside strings and key names are text,
+    not keys, and are taken off.
     """
     exprs: list[pl.Expr] = []
 
@@ -182,7 +182,10 @@ def _present(frame: pl.DataFrame, colons: int, nulls: int) -> bool:
     for name, dtype in frame.schema.items():
         walk(pl.col(name), name, dtype)
     found = int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
-    return colons == found + nulls
+    if colons == found:
+        return True
+    nulls = _count_tokens(path, b"null") if colons > found else None
+    return nulls is not None and colons == found + nulls
 
 
 def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:

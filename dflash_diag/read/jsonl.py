@@ -705,6 +705,33 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
             .select(rows.columns))
 
 
+def _read_native(
+    name: str, index: int, *, strict: bool, fields: Mapping[str, str],
+    extra: Mapping[str, pl.DataType] | None, lists: bool, cache: bool,
+) -> ParsedLog:
+    """One input by the JSONL reader (through the cache when asked; --strict never is, as a
+    cached parse has no malformed line left to raise on)."""
+
+    def parse_whole() -> ParsedLog:
+        with open_input(name) as handle:
+            try:
+                return parse_stream(handle, source=index, strict=strict, fields=fields,
+                                    extra=extra, lists=lists)
+            except DiagError as exc:
+                message = str(exc)  # named already when the file itself could not be read
+                raise DiagError(message if visible(name) in message
+                                else f"{visible(name)}: {message}") from None
+
+    if not cache or name == "-":
+        return parse_whole()
+    from dflash_diag.read.cache import cached_parse
+
+    return cached_parse(
+        name, source=index, fields=fields, extra=extra, lists=lists, parse_whole=parse_whole,
+        parse_tail=lambda data, line_no: parse_records(
+            data, first_line_no=line_no, source=index, fields=fields, extra=extra, lists=lists))
+
+
 def load_log(
     paths: str | Path | Sequence[str | Path],
     *,
@@ -715,6 +742,7 @@ def load_log(
     input_format: str | None = None,
     presets: Sequence[str | None] | None = None,
     per_input_fields: Sequence[Mapping[str, str]] | None = None,
+    cache: bool = False,
 ) -> ParsedLog:
     """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
 
@@ -731,6 +759,10 @@ def load_log(
     :func:`fetch_lists` reads them for the rows that need them, and
     :func:`~dflash_diag.analysis.diagnosis.diagnose` does so by itself. ``lists=True`` reads
     them all. Standard input, FIFOs and pipes are always read whole (they cannot be read twice).
+
+    With ``cache=True`` plain JSONL files are read through :mod:`dflash_diag.read.cache`: a log
+    that only grew since the last cached read costs its new bytes (the CLI's default; the
+    library's is False, so that it writes nothing unasked).
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
     resolved per source and the records merged in step order by
@@ -766,14 +798,8 @@ def load_log(
             notes += part.notes
             parts.append(part)
             continue
-        with open_input(name) as handle:
-            try:
-                part = parse_stream(handle, source=index, strict=strict, fields=plan.fields,
-                                    extra=extra, lists=lists or not can_reread(name))
-            except DiagError as exc:
-                message = str(exc)  # named already when the file itself could not be read
-                raise DiagError(message if visible(name) in message
-                                else f"{visible(name)}: {message}") from None
+        part = _read_native(name, index, strict=strict, fields=plan.fields, extra=extra,
+                            lists=lists or not can_reread(name), cache=cache and not strict)
         missing = missing_mapped_fields(part, plan.fields)
         if missing:
             notes.append(f"{visible(name)}: never in the log: {'; '.join(missing)}")

@@ -218,11 +218,13 @@ class ReadOptions:
         input_format: ``--input-format`` (None: detect per input).
         presets: ``--preset`` values as given (one for all inputs, or one per input).
         field_specs: ``--field`` specs as given (``NEW=OLD`` for all, ``N:NEW=OLD`` for input N).
+        cache: read plain JSONL files through the parsed-log cache (``--no-cache``: False).
     """
 
     input_format: str | None = None
     presets: tuple[str, ...] = ()
     field_specs: tuple[str, ...] = ()
+    cache: bool = False
 
     def load_kwargs(self, n_inputs: int, only: int | None = None) -> dict[str, object]:
         """Keyword arguments of :func:`~dflash_diag.read.jsonl.load_log` for ``n_inputs``
@@ -240,4 +242,4 @@ class ReadOptions:
         if only is not None:
             presets, maps = [presets[only]], [maps[only]]
         return {"input_format": self.input_format, "presets": presets,
-                "per_input_fields": maps, "fields": maps[0] if maps else {}}
+                "per_input_fields": maps, "fields": maps[0] if maps else {}, "cache": self.cache}

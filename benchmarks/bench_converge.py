@@ -19,7 +19,10 @@ JSONL's). For every shape, each reader runs in a fresh process, so that its peak
 * ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
                 reading the values costs at the least;
 * ``converge``  the CLI, ``dflash-diag converge LOG --format json`` (read + analysis + render);
-* ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows.
+* ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows;
+* ``first`` / ``rerun``  converge through the parsed-log cache (JSONL shapes): a first run on a
+                log 1% shorter (it writes the cache), then the same log grown by its last 1% of
+                records: the re-run's CPU against the first's (target <= 0.1x).
 
 With ``--against REV`` the same shapes also run with the code of commit REV, built once in a
 scratch virtual environment (a ``git worktree`` and ``pip install -e`` of it, no torch), so a
@@ -218,7 +221,20 @@ def main() -> None:
             size = _size(paths[name])
             print(f"{name}: {args.lines:,} records, {size / 2**20:.1f} MiB, "
                   f"written in {time.perf_counter() - t0:.1f} s")
-        readers = ["scan", "converge", "load_log"] + (["converge@REV", "load_log@REV"] if against else [])
+        grow: dict[str, tuple[bytes, bytes]] = {}
+        if _converge_flags(ROOT):  # this tree has the cache: first run and re-run after 1% growth
+            for name in names:
+                shape = SHAPES[name]
+                if shape.scan_of or not shape.file.endswith(".jsonl"):
+                    continue
+                full = folder / name / "grow_full.jsonl"
+                shape.write(full, args.lines + args.lines // 100)
+                data = full.read_bytes()
+                full.unlink()
+                cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
+                grow[name] = (data[:cut], data[cut:])
+        readers = ["scan", "converge", "load_log", "first", "rerun"] + (
+            ["converge@REV", "load_log@REV"] if against else [])
         runs = {n: {r: [] for r in readers} for n in names}
         loads = []
         env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"))
@@ -233,6 +249,15 @@ def main() -> None:
                 this["scan"].append(run(POLARS_SCAN, [scan_log, spec], env=env))
                 this["converge"].append(run(CONVERGE, [log, "-"] + _converge_flags(ROOT), env=env))
                 this["load_log"].append(run(LOAD_LOG, [log], env=env))
+                if name in grow:
+                    grown = folder / name / f"grow_{round_}.jsonl"
+                    grown.write_bytes(grow[name][0])
+                    own = dict(env, XDG_CACHE_HOME=str(folder / f"cache_{name}_{round_}"))
+                    this["first"].append(run(CONVERGE, [str(grown), "-"], env=own))
+                    with grown.open("ab") as out:
+                        out.write(grow[name][1])
+                    this["rerun"].append(run(CONVERGE, [str(grown), "-"], env=own))
+                    grown.unlink()
                 if against:
                     python, tree = against
                     this["converge@REV"].append(run(CONVERGE, [log, "-"] + _converge_flags(tree),
@@ -245,16 +270,18 @@ def main() -> None:
               f"{min(loads):.1f}-{max(loads):.1f} (uptime: {_uptime()})")
         header = (f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'conv s':>8}{'x scan':>7}{'RSS/file':>9}"
                   f"{'load s':>8}{'x scan':>7}{'RSS/file':>9}")
+        header += f"{'rerun/first':>12}"
         if against:
             header += f"{'conv now/REV':>13}{'RSS now/REV':>12}{'load now/REV':>13}"
         print(header)
         for name in names:
             size = _size(paths[name])
-            med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers}
-            rss = {r: max(x.maxrss for x in runs[name][r]) for r in readers}
+            med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
+            rss = {r: max(x.maxrss for x in runs[name][r]) for r in readers if runs[name][r]}
             line = (f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}"
                     f"{med['converge']:8.2f}{med['converge'] / med['scan']:7.2f}{rss['converge'] / size:9.2f}"
                     f"{med['load_log']:8.2f}{med['load_log'] / med['scan']:7.2f}{rss['load_log'] / size:9.2f}")
+            line += (f"{med['rerun'] / med['first']:12.2f}" if "rerun" in med else f"{'n/a':>12}")
             if against:
                 line += (f"{med['converge'] / med['converge@REV']:13.2f}"
                          f"{rss['converge'] / rss['converge@REV']:12.2f}"

@@ -58,6 +58,8 @@ _MIDDLE_BLOCKS = 14
 #: bytes are read in one piece; the streaming reader is the bounded-memory way for a lot).
 _MAX_GROWTH = 0.25
 _ENV_MAX = "DFLASH_DIAG_CACHE_MAX_BYTES"
+#: Frame files per entry before a grown entry is written again as one (reads stay one concat).
+_MAX_SEGMENTS = 8
 
 
 def cache_dir() -> Path:
@@ -114,6 +116,8 @@ class _Entry:
         self.meta_path = self.folder / f"{key}.json"
         self.st = st
         self.stored_meta: dict[str, Any] | None = None
+        #: (cached frame files, their rows) when the log read extends them
+        self.reused: tuple[list[str], int] | None = None
 
     @classmethod
     def open(cls, name: str, *, source: int, fields: Mapping[str, str],
@@ -153,7 +157,8 @@ class _Entry:
             return None  # written since, to the same size: rewritten in place
         if grown > _MAX_GROWTH * max(1, meta["consumed"]):
             return None  # much more than a re-run's growth: the streaming whole-file read
-        log = _thaw(meta, pl.read_ipc(self.folder / meta["frame"]))
+        frames = [pl.read_ipc(self.folder / name) for name in meta["frames"]]
+        log = _thaw(meta, frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True))
         if grown == 0:
             return log
         # the torn last line, if any, is read again with the new bytes (complete by now)
@@ -170,6 +175,8 @@ class _Entry:
         joined.chunk_starts = {source: log.chunk_starts.get(source, [])
                                + [(meta["consumed"], log.next_line_no)]}
         joined.consumed_bytes = meta["consumed"] + tail.consumed_bytes
+        # the joined frame starts with the cached rows unchanged: store() adds the rest only
+        self.reused = (list(meta["frames"]), log.metrics.height)
         return joined
 
     # -- writing ------------------------------------------------------------------------
@@ -197,18 +204,25 @@ class _Entry:
         token = secrets.token_hex(6)
         frame_name = f"{self.key}.{token}.arrow"
         partial = self.folder / f".{frame_name}.tmp"
-        log.metrics.write_ipc(partial, compression="uncompressed")
+        if self.reused is not None and len(self.reused[0]) < _MAX_SEGMENTS:
+            # a grown log: only the new rows are written, as one more segment of the entry
+            frames = [*self.reused[0], frame_name]
+            log.metrics.slice(self.reused[1]).write_ipc(partial, compression="uncompressed")
+        else:
+            frames = [frame_name]
+            log.metrics.write_ipc(partial, compression="uncompressed")
         os.replace(partial, self.folder / frame_name)
         meta = _freeze(log)
         meta.update(cache_version=CACHE_VERSION, path=str(self.path), dev=st.st_dev,
                     ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
                     ctime_ns=st.st_ctime_ns, consumed=consumed,
-                    hashes=_hashes(self.path, consumed), frame=frame_name)
+                    hashes=_hashes(self.path, consumed), frames=frames)
         partial_meta = self.folder / f".{self.key}.{token}.json.tmp"
         partial_meta.write_text(json.dumps(meta, allow_nan=True))
         os.replace(partial_meta, self.meta_path)
-        if old is not None and old.get("frame") and old["frame"] != frame_name:
-            (self.folder / old["frame"]).unlink(missing_ok=True)
+        for name in (old or {}).get("frames", []):
+            if name not in frames:
+                (self.folder / name).unlink(missing_ok=True)
         evict(self.folder, max_bytes())
 
 
@@ -219,21 +233,22 @@ def evict(folder: Path, limit: int) -> None:
     for meta_path in folder.glob("*.json"):
         try:
             meta = json.loads(meta_path.read_text())
-            frame = folder / meta["frame"]
-            size = meta_path.stat().st_size + frame.stat().st_size
+            frames = [folder / name for name in meta["frames"]]
+            size = meta_path.stat().st_size + sum(f.stat().st_size for f in frames)
             used = meta_path.stat().st_mtime_ns
         except (OSError, ValueError, KeyError, TypeError):
             meta_path.unlink(missing_ok=True)  # a broken entry is no entry
             continue
-        entries.append((used, size, meta_path, frame))
+        entries.append((used, size, meta_path, frames))
         total += size
-    for _used, size, meta_path, frame in sorted(entries):
+    for _used, size, meta_path, frames in sorted(entries, key=lambda e: e[0]):
         if total <= limit:
             break
         meta_path.unlink(missing_ok=True)
-        frame.unlink(missing_ok=True)
+        for frame in frames:
+            frame.unlink(missing_ok=True)
         total -= size
-    live = {e[3].name for e in entries if e[2].exists()}
+    live = {f.name for e in entries if e[2].exists() for f in e[3]}
     for orphan in folder.glob("*.arrow"):
         if orphan.name not in live:
             orphan.unlink(missing_ok=True)
@@ -265,7 +280,9 @@ def _package_version() -> str:
 def _freeze(log: ParsedLog) -> dict[str, Any]:
     """The log but its frame, as JSON-ready data."""
     return {
-        "events": [dataclasses.asdict(e) for e in log.events],
+        # by hand, not dataclasses.asdict: that deep-copies every event's fields first
+        "events": [{"kind": e.kind, "source": e.source, "seq": e.seq, "step": e.step,
+                    "fields": e.fields} for e in log.events],
         "issues": dataclasses.asdict(log.issues),
         "consumed_bytes": log.consumed_bytes,
         "first_line_no": log.first_line_no,

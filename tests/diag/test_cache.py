@@ -66,6 +66,20 @@ def test_appends_reuse_and_extend_the_entry(log, monkeypatch):
     same(path)  # an exact hit
 
 
+def test_many_growths_add_segments_then_compact(log):
+    path, data = log
+    lines = data.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-40]))
+    same(path)
+    for i in range(12):  # each growth adds one segment of new rows; the ninth writes one again
+        with path.open("ab") as out:
+            out.writelines(lines[-40 + 3 * i:-40 + 3 * i + 3])
+        same(path)
+        frames = json.loads(entries()[0].read_text())["frames"]
+        assert len(frames) == (i + 2 if i < 7 else (i - 7) % 8 + 1)
+        assert sorted(p.name for p in cache.cache_dir().glob("*.arrow")) == sorted(frames)
+
+
 def test_a_torn_line_completed_later(log):
     path, data = log
     lines = data.splitlines(keepends=True)

@@ -88,7 +88,7 @@ PresetOption = Annotated[
 ]
 StrictOption = Annotated[bool, typer.Option("--strict/--no-strict", metavar="", help="Malformed lines are an error, not skipped.")]
 NoCacheOption = Annotated[bool, typer.Option(
-    "--no-cache", help="Parse every log whole: the parsed-log cache is neither read nor written.")]
+    "--no-cache", metavar="", help="Parse every log whole: the parsed-log cache is neither read nor written.")]
 
 # The analysis options every command shares (one diagnosis, one set of knobs, defaults defined once
 # in dflash_diag.analysis.defaults).

@@ -188,6 +188,9 @@ def _assemble(
     # One chunk per column, once, here: the first analysis query that needs aligned columns (a
     # with_columns, a group-by) would otherwise copy the whole frame again on every call.
     frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
+    del frames
+    for piece in pieces:  # the pieces' columns are copied into the one chunk: free them now
+        piece.frame = piece.frame.clear()
     if rename:
         frame = frame.rename(dict(rename))
     issues = ParseIssues()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dflash_diag.analysis.diagnosis import diagnose
 from dflash_diag.cli import app
 from dflash_diag.converge.report import build_converge_report
 from dflash_diag.read.jsonl import load_log
@@ -42,6 +43,8 @@ def test_lazy_lists_give_the_eager_report(tmp_path, log):
     assert lazy.lists_pending == [0]
     eager = load_log(path, lists=True)
     assert render_json(build_converge_report(lazy)) == render_json(build_converge_report(eager))
+    # the library's diagnose reads the pending lists by itself
+    assert repr(diagnose(lazy).acceptance) == repr(diagnose(eager).acceptance)
 
 
 def _hf_lines(n: int) -> str:

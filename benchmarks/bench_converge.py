@@ -14,7 +14,7 @@ list), ``hf`` (``{"loss", "grad_norm", "learning_rate", "epoch", "step"}``, step
 ``nested`` (speculators' ``{"train": {...}}`` objects with numbered position accuracies), and
 ``tensorboard`` / ``trainer_state`` (the HF values in those formats; their bare scan is the HF
 JSONL's). For every shape, each reader runs in a fresh process, so that its peak memory
-(``ru_maxrss``) is its own:
+(``VmHWM``) is its own:
 
 * ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
                 reading the values costs at the least;
@@ -87,7 +87,7 @@ CONVERGE = textwrap.dedent("""
     main()
 """)
 
-# Runs a snippet, then prints the process's peak resident set (ru_maxrss is KiB on Linux).
+# Runs a snippet, then prints the process's peak resident set (VmHWM, KiB) and CPU seconds.
 WRAPPER = textwrap.dedent("""
     import resource, sys
     code = sys.argv.pop(1)
@@ -99,7 +99,11 @@ WRAPPER = textwrap.dedent("""
     finally:
         sys.stdout.flush()
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        print("MAXRSS_KIB", usage.ru_maxrss, "CPU_S", usage.ru_utime + usage.ru_stime, file=sys.stderr)
+        # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across fork and exec, so a child would
+        # report the benchmark's own peak (it holds the logs' bytes) when that is larger
+        with open("/proc/self/status") as status:
+            hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+        print("MAXRSS_KIB", hwm, "CPU_S", usage.ru_utime + usage.ru_stime, file=sys.stderr)
 """)
 
 

@@ -1,38 +1,48 @@
-"""Benchmark: `dflash-diag converge` on a 1M-line log against plain Python and a bare polars scan.
+"""Benchmark: `dflash-diag converge` and `load_log` against a bare polars scan, on several log shapes.
 
-Not a timed test: run it by hand and read the figures.
+Not a timed test: run it by hand and read the ratios.
 
-    python benchmarks/bench_converge.py                # 1,000,000 lines in a temp dir
-    python benchmarks/bench_converge.py --lines 200000  # quicker
+    python benchmarks/bench_converge.py                        # 200,000 lines per shape
+    python benchmarks/bench_converge.py --lines 1000000        # the issue's size
+    python benchmarks/bench_converge.py --shapes hf,mixed      # some shapes only
+    python benchmarks/bench_converge.py --against 8e14ce4      # side by side with a commit
 
-It writes a log shaped like the pipeline's (a lock-step phase, then pipeline records carrying
-15-element ``acc_pos``/``accept_pos`` lists, stage/queue dicts, events), then runs four readers,
-each in a fresh process so that peak memory (``ru_maxrss``) is its own:
+The shapes (benchmarks/bench_shapes.py) are the layouts real trainers write: ``pipeline`` (this
+project's pipeline log: a lock-step phase, then records with two 15-element lists, stage/queue
+dicts, events), ``mixed`` (30% plain records, then 70% pipeline records with one ``acc_pos``
+list), ``hf`` (``{"loss", "grad_norm", "learning_rate", "epoch", "step"}``, step last),
+``nested`` (speculators' ``{"train": {...}}`` objects with numbered position accuracies), and
+``tensorboard`` / ``trainer_state`` (the HF values in those formats; their bare scan is the HF
+JSONL's). For every shape, each reader runs in a fresh process, so that its peak memory
+(``VmHWM``) is its own:
 
-* ``diag``    the real CLI, ``dflash-diag converge LOG --format json`` (whole analysis + render);
-* ``python``  a plain-Python reader doing the same core work: ``json.loads`` per line, the
-              pipeline filter, 50-step bins with n_pred-weighted accuracy;
-* ``reader``  ``load_log(LOG, lists=False)`` alone: converge's read without the analysis, to show
-              which part of the gap to the scan is reading and which is the report;
-* ``polars``  ``pl.scan_ndjson`` of the same file with the same columns, collected (no analysis):
-              the metric scalars and ``event``; like converge's main pass it leaves the
-              per-position lists, which converge then reads for the last window only.
+* ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
+                reading the values costs at the least;
+* ``converge``  the CLI, ``dflash-diag converge LOG --format json`` (read + analysis + render);
+* ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows;
+* ``first`` / ``rerun``  converge through the parsed-log cache (JSONL shapes): a first run on a
+                log 1% shorter (it writes the cache), then the same log grown by its last 1% of
+                records: the re-run's CPU against the first's (target <= 0.1x).
 
-Times are process wall times (start-up included, best of ``--repeat``) and the CPU time of the
-same processes (user + system, all threads: the work done, less sensitive to what else runs);
-the readers run interleaved, round by round, and the machine is shared, so the load average is
-printed with each round. Targets: issue 2 section 6, diag >= 10x faster than python, within 1.5x
-of polars, peak memory under twice the file size; issue 11 item 6, within 1.25x of polars' CPU
-time, peak memory under the file size. Run it with byte-compiled modules (not under
-``PYTHONDONTWRITEBYTECODE``): otherwise every process compiles the package's sources again,
-about 0.07 s of CPU that an installed package does not pay.
+With ``--against REV`` the same shapes also run with the code of commit REV, built once in a
+scratch virtual environment (a ``git worktree`` and ``pip install -e`` of it, no torch), so a
+regression shows as a ratio now / REV.
+
+Figures are CPU seconds (user + system, all threads: the work done, less sensitive to what
+else runs than wall time), medians of ``--repeat`` rounds; the readers run interleaved, round
+by round, so each sees the same shared, varying machine load, printed with each round.
+Targets (issue 21): converge and load_log at most 1.25x the scan's CPU and peak RSS at most the
+file size on every shape. Run it with byte-compiled modules (not under
+``PYTHONDONTWRITEBYTECODE``): otherwise every process compiles the package's sources again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,62 +53,43 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PYTHON_READER = textwrap.dedent("""
-    import json, sys
-    bins = {}
-    script = None
-    with open(sys.argv[1], "rb") as handle:
-        for raw in handle:
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
-            event = rec.get("event")
-            if event == "run_start":
-                script = rec.get("script")
-            if event is not None and event != "metrics":
-                continue
-            step = rec.get("step")
-            if step is None or ("tok_per_sec" not in rec and script != "pipeline"):
-                continue
-            b = bins.setdefault((int(step) - 15001) // 50, [0, 0.0, 0.0, 0.0])
-            acc, n_pred = rec.get("acc"), rec.get("n_pred") or 1
-            b[0] += 1
-            if acc is not None:
-                b[1] += acc * n_pred
-                b[2] += n_pred
-            b[3] += rec.get("loss") or 0.0
-    print(len(bins), file=sys.stderr)
-""")
-
+# The bare scan: polars' NDJSON reader on the scalar columns, and the 50-step group-by.
 POLARS_SCAN = textwrap.dedent("""
-    import sys
+    import json, sys
     import polars as pl
-    from dflash_diag.read.schema import read_schema
-    schema, _ = read_schema(lists=False)  # the columns converge's main pass reads
-    frame = pl.scan_ndjson(sys.argv[1], schema=schema).collect()
+    spec = json.loads(sys.argv[2])
+    def dtype(t):
+        return pl.Struct({k: dtype(v) for k, v in t.items()}) if isinstance(t, dict) else getattr(pl, t)()
+    def col(path):
+        head, *rest = path.split(".")
+        expr = pl.col(head)
+        for name in rest:
+            expr = expr.struct.field(name)
+        return expr
+    schema = {k: dtype(v) for k, v in spec["schema"].items()}
+    frame = (pl.scan_ndjson(sys.argv[1], schema=schema)
+             .group_by((col(spec["step"]) // 50).alias("bin"))
+             .agg(col(spec["value"]).mean(), pl.len()).collect())
     print(frame.height, file=sys.stderr)
 """)
 
-DIAG_READER = textwrap.dedent("""
+LOAD_LOG = textwrap.dedent("""
     import sys
-    from dflash_diag.read.jsonl import load_log
-    log = load_log(sys.argv[1], lists=False)  # converge's main pass alone, no analysis
+    from dflash_diag import load_log
+    log = load_log(sys.argv[1])
     print(log.metrics.height, file=sys.stderr)
 """)
 
-DIAG_CLI = textwrap.dedent("""
+CONVERGE = textwrap.dedent("""
     import sys
     from dflash_diag.cli import main
-    sys.argv = ["dflash-diag", "converge", sys.argv[1], "--format", "json"]
+    sys.argv = ["dflash-diag", "converge", sys.argv[1], "--format", "json", *sys.argv[3:]]
     main()
 """)
 
-# Runs a snippet, then prints the process's peak resident set (ru_maxrss is KiB on Linux).
+# Runs a snippet, then prints the process's peak resident set (VmHWM, KiB) and CPU seconds.
 WRAPPER = textwrap.dedent("""
-    import resource, runpy, sys
+    import resource, sys
     code = sys.argv.pop(1)
     try:
         exec(compile(code, "<bench>", "exec"), {"__name__": "__main__"})
@@ -108,7 +99,11 @@ WRAPPER = textwrap.dedent("""
     finally:
         sys.stdout.flush()
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        print("MAXRSS_KIB", usage.ru_maxrss, "CPU_S", usage.ru_utime + usage.ru_stime, file=sys.stderr)
+        # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across fork and exec, so a child would
+        # report the benchmark's own peak (it holds the logs' bytes) when that is larger
+        with open("/proc/self/status") as status:
+            hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+        print("MAXRSS_KIB", hwm, "CPU_S", usage.ru_utime + usage.ru_stime, file=sys.stderr)
 """)
 
 
@@ -156,68 +151,167 @@ def write_log(path: Path, lines: int, seed: int = 0) -> None:
 
 @dataclass(frozen=True)
 class Run:
-    """One reader process: wall seconds (start-up included), CPU seconds (all threads), peak RSS."""
+    """One reader process: CPU seconds (all threads) and peak RSS (bytes)."""
 
-    wall: float
     cpu: float
     maxrss: int
 
 
-def run(code: str, log: Path) -> Run:
-    """Wall and CPU seconds and peak RSS (bytes) of a fresh Python process running ``code`` on ``log``."""
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, code, str(log)], capture_output=True, check=False,
-                          text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark step failed:\n{proc.stderr[-2000:]}")
+def run(code: str, args: list[str], *, python: str = sys.executable, cwd: Path = ROOT,
+        env: dict[str, str] | None = None) -> Run:
+    """CPU seconds and peak RSS of a fresh Python process running ``code`` with ``args``."""
+    proc = subprocess.run([python, "-c", WRAPPER, code, *args], capture_output=True, check=False,
+                          text=True, cwd=cwd, env=env)
+    if proc.returncode != 0 or "MAXRSS_KIB" not in proc.stderr:
+        raise SystemExit(f"benchmark step failed ({python}):\n{proc.stderr[-2000:]}")
     fields = proc.stderr.rsplit("MAXRSS_KIB", 1)[1].split()
-    return Run(wall=wall, cpu=float(fields[2]), maxrss=int(fields[0]) * 1024)
+    return Run(cpu=float(fields[2]), maxrss=int(fields[0]) * 1024)
+
+
+def build_against(rev: str, scratch: Path) -> tuple[str, Path]:
+    """The python and the source tree of commit ``rev``, in a scratch venv (built once per commit).
+
+    Returns:
+        ``(python, tree)``: the venv's interpreter and the commit's worktree.
+    """
+    sha = subprocess.run(["git", "rev-parse", "--short=12", f"{rev}^{{commit}}"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout.strip()
+    home = scratch / f"against-{sha}"
+    tree, venv = home / "tree", home / "venv"
+    python = venv / "bin" / "python"
+    if not (python.exists() and (home / "ready").exists()):
+        home.mkdir(parents=True, exist_ok=True)
+        if not tree.exists():
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=ROOT,
+                           check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        print(f"building {rev} ({sha}) in {home} (pip install -e, no torch)...", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], check=True)
+        (home / "ready").write_text(sha)
+    return str(python), tree
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
 def main() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_shapes import SHAPES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per reader (best is kept)")
-    parser.add_argument("--python-repeat", type=int, default=1, help="runs of the slow plain reader")
+    parser.add_argument("--lines", type=int, default=200_000, help="records per shape")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
+    parser.add_argument("--against", metavar="REV", help="also run the code of this commit")
+    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "dflash-diag-bench",
+                        help="where --against builds its venvs (kept for the next run)")
     args = parser.parse_args()
+    names = [n.strip() for n in args.shapes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SHAPES]
+    if unknown:
+        raise SystemExit(f"unknown shapes {unknown} (known: {', '.join(SHAPES)})")
+    against = build_against(args.against, args.scratch) if args.against else None
 
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "train.jsonl"
-        t0 = time.perf_counter()
-        write_log(log, args.lines)
-        size = log.stat().st_size
-        print(f"log: {args.lines:,} lines, {size / 2**20:.1f} MiB, written in {time.perf_counter() - t0:.1f} s")
-        print(f"load average before: {os.getloadavg()}")
-        # Rounds interleave the readers so that each sees the same (shared, varying) machine load.
-        runs: dict[str, list[Run]] = {"polars": [], "reader": [], "diag": [], "python": []}
+        folder = Path(tmp)
+        paths: dict[str, Path] = {}
+        for name in dict.fromkeys([SHAPES[n].scan_of or n for n in names] + names):
+            shape = SHAPES[name]
+            (folder / name).mkdir()
+            paths[name] = folder / name / shape.file
+            t0 = time.perf_counter()
+            shape.write(paths[name], args.lines)
+            size = _size(paths[name])
+            print(f"{name}: {args.lines:,} records, {size / 2**20:.1f} MiB, "
+                  f"written in {time.perf_counter() - t0:.1f} s")
+        grow: dict[str, tuple[bytes, bytes]] = {}
+        if _converge_flags(ROOT):  # this tree has the cache: first run and re-run after 1% growth
+            for name in names:
+                shape = SHAPES[name]
+                if shape.scan_of or not shape.file.endswith(".jsonl"):
+                    continue
+                full = folder / name / "grow_full.jsonl"
+                shape.write(full, args.lines + args.lines // 100)
+                data = full.read_bytes()
+                full.unlink()
+                cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
+                grow[name] = (data[:cut], data[cut:])
+        readers = ["scan", "converge", "load_log", "first", "rerun"] + (
+            ["converge@REV", "load_log@REV"] if against else [])
+        runs = {n: {r: [] for r in readers} for n in names}
+        loads = []
+        env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"))
         for round_ in range(max(1, args.repeat)):
-            this_round = {"polars": run(POLARS_SCAN, log), "reader": run(DIAG_READER, log),
-                          "diag": run(DIAG_CLI, log)}
-            if round_ < args.python_repeat:
-                this_round["python"] = run(PYTHON_READER, log)
-            for name, result in this_round.items():
-                runs[name].append(result)
-            print(f"  round {round_ + 1}: " + ", ".join(
-                f"{name} {r.wall:.2f} s wall / {r.cpu:.2f} s CPU" for name, r in this_round.items())
-                + f"   load {os.getloadavg()[0]:.2f}")
-        print(f"load average after: {os.getloadavg()}")
-        runs = {name: r for name, r in runs.items() if r}  # --python-repeat 0 leaves python out
-        best = {name: min(r, key=lambda x: x.wall) for name, r in runs.items()}
-        least_cpu = {name: min(x.cpu for x in r) for name, r in runs.items()}
-        for name, r in runs.items():
-            rss = max(x.maxrss for x in r)
-            print(f"{name:>7}: best {best[name].wall:6.2f} s wall, {least_cpu[name]:6.2f} s CPU   "
-                  f"peak RSS {rss / 2**20:7.1f} MiB ({rss / size:.2f}x file)")
-        diag, scan = best["diag"].wall, best["polars"].wall
-        if "python" in best:
-            print(f"diag vs plain Python: {best['python'].wall / diag:.1f}x faster in wall time, "
-                  f"{least_cpu['python'] / least_cpu['diag']:.1f}x in CPU time (target >= 10x)")
-        print(f"diag vs bare polars scan: {diag / scan:.2f}x the scan's wall time, "
-              f"{least_cpu['diag'] / least_cpu['polars']:.2f}x its CPU time (target <= 1.5x; issue 11: <= 1.25x CPU)")
-        print(f"reader alone (load_log) vs bare polars scan: {best['reader'].wall / scan:.2f}x wall, "
-              f"{least_cpu['reader'] / least_cpu['polars']:.2f}x CPU")
-        print(f"diag peak memory: {max(x.maxrss for x in runs['diag']) / size:.2f}x the file size (target < 2x; issue 11: < 1x)")
+            for name in names:
+                shape = SHAPES[name]
+                log = str(paths[name])
+                spec = json.dumps({"schema": shape.scan_schema, "step": shape.scan_step,
+                                   "value": shape.scan_value})
+                scan_log = str(paths[shape.scan_of or name])
+                this = runs[name]
+                this["scan"].append(run(POLARS_SCAN, [scan_log, spec], env=env))
+                this["converge"].append(run(CONVERGE, [log, "-"] + _converge_flags(ROOT), env=env))
+                this["load_log"].append(run(LOAD_LOG, [log], env=env))
+                if name in grow:
+                    grown = folder / name / f"grow_{round_}.jsonl"
+                    grown.write_bytes(grow[name][0])
+                    own = dict(env, XDG_CACHE_HOME=str(folder / f"cache_{name}_{round_}"))
+                    this["first"].append(run(CONVERGE, [str(grown), "-"], env=own))
+                    with grown.open("ab") as out:
+                        out.write(grow[name][1])
+                    this["rerun"].append(run(CONVERGE, [str(grown), "-"], env=own))
+                    grown.unlink()
+                if against:
+                    python, tree = against
+                    this["converge@REV"].append(run(CONVERGE, [log, "-"] + _converge_flags(tree),
+                                                    python=python, cwd=tree, env=env))
+                    this["load_log@REV"].append(run(LOAD_LOG, [log], python=python, cwd=tree, env=env))
+            loads.append(os.getloadavg()[0])
+            print(f"  round {round_ + 1} done, load {loads[-1]:.2f}", flush=True)
+
+        print(f"\nmedians of {args.repeat} rounds, {args.lines:,} records per shape, load average "
+              f"{min(loads):.1f}-{max(loads):.1f} (uptime: {_uptime()})")
+        header = (f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'conv s':>8}{'x scan':>7}{'RSS/file':>9}"
+                  f"{'load s':>8}{'x scan':>7}{'RSS/file':>9}")
+        header += f"{'rerun/first':>12}"
+        if against:
+            header += f"{'conv now/REV':>13}{'RSS now/REV':>12}{'load now/REV':>13}"
+        print(header)
+        for name in names:
+            size = _size(paths[name])
+            med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
+            rss = {r: max(x.maxrss for x in runs[name][r]) for r in readers if runs[name][r]}
+            line = (f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}"
+                    f"{med['converge']:8.2f}{med['converge'] / med['scan']:7.2f}{rss['converge'] / size:9.2f}"
+                    f"{med['load_log']:8.2f}{med['load_log'] / med['scan']:7.2f}{rss['load_log'] / size:9.2f}")
+            line += (f"{med['rerun'] / med['first']:12.2f}" if "rerun" in med else f"{'n/a':>12}")
+            if against:
+                line += (f"{med['converge'] / med['converge@REV']:13.2f}"
+                         f"{rss['converge'] / rss['converge@REV']:12.2f}"
+                         f"{med['load_log'] / med['load_log@REV']:13.2f}")
+            print(line)
+        print("targets: x scan <= 1.25 (CPU), RSS/file <= 1.0")
+
+
+def _size(path: Path) -> int:
+    """Bytes of a log (a folder's files summed)."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def _converge_flags(tree: Path) -> list[str]:
+    """``--no-cache`` where the tree's CLI has it (a first run's figures, not a cache hit)."""
+    return ["--no-cache"] if (tree / "dflash_diag" / "read" / "cache.py").exists() else []
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "n/a"
+
 
 if __name__ == "__main__":
     main()

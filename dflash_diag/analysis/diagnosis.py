@@ -223,12 +223,17 @@ def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,
         log: the parsed log.
         config: the analysis settings.
         lists: reads the per-position lists back for given rows when ``log`` was loaded without
-            them; None when the frame has them.
+            them; None: :func:`~dflash_diag.read.jsonl.fetch_lists` where lists are pending.
 
     Raises:
         DiagError: nothing left to analyse after phase and step selection.
     """
     config = config or DiagnosisConfig()
+    if lists is None and log.lists_pending:
+        # load_log's default leaves the lists in the files: read back the rows that need them
+        from dflash_diag.read.jsonl import fetch_lists
+
+        lists = lambda rows: fetch_lists(log, rows)
     frame, restarts = resolve_restarts(log.metrics, keep_all=config.keep_all)
     selected, selection = select_phase(frame, config.phase, config.from_step, config.to_step)
     if selected.height == 0:

@@ -103,6 +103,8 @@ PresetOption = Annotated[
                  "input in order.", metavar="NAME"),
 ]
 StrictOption = Annotated[bool, typer.Option("--strict/--no-strict", metavar="", help="Malformed lines are an error, not skipped.")]
+NoCacheOption = Annotated[bool, typer.Option(
+    "--no-cache", metavar="", help="Parse every log whole: the parsed-log cache is neither read nor written.")]
 
 # The analysis options every command shares (one diagnosis, one set of knobs, defaults defined once
 # in dflash_diag.analysis.defaults).

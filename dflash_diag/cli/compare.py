@@ -24,6 +24,7 @@ from dflash_diag.cli.common import (
     InputFormatOption,
     KeepAllOption,
     LossThresholdOption,
+    NoCacheOption,
     NoiseAwareOption,
     OutputFormat,
     PeakLrOption,
@@ -95,6 +96,7 @@ def compare(
     input_format: InputFormatOption = None,
     preset: PresetOption = None,
     strict: StrictOption = False,
+    no_cache: NoCacheOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
 ) -> None:
     """Compare training regimes in one log (old script vs new pipeline), or two runs.
@@ -137,7 +139,8 @@ def compare(
             config = CompareConfig(k=k, window=window_size)
         except ValueError as exc:
             raise DiagError(str(exc)) from None
-        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))
+        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()),
+                           cache=not no_cache)
         read.load_kwargs(len(logs))  # a bad --preset/--field count fails before any reading
         if len(logs) == 1:
             comparisons = [

@@ -22,6 +22,7 @@ from dflash_diag.cli.common import (
     KeepAllOption,
     LogsArgument,
     LossThresholdOption,
+    NoCacheOption,
     NoiseAwareOption,
     OutputFormat,
     PeakLrOption,
@@ -71,6 +72,7 @@ def converge(
     input_format: InputFormatOption = None,
     preset: PresetOption = None,
     strict: StrictOption = False,
+    no_cache: NoCacheOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
     rows: Annotated[int, typer.Option(
         "--rows", min=0, help="Newest windows shown in rich/text tables (0: all).")] = 40,
@@ -108,7 +110,8 @@ def converge(
         )
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
         main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
-        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()))
+        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()),
+                           cache=not no_cache)
         log = load_log(main, strict=strict, lists=False, **read.load_kwargs(len(main)))
         print_notes(log.notes)
         report = build_converge_report(log, config)

@@ -49,7 +49,8 @@ def _load_and_compare(path: str, config: CompareConfig, *, keep_all: bool, stric
     from dflash_diag.analysis.restarts import resolve_restarts
     from dflash_diag.read.jsonl import load_log
 
-    log = load_log([path], strict=strict, **read_kwargs)
+    # every regime is diagnosed from the frame: the lists are read with it
+    log = load_log([path], strict=strict, lists=True, **read_kwargs)
     frame, restarts = resolve_restarts(log.metrics, keep_all=keep_all)
     frame = _step_range(frame, diagnosis, path)
     restarts = _restarts_in_range(restarts, diagnosis)

@@ -202,6 +202,9 @@ def _assemble(
     # One chunk per column, once, here: the first analysis query that needs aligned columns (a
     # with_columns, a group-by) would otherwise copy the whole frame again on every call.
     frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
+    del frames
+    for piece in pieces:  # the pieces' columns are copied into the one chunk: free them now
+        piece.frame = piece.frame.clear()
     if rename:
         frame = frame.rename(dict(rename))
     issues = ParseIssues()
@@ -742,16 +745,44 @@ def drop_duplicate_writers(log: ParsedLog, name: str) -> ParsedLog:
     return log
 
 
+def _read_native(
+    name: str, index: int, *, strict: bool, fields: Mapping[str, str],
+    extra: Mapping[str, pl.DataType] | None, lists: bool, cache: bool,
+) -> ParsedLog:
+    """One input by the JSONL reader (through the cache when asked; --strict never is, as a
+    cached parse has no malformed line left to raise on)."""
+
+    def parse_whole() -> ParsedLog:
+        with open_input(name) as handle:
+            try:
+                return parse_stream(handle, source=index, strict=strict, fields=fields,
+                                    extra=extra, lists=lists)
+            except DiagError as exc:
+                message = str(exc)  # named already when the file itself could not be read
+                raise DiagError(message if visible(name) in message
+                                else f"{visible(name)}: {message}") from None
+
+    if not cache or name == "-":
+        return parse_whole()
+    from dflash_diag.read.cache import cached_parse
+
+    return cached_parse(
+        name, source=index, fields=fields, extra=extra, lists=lists, parse_whole=parse_whole,
+        parse_tail=lambda data, line_no: parse_records(
+            data, first_line_no=line_no, source=index, fields=fields, extra=extra, lists=lists))
+
+
 def load_log(
     paths: str | Path | Sequence[str | Path],
     *,
     strict: bool = False,
     fields: Mapping[str, str] | None = None,
     extra: Mapping[str, pl.DataType] | None = None,
-    lists: bool = True,
+    lists: bool = False,
     input_format: str | None = None,
     presets: Sequence[str | None] | None = None,
     per_input_fields: Sequence[Mapping[str, str]] | None = None,
+    cache: bool = False,
 ) -> ParsedLog:
     """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
 
@@ -762,9 +793,16 @@ def load_log(
     form. ``per_input_fields`` replaces ``fields`` input by input. How each input was read, and
     any mapped field that never occurs, is in :attr:`ParsedLog.notes`.
 
-    With ``lists=False`` the per-position lists of files are left unread (standard input, FIFOs
-    and pipes are always read whole, as they cannot be read twice); :func:`fetch_lists` gets them for the rows
-    that need them.
+    The per-position lists (``acc_pos``, ``accept_pos``) are most of a pipeline log's parse time
+    and memory and a report needs them for its last window only, so by default (``lists=False``)
+    those of files are left unread (null, the sources named in :attr:`ParsedLog.lists_pending`):
+    :func:`fetch_lists` reads them for the rows that need them, and
+    :func:`~dflash_diag.analysis.diagnosis.diagnose` does so by itself. ``lists=True`` reads
+    them all. Standard input, FIFOs and pipes are always read whole (they cannot be read twice).
+
+    With ``cache=True`` plain JSONL files are read through :mod:`dflash_diag.read.cache`: a log
+    that only grew since the last cached read costs its new bytes (the CLI's default; the
+    library's is False, so that it writes nothing unasked).
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
     resolved per source and the records merged in step order by
@@ -800,14 +838,8 @@ def load_log(
             notes += part.notes
             parts.append(part)
             continue
-        with open_input(name) as handle:
-            try:
-                part = parse_stream(handle, source=index, strict=strict, fields=plan.fields,
-                                    extra=extra, lists=lists or not can_reread(name))
-            except DiagError as exc:
-                message = str(exc)  # named already when the file itself could not be read
-                raise DiagError(message if visible(name) in message
-                                else f"{visible(name)}: {message}") from None
+        part = _read_native(name, index, strict=strict, fields=plan.fields, extra=extra,
+                            lists=lists or not can_reread(name), cache=cache and not strict)
         part = drop_duplicate_writers(part, visible(name))
         notes += part.notes
         missing = missing_mapped_fields(part, plan.fields)

@@ -216,7 +216,7 @@ def test_lists_read_lazily_for_the_rows_that_need_them(tmp_path):
 
     path = tmp_path / "train.jsonl.gz"
     path.write_bytes(gzip.compress(generate(seed=4, pipeline_steps=300)))
-    eager = load_log(path)
+    eager = load_log(path, lists=True)
     lazy = load_log(path, lists=False)
     assert lazy.lists_pending == [0] and eager.lists_pending == []
     assert lazy.metrics["acc_pos"].null_count() == lazy.metrics.height
@@ -271,7 +271,7 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
         assert [(e.kind, e.seq, e.step) for e in streamed.events] == [(e.kind, e.seq, e.step) for e in whole.events]
         with path.open("rb") as handle, pytest.raises(DiagError, match="line 201"):
             parse_stream(handle, chunk_bytes=chunk_bytes, strict=True)
-    eager = load_log(path)
+    eager = load_log(path, lists=True)
     lazy = load_log(path, lists=False)
     assert len(lazy.chunk_starts[0]) == 1  # one default-sized chunk for a small file
     rows = lazy.metrics.filter(pl.col("seq") > 250)

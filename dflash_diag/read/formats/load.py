@@ -229,8 +229,15 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
 
     if fmt == "jsonl":
+        from dflash_diag.read.formats.jsonl_rows import FORMAT, STEP_KEYS
+        from dflash_diag.read.formats.jsonl_wide import read_jsonl_wide
+
+        # polars' scan where it gives the line reader's records exactly (None: it does not); a
+        # wide piece's own "step" column is no key, so a map naming that key takes the lines
+        fast = (None if plan.fields.get("step") == "step"
+                else read_jsonl_wide(plan.path, FORMAT, STEP_KEYS))
         try:
-            scalars = read_jsonl_rows(plan.path, strict=strict)
+            scalars = fast or read_jsonl_rows(plan.path, strict=strict)
         except DiagError:
             raise
         except (OSError, ValueError) as exc:
@@ -336,11 +343,13 @@ class ReadOptions:
         input_format: ``--input-format`` (None: detect per input).
         presets: ``--preset`` values as given (one for all inputs, or one per input).
         field_specs: ``--field`` specs as given (``NEW=OLD`` for all, ``N:NEW=OLD`` for input N).
+        cache: read plain JSONL files through the parsed-log cache (``--no-cache``: False).
     """
 
     input_format: str | None = None
     presets: tuple[str, ...] = ()
     field_specs: tuple[str, ...] = ()
+    cache: bool = False
 
     def load_kwargs(self, n_inputs: int, only: int | None = None) -> dict[str, object]:
         """Keyword arguments of :func:`~dflash_diag.read.jsonl.load_log` for ``n_inputs``
@@ -358,4 +367,4 @@ class ReadOptions:
         if only is not None:
             presets, maps = [presets[only]], [maps[only]]
         return {"input_format": self.input_format, "presets": presets,
-                "per_input_fields": maps, "fields": maps[0] if maps else {}}
+                "per_input_fields": maps, "fields": maps[0] if maps else {}, "cache": self.cache}

@@ -1,0 +1,238 @@
+"""Other trainers' JSONL at the cost of one polars scan, when the file allows it.
+
+:func:`~dflash_diag.read.formats.jsonl_rows.read_jsonl_rows` reads a foreign JSONL line by line
+with :mod:`json` (nested objects flattened, numeric strings kept, bad lines counted): about 60x
+polars' NDJSON reader on an HF log. Most such logs are clean and regular, so this module reads
+them with polars instead, into the wide records :class:`~dflash_diag.read.formats.canonical.Scalars`
+accepts, and gives up (None: the line reader runs) whenever the result could differ from it:
+
+* the schema declared to polars is the head's keys (nested objects as structs), since polars
+  reads declared fields only;
+* a key outside that schema anywhere in the file would be lost silently, so the file's colons
+  (one per key) are counted and must equal the values polars found plus the ``null`` tokens;
+  on a difference (keys first written after the head: an ``eval_loss``, a final
+  ``train_runtime``) polars infers the schema of the whole file and the count is checked again;
+* any remaining difference, a line polars rejects (malformed, torn, NaN tokens, a type that
+  changes), a list, or a string that might be a number sends the file to the line reader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from dflash_diag.logschema import METRIC_MAPS
+from dflash_diag.read.formats.canonical import Scalars, empty_scalars
+from dflash_diag.read.formats.detect import HEAD_BYTES
+from dflash_diag.read.records import ParseIssues
+
+#: Bytes per read when counting the file's tokens.
+_BLOCK = 16 * 2**20
+#: Text that Python's float() might read (the line reader keeps numeric strings as numbers);
+#: looser than float() (underscores anywhere among digits), so a doubt goes to the line reader.
+_NUMERIC_TEXT = (r"(?i)^\s*[+-]?(?:(?:[\d_]+\.?[\d_]*|\.[\d_]+)(?:e[+-]?[\d_]+)?"
+                 r"|inf|infinity|nan)\s*$")
+
+
+def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
+    """The file's records as wide scalars, or None where only the line reader is exact.
+
+    Args:
+        path: a JSONL file (not compressed).
+        fmt: the format's display name for the result.
+        step_keys: top-level keys holding the step, first present wins.
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
+    except OSError:
+        return None
+    tree = _head_tree(head)
+    if tree is None:
+        return None
+    colons = _count_tokens(path, b":")
+    if colons is None:
+        return None
+    frame = _scan(path, tree)
+    if frame is not None and not _all_keys_read(frame, path, colons):
+        # keys the head does not show (an eval_loss first written after the head, a final
+        # train_runtime): polars' own inference over the whole file names them (a second pass)
+        try:
+            inferred = pl.scan_ndjson(path, infer_schema_length=None).collect_schema()
+        except Exception:  # noqa: BLE001
+            return None
+        tree = _tree_of(dict(inferred))
+        frame = _scan(path, tree) if tree is not None else None
+        if frame is not None and not _all_keys_read(frame, path, colons):
+            return None
+    return None if frame is None else _wide(frame, fmt, step_keys)
+
+
+def _scan(path: Path, tree: dict[str, Any]) -> pl.DataFrame | None:
+    if "time" in tree:
+        return None  # a "time" key is both a value and the record's time: the line reader
+    try:
+        return pl.scan_ndjson(path, schema={key: _dtype(node) for key, node in tree.items()}).collect()
+    except Exception:  # noqa: BLE001  any line polars rejects: the line reader decides
+        return None
+
+
+def _tree_of(schema: dict[str, pl.DataType]) -> dict[str, Any] | None:
+    """The key tree of an inferred polars schema (None: a type the fast path does not take)."""
+    tree: dict[str, Any] = {}
+    for name, dtype in schema.items():
+        if isinstance(dtype, pl.Struct):
+            node = _tree_of({f.name: f.dtype for f in dtype.fields})
+            if node is None:
+                return None
+            tree[name] = node
+        elif dtype.is_numeric():
+            tree[name] = "Float64"
+        elif dtype in (pl.String, pl.Boolean):
+            tree[name] = str(dtype)
+        else:
+            return None  # lists, nulls: the line reader
+    return tree
+
+
+def _head_tree(head: bytes) -> dict[str, Any] | None:
+    """Key tree of the head's complete records: a dtype name, or a dict for an object."""
+    tree: dict[str, Any] = {}
+    lines = head.split(b"\n")[:-1] if len(head) >= HEAD_BYTES else head.split(b"\n")
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(record, dict) or not _merge(tree, record, 0):
+            return None
+    return tree or None
+
+
+def _merge(tree: dict[str, Any], record: dict[str, Any], depth: int) -> bool:
+    """Add a record's keys to the tree; False for anything the fast path does not take."""
+    for key, value in record.items():
+        if depth == 0 and key in METRIC_MAPS:
+            return False  # this project's own stage maps: the native reader's business
+        if isinstance(value, dict):
+            node = tree.setdefault(key, {})
+            if not isinstance(node, dict) or depth > 4 or not _merge(node, value, depth + 1):
+                return False
+            continue
+        if value is None or isinstance(value, list):
+            return False
+        kind = "Boolean" if isinstance(value, bool) else "String" if isinstance(value, str) else "Float64"
+        if tree.setdefault(key, kind) != kind:
+            return False
+    return True
+
+
+def _dtype(node: Any) -> pl.DataType:
+    if isinstance(node, dict):
+        return pl.Struct({k: _dtype(v) for k, v in node.items()})
+    return getattr(pl, node)()
+
+
+def _count_tokens(path: Path, token: bytes) -> int | None:
+    """How often ``token`` occurs in the file (read in blocks; a token cut by a block edge is
+    found in the previous block's last bytes and this block's first ones)."""
+    count = 0
+    carry = b""
+    edge = len(token) - 1
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(_BLOCK):
+                count += block.count(token)
+                if edge:
+                    count += (carry + block[:edge]).count(token)
+                    carry = block[-edge:]
+    except OSError:
+        return None
+    return count
+
+
+def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
+    """Whether the file's colons are exactly the keys polars found.
+
+    Every key is one colon; a ``null`` value is a key polars cannot tell from a missing one, so
+    the file's ``null`` tokens are added (counted only when the colons are more than the values:
+    a clean file pays one count); colons and ``null`` inside strings and key names are text,
+    not keys, and are taken off.
+    """
+    exprs: list[pl.Expr] = []
+
+    def walk(expr: pl.Expr, name: str, dtype: pl.DataType) -> None:
+        present = expr.is_not_null().sum()
+        # a key's colon, and the colons and "null"s of its name: off the file's counts
+        exprs.append((present * (1 + name.count(":") - name.count("null"))).alias(str(len(exprs))))
+        if dtype == pl.String:
+            exprs.append((expr.str.count_matches(":", literal=True).sum()
+                          - expr.str.count_matches("null", literal=True).sum())
+                         .alias(str(len(exprs))))
+        if isinstance(dtype, pl.Struct):
+            for field in dtype.fields:
+                walk(expr.struct.field(field.name), field.name, field.dtype)
+
+    for name, dtype in frame.schema.items():
+        walk(pl.col(name), name, dtype)
+    found = int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
+    if colons == found:
+        return True
+    nulls = _count_tokens(path, b"null") if colons > found else None
+    return nulls is not None and colons == found + nulls
+
+
+def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
+    """Flatten the structs, drop event records and non-numbers, build the wide piece."""
+    issues = ParseIssues()
+    issues.lines = frame.height
+    columns: list[pl.Series] = []
+
+    def flatten(series: pl.Series, name: str) -> None:
+        if isinstance(series.dtype, pl.Struct):
+            for field in series.struct.fields:
+                flatten(series.struct.field(field), f"{name}/{field}")
+        else:
+            columns.append(series.alias(name))
+
+    for name in frame.columns:
+        flatten(frame[name], name)
+    flat = pl.DataFrame(columns)
+    if "event" in flat.columns:
+        if flat["event"].dtype != pl.String:
+            return None
+        # this project's own events belong to the native reader (the line reader skips them)
+        flat = flat.filter(pl.col("event").is_null() | (pl.col("event") == "metrics"))
+    if "row" in flat.columns or any(
+            flat.schema.get(k, pl.Float64) != pl.Float64 for k in step_keys):
+        return None  # a key named like a wide column, a step that is no number: line reader
+    keys = []
+    for name, dtype in flat.schema.items():
+        if dtype == pl.String:
+            if flat.select(pl.col(name).str.contains(_NUMERIC_TEXT).any()).item():
+                return None  # a numeric string: the line reader's coercion decides
+        elif dtype == pl.Float64 and flat[name].null_count() < flat.height:
+            keys.append(name)
+    present = [k for k in step_keys if k in keys]
+    step = (pl.coalesce(*(pl.col(k) for k in present)) if present else pl.lit(None, pl.Float64))
+    time = pl.col("_timestamp") if "_timestamp" in keys else pl.lit(None, pl.Float64)
+    flat = flat.select(keys)
+    # a record with no number is no record of the line reader's
+    if keys:
+        flat = flat.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in keys))
+    if flat.height == 0 or not keys:
+        return Scalars(frame=empty_scalars(), format=fmt, issues=issues)
+    wide = flat.select(
+        (pl.int_range(0, pl.len(), dtype=pl.Int64) * len(keys)).alias("row"),
+        step.cast(pl.Int64, strict=False).alias("step"),
+        time.cast(pl.Float64).alias("time"),
+        # "step" is the wide piece's own column (a key of that name is the step itself)
+        *(k for k in keys if k != "step"),
+    )
+    return Scalars(frame=empty_scalars(), format=fmt, issues=issues, wide=[wide])

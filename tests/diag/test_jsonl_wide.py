@@ -1,0 +1,108 @@
+"""The polars fast path for other trainers' JSONL gives the line reader's log exactly, or declines.
+
+Each case reads a file both ways (the fast path, then the line reader it replaces) and compares
+the canonical logs; where the fast path must apply (clean, regular files) it must not decline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_diag.read.formats.canonical import to_parsed_log
+from dflash_diag.read.formats.detect import HEAD_BYTES
+from dflash_diag.read.formats.jsonl_rows import FORMAT, STEP_KEYS, read_jsonl_rows
+from dflash_diag.read.formats.jsonl_wide import read_jsonl_wide
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = [ROOT / "shared/wild/AolinGuo__graduate_agent/trainer_log.jsonl",
+        ROOT / "shared/wild/gi7014__SunXiaochuan-V1/trainer_log.jsonl",
+        ROOT / "tests/fixtures/formats/speculators_jsonl/metrics.jsonl"]
+
+
+def both(path: Path):
+    fast = read_jsonl_wide(path, FORMAT, STEP_KEYS)
+    slow = to_parsed_log(read_jsonl_rows(path))
+    if fast is not None:
+        got = to_parsed_log(fast)
+        assert got.log.metrics.equals(slow.log.metrics)
+        assert got.log.events == slow.log.events
+        assert got.log.issues == slow.log.issues
+        assert got.notes == slow.notes and got.description == slow.description
+    return fast, slow
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+def test_real_logs_read_fast_and_the_same(path):
+    if not path.exists():
+        pytest.skip(f"{path} not in this checkout (the corpus merge brings it)")
+    fast, _ = both(path)
+    assert fast is not None
+
+
+def _hf(step: int) -> dict:
+    return {"loss": 2.0 / step, "grad_norm": 1.5, "learning_rate": 1e-4, "epoch": step / 100,
+            "step": step}
+
+
+def _write(path: Path, records, tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+def test_keys_first_written_after_the_head_are_found(tmp_path):
+    records = [_hf(s) for s in range(1, HEAD_BYTES // 50)]
+    records.append({"eval_loss": 0.5, "eval_mean_token_accuracy": 0.6, "step": len(records)})
+    records.append({"train_runtime": 100.0, "total_flos": 1e12, "step": len(records)})
+    fast, slow = both(_write(tmp_path / "late.jsonl", records))
+    assert fast is not None
+    assert slow.log.events  # the eval record became an eval event both ways
+
+
+@pytest.mark.parametrize("case", [
+    "null", "numeric_string", "duplicate_key", "bool", "torn", "malformed", "nan", "list",
+    "time", "late_nested_field", "colon_text", "event", "type_change",
+])
+def test_dirty_files_decline_or_agree(tmp_path, case):
+    records = [_hf(s) for s in range(1, 400)]
+    tail = ""
+    if case == "null":
+        records[200]["grad_norm"] = None
+    elif case == "numeric_string":
+        records[1]["note"] = "warm-up"  # a string key in the head...
+        records[300]["note"] = " 0.25 "  # ...that the line reader keeps as a number here
+    elif case == "bool":
+        records[10]["skipped"] = True
+    elif case == "torn":
+        tail = '{"loss": 0.1, "st'
+    elif case == "list":
+        records[5]["acc_pos"] = [0.5, 0.4]
+    elif case == "time":
+        records[5]["time"] = 17.0
+    elif case == "late_nested_field":
+        records = [{"global_step": s, "train": {"loss": 1.0 / s}} for s in range(1, 3000)]
+        records[-1]["train"]["full_acc"] = 0.5
+    elif case == "colon_text":
+        records[3]["elapsed"] = "0:01:02 null"
+        records[4]["a:null:b"] = 1.0
+    elif case == "event":
+        records[7] = {"event": "eval", "step": 7, "tau": 3.0}
+    elif case == "type_change":
+        records[350]["epoch"] = "late"
+    path = _write(tmp_path / f"{case}.jsonl", records, tail)
+    text = path.read_text()
+    if case == "duplicate_key":
+        text = text.replace('"step": 9}', '"step": 9, "loss": 7.0}', 1)
+    elif case == "malformed":
+        text = text.replace("\n", "\nnot json\n", 1)
+    elif case == "nan":
+        text = text.replace('"grad_norm": 1.5', '"grad_norm": NaN', 1)
+    path.write_text(text)
+    fast, _ = both(path)
+    if case in ("late_nested_field", "colon_text", "bool"):
+        assert fast is not None  # clean enough: the fast path must take it
+    if case in ("duplicate_key", "torn", "malformed", "nan", "list", "time", "type_change",
+                "numeric_string"):
+        assert fast is None

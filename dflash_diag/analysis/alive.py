@@ -61,8 +61,8 @@ def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORD
     values = _finite(frame, name)
     if values.len() < min_records:
         return None
-    first = float(values[0])
-    return first if bool((values == first).all()) else None
+    low, high = values.min(), values.max()
+    return float(low) if low == high else None
 
 
 def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
@@ -106,7 +106,7 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
 def moving(frame: pl.DataFrame, name: str) -> bool:
     """Whether ``name`` has at least two distinct finite values."""
     values = _finite(frame, name)
-    return values.len() >= 2 and values.n_unique() >= 2
+    return values.len() >= 2 and values.min() != values.max()
 
 
 def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int, int] | None:
@@ -114,6 +114,9 @@ def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int,
     one, when it holds at least ``min_records`` records; else None."""
     if "loss" not in frame.columns or frame.height == 0:
         return None
+    last = frame["loss"].drop_nulls().tail(min_records)
+    if last.len() < min_records or bool((last != 0.0).any()):
+        return None  # the usual case, decided on the last few records
     rows = frame.select("step", "loss").filter(pl.col("loss").is_finite().fill_null(False))
     if rows.height < min_records:
         return None

@@ -44,9 +44,12 @@ from dflash_diag.analysis.drafter import (
 )
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
+from dflash_diag.analysis.plan import plan_of
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forecast_run
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.analysis.spans import window_label
+from dflash_diag.analysis.target_eta import verdict_with_eta
 from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
 from dflash_diag.analysis.validation import judge_validation
 from dflash_diag.analysis.verdict import (
@@ -90,6 +93,7 @@ class DiagnosisConfig:
         acceptance: block size, target and baseline.
         verdict: significance settings.
         spike_factor: robust standard deviations that make a window's loss a spike (alerts).
+        forecast: the planned end, schedule and loss target of the forecast.
     """
 
     phase: Phase | str = Phase.AUTO
@@ -102,6 +106,7 @@ class DiagnosisConfig:
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
     spike_factor: float = defaults.SPIKE_FACTOR
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
 
     def __post_init__(self) -> None:
         if self.window is not None and self.window < 1:
@@ -144,6 +149,8 @@ class Diagnosis:
         drafter: whether the log is a drafter's and why; without one, ``acceptance`` holds the
             accuracy only (no tau, no baseline, no target) and the JSON's ``acceptance`` is null.
         window: the steps per window used, and how they were chosen.
+        forecast: every tracked metric at the planned end and the target's ETA (the verdict's
+            ETA is this one's); None when the config disables it.
     """
 
     selection: Selection
@@ -159,6 +166,7 @@ class Diagnosis:
     last_step: int | None = None
     drafter: DrafterEvidence = field(default_factory=lambda: DrafterEvidence(True, "assumed"))
     window: WindowChoice | None = None
+    forecast: RunForecast | None = None
 
 
 def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
@@ -372,12 +380,21 @@ def diagnose_frame(
         verdict = replace(verdict, eta_steps=None, eta_hours=None,
                           eta_reason="no ETA: no target (not a drafter's log)")
     tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
+    # The forecast of tau reads the primary's series; the list-based ones cost a second pass
+    # over a log read without its lists, so they are paid only when asked for.
+    cheap = acceptance.estimator in (MEASURED, WALK, LINEAR) and config.forecast.enabled
     tau_series = (estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
-                  if series or tau_target else [])
+                  if series or tau_target or cheap else [])
     if tau_target:
         points, basis = estimator_points(acceptance.estimator, windows, tau_series, evals, first_step, last_step)
         verdict = eta_toward(verdict, current=acceptance.tau, goal=acceptance.target_tau,
                              slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
+    forecast = None
+    if config.forecast.enabled:
+        forecast = _forecast(frame, header, evals, windows, tau_series, acceptance, config, verdict,
+                             block_size)
+        # The ETA is the forecast's; the straight line stays the verdict's trend statistic.
+        verdict = verdict_with_eta(verdict, forecast.target, last_step)
     # The final eval comes after the last training record (HF evaluates at max_steps, logs at
     # multiples of logging_steps): evals up to one logging interval later belong to the run.
     validation = judge_validation(evals, up_to_step=last_step + (choice.interval or 0), from_step=first_step,
@@ -413,6 +430,7 @@ def diagnose_frame(
         last_step=last_step,
         drafter=drafter,
         window=choice,
+        forecast=forecast,
     )
 
 
@@ -432,6 +450,35 @@ def accuracy_only(acceptance: Acceptance) -> Acceptance:
     return replace(acceptance, estimates=[], estimator=None, tau=None, target_acc=None,
                    target_tau=None, progress=None, vs_baseline=None, measured_step=None,
                    measured_age=None, calibration=None, warnings=[])
+
+
+def _forecast(frame: pl.DataFrame, header: LogEvent | None, evals: Sequence[LogEvent],
+              windows: Sequence[Window],
+              tau_series: Sequence[float | None], acceptance, config: DiagnosisConfig,
+              verdict: Verdict, block_size: int) -> RunForecast:
+    """The forecast of the analysed records: the plan from the header, the logged lr and the
+    flags; the active target (``--target-loss``, else a tau target, else the acc target)."""
+    fields = header.fields if header is not None else {}
+    sched = ScheduleHeader.from_fields(fields.get("schedule"))
+    # A header that records only the length is another trainer's (HF's max_steps).
+    recorded_by = "header" if (sched is None or sched.kind is not None or fields.get("script")) else "max_steps"
+    lr_windows = [w for w in windows if w.lr is not None]
+    plan = plan_of(sched, steps=[(w.first_step + w.last_step) / 2.0 for w in lr_windows],
+                   lrs=[w.lr for w in lr_windows], end_step=config.forecast.end_step,
+                   schedule=config.forecast.schedule, peak_lr=config.peak_lr,
+                   recorded_by=recorded_by)
+    loss_window = next((w for w in reversed(windows) if w.loss is not None), None)
+    if config.forecast.target_loss is not None:
+        target = ("loss", config.forecast.target_loss, loss_window.loss if loss_window else None)
+    elif acceptance.target_kind == "tau" and acceptance.target_tau is not None:
+        target = ("tau", acceptance.target_tau, acceptance.tau)
+    elif acceptance.acc is not None and acceptance.target_acc is not None:
+        target = ("acc", acceptance.target_acc, acceptance.acc)
+    else:
+        target = None
+    return forecast_run(frame, plan=plan, evals=evals, windows=windows,
+                        tau_series=tau_series, tau_estimator=acceptance.estimator, target=target,
+                        seconds_per_step=verdict.seconds_per_step, block_size=block_size)
 
 
 def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.DataFrame,

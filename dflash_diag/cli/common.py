@@ -51,6 +51,15 @@ class FailOn(str, enum.Enum):
     OVERFITTING = "overfitting"
     BROKEN = "broken"
     NOT_ENOUGH = "not enough data"
+    TARGET_UNREACHABLE = "target-unreachable"  #: the forecast does not reach the target by the planned end
+
+
+class ScheduleChoice(str, enum.Enum):
+    """``--schedule`` values (the lr shape after warmup where the log records none)."""
+
+    COSINE = "cosine"
+    LINEAR = "linear"
+    CONSTANT = "constant"
 
 
 # Reusable option declarations (the signature is the interface).
@@ -128,6 +137,14 @@ TargetTauOption = Annotated[float | None, typer.Option(
 BaselineTauOption = Annotated[float | None, typer.Option(
     "--baseline-tau", help=f"Reference drafter's acceptance length (default {defaults.BASELINE_TAU:g}, the original analysis').")]
 AlphaOption = Annotated[float, typer.Option("--alpha", help="Significance level of the verdict's trend test.")]
+EndStepOption = Annotated[int | None, typer.Option(
+    "--end-step", help="Planned last step of the run, for the forecast (default: the header's total "
+    "steps or HF's max_steps; without one the forecast looks ahead as far as the log goes).")]
+ScheduleOption = Annotated[ScheduleChoice | None, typer.Option(
+    "--schedule", help="lr shape after warmup where the log records none, for the forecast "
+    "(default: the header's, else matched to the logged lr).")]
+TargetLossOption = Annotated[float | None, typer.Option(
+    "--target-loss", help="Target training loss: the ETA is to this loss instead of the acc/tau target.")]
 KeepAllOption = Annotated[bool, typer.Option(
     "--keep-all/--no-keep-all", metavar="", help="Keep entries orphaned by restarts (default: later entries replace them).")]
 
@@ -135,11 +152,14 @@ KeepAllOption = Annotated[bool, typer.Option(
 def diagnosis_config(*, phase: str, from_step: int | None, to_step: int | None, window: int,
                      keep_all: bool, peak_lr: float | None, threshold: float, loss_threshold: float,
                      noise_aware: bool, block_size: int | None, target_acc: float,
-                     target_tau: float | None, baseline_tau: float | None, alpha: float):
+                     target_tau: float | None, baseline_tau: float | None, alpha: float,
+                     end_step: int | None = None, schedule: ScheduleChoice | None = None,
+                     target_loss: float | None = None):
     """The :class:`~dflash_diag.analysis.diagnosis.DiagnosisConfig` of the shared options; a bad
     value is a usage error (one line, exit 2)."""
     from dflash_diag.analysis.acceptance import AcceptanceConfig
     from dflash_diag.analysis.diagnosis import DiagnosisConfig
+    from dflash_diag.analysis.run_forecast import ForecastConfig
     from dflash_diag.analysis.trend import TrendConfig
     from dflash_diag.analysis.verdict import VerdictConfig
 
@@ -149,6 +169,8 @@ def diagnosis_config(*, phase: str, from_step: int | None, to_step: int | None, 
             peak_lr=peak_lr, trend=TrendConfig(threshold, loss_threshold, noise_aware),
             acceptance=AcceptanceConfig(block_size, target_acc, target_tau, baseline_tau),
             verdict=VerdictConfig(alpha=alpha),
+            forecast=ForecastConfig(end_step=end_step, schedule=schedule.value if schedule else None,
+                                    target_loss=target_loss),
         )
     except ValueError as exc:
         fail(str(exc))
@@ -158,6 +180,16 @@ FormatOption = Annotated[
     OutputFormat,
     typer.Option("--format", "-f", help="auto: rich on a terminal, plain text otherwise or when NO_COLOR is set."),
 ]
+
+
+def fails_on(fail_on: list[FailOn] | None, diagnosis) -> bool:
+    """Whether a ``--fail-on`` condition holds for ``diagnosis``: its verdict status, or
+    ``target-unreachable`` when the forecast does not reach the target by the planned end."""
+    wanted = {f.value for f in fail_on or ()}
+    if diagnosis.verdict.status in wanted:
+        return True
+    target = diagnosis.forecast.target if diagnosis.forecast is not None else None
+    return FailOn.TARGET_UNREACHABLE.value in wanted and target is not None and target.within_run is False
 
 
 def print_notes(notes: list[str]) -> None:

@@ -17,6 +17,7 @@ from dflash_diag.cli.common import (
     AlphaOption,
     BaselineTauOption,
     BlockSizeOption,
+    EndStepOption,
     FieldOption,
     FormatOption,
     FromStepOption,
@@ -29,8 +30,10 @@ from dflash_diag.cli.common import (
     PhaseChoice,
     PhaseOption,
     PresetOption,
+    ScheduleOption,
     StrictOption,
     TargetAccOption,
+    TargetLossOption,
     TargetTauOption,
     ThresholdOption,
     ToStepOption,
@@ -84,6 +87,9 @@ def compare(
     target_acc: TargetAccOption = defaults.TARGET_ACC,
     target_tau: TargetTauOption = None,
     baseline_tau: BaselineTauOption = None,
+    target_loss: TargetLossOption = None,
+    end_step: EndStepOption = None,
+    schedule: ScheduleOption = None,
     alpha: AlphaOption = defaults.ALPHA,
     fields: FieldOption = None,
     input_format: InputFormatOption = None,
@@ -114,6 +120,7 @@ def compare(
             "--k": k, "--from-step": from_step, "--to-step": to_step, "--threshold": threshold, "--loss-threshold": loss_threshold,
             "--peak-lr": peak_lr, "--block-size": block_size, "--target-acc": target_acc,
             "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
+            "--target-loss": target_loss, "--end-step": end_step,
         })
         logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
         if len(logs) not in (1, 2):
@@ -124,6 +131,7 @@ def compare(
             peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
             noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
             target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
+            end_step=end_step, schedule=schedule, target_loss=target_loss,
         )
         try:
             config = CompareConfig(k=k, window=window_size)

@@ -13,6 +13,7 @@ from dflash_diag.cli.common import (
     AlphaOption,
     BaselineTauOption,
     BlockSizeOption,
+    EndStepOption,
     FailOn,
     FieldOption,
     FormatOption,
@@ -27,13 +28,16 @@ from dflash_diag.cli.common import (
     PhaseChoice,
     PhaseOption,
     PresetOption,
+    ScheduleOption,
     StrictOption,
     TargetAccOption,
+    TargetLossOption,
     TargetTauOption,
     ThresholdOption,
     ToStepOption,
     WindowOption,
     diagnosis_config,
+    fails_on,
     make_console,
     parse_window,
     print_notes,
@@ -58,6 +62,9 @@ def converge(
     target_acc: TargetAccOption = defaults.TARGET_ACC,
     target_tau: TargetTauOption = None,
     baseline_tau: BaselineTauOption = None,
+    target_loss: TargetLossOption = None,
+    end_step: EndStepOption = None,
+    schedule: ScheduleOption = None,
     alpha: AlphaOption = defaults.ALPHA,
     keep_all: KeepAllOption = False,
     fields: FieldOption = None,
@@ -68,7 +75,8 @@ def converge(
     rows: Annotated[int, typer.Option(
         "--rows", min=0, help="Newest windows shown in rich/text tables (0: all).")] = 40,
     fail_on: Annotated[list[FailOn] | None, typer.Option(
-        "--fail-on", help="Exit 1 when the verdict is this (repeatable), for cron or CI watchdogs.")] = None,
+        "--fail-on", help="Exit 1 when the verdict is this, or the forecast does not reach the "
+        "target by the planned end (target-unreachable); repeatable, for cron or CI watchdogs.")] = None,
 ) -> None:
     """Windows with trend arrows, lr schedule position, acceptance estimate and a verdict."""
     with user_errors():
@@ -89,12 +97,14 @@ def converge(
             "--threshold": threshold, "--loss-threshold": loss_threshold, "--peak-lr": peak_lr,
             "--block-size": block_size, "--target-acc": target_acc, "--target-tau": target_tau,
             "--baseline-tau": baseline_tau, "--alpha": alpha, "--rows": rows,
+            "--target-loss": target_loss, "--end-step": end_step,
         })
         config = diagnosis_config(
             phase=phase.value, from_step=from_step, to_step=to_step, window=window_size,
             keep_all=keep_all, peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
             noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
             target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
+            end_step=end_step, schedule=schedule, target_loss=target_loss,
         )
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
         main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
@@ -120,5 +130,5 @@ def converge(
         else:
             sys.stdout.write(render_text(report, max_rows=rows or None, width=console.width))
         sys.stdout.flush()
-    if fail_on and report.verdict.status in {f.value for f in fail_on}:
+    if fails_on(fail_on, report):
         raise typer.Exit(EXIT_FAIL_ON)

@@ -19,6 +19,7 @@ from dflash_diag.cli.common import (
     AlphaOption,
     BaselineTauOption,
     BlockSizeOption,
+    EndStepOption,
     FieldOption,
     FromStepOption,
     InputFormatOption,
@@ -27,7 +28,9 @@ from dflash_diag.cli.common import (
     PeakLrOption,
     PhaseChoice,
     PhaseOption,
+    ScheduleOption,
     TargetAccOption,
+    TargetLossOption,
     TargetTauOption,
     ThresholdOption,
     WindowOption,
@@ -196,6 +199,9 @@ def watch(
     target_acc: TargetAccOption = defaults.TARGET_ACC,
     target_tau: TargetTauOption = None,
     baseline_tau: BaselineTauOption = None,
+    target_loss: TargetLossOption = None,
+    end_step: EndStepOption = None,
+    schedule: ScheduleOption = None,
     alpha: AlphaOption = defaults.ALPHA,
     once: Annotated[bool, typer.Option("--once/--no-once", metavar="", help="Draw one frame and exit.")] = False,
     plot: Annotated[bool, typer.Option(
@@ -223,6 +229,7 @@ def watch(
             "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
             "--loss-threshold": loss_threshold, "--from-step": from_step, "--peak-lr": peak_lr,
             "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
+            "--target-loss": target_loss, "--end-step": end_step,
         })
         try:
             config = WatchConfig(
@@ -242,6 +249,9 @@ def watch(
                 loss_threshold=loss_threshold,
                 noise_aware=noise_aware,
                 alpha=alpha,
+                end_step=end_step,
+                schedule=schedule.value if schedule else None,
+                target_loss=target_loss,
             )
         except ValueError as exc:
             fail(str(exc))

@@ -386,6 +386,20 @@ def first_line(handle: IO[bytes], max_line_bytes: int = _PROBE_BYTES) -> bytes:
         raise DiagError(f"cannot read input: {_shown(exc)}") from None
 
 
+def _may_be_json_text(path: str) -> bool:
+    """Whether a file may start with a JSON header line (gzip, or text opening with ``{``).
+
+    Only such a file can be a rank log by its header; anything else is left to the format
+    detection, since opening a binary log as text would call its zero bytes UTF-16.
+    """
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_PROBE_BYTES)
+    except OSError:
+        return True  # let open_input say what is wrong
+    return head[:2] == b"\x1f\x8b" or head.lstrip(b"\xef\xbb\xbf \t\r\n\x00").startswith(b"{")
+
+
 _GLOB_MAGIC = re.compile(r"[*?[]")
 
 
@@ -431,6 +445,9 @@ def split_rank_logs(paths: list[str]) -> tuple[list[str], list[RankLog], str | N
     for p in paths:
         if p == "-" or not os.path.isfile(p):  # stdin, or a missing file the reader reports
             main.append(p)
+            continue
+        if rank_from_name(p) is None and not _may_be_json_text(p):
+            main.append(p)  # a binary log (TensorBoard, W&B, SQLite): the reader detects it
             continue
         with open_input(p) as handle:
             if rank_from_name(p) is None and header_rank(first_line(handle)) is None:

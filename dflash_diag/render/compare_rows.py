@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dflash_diag.analysis.spans import step_span
+from dflash_diag.render.forecast_rows import forecast_line
 from dflash_diag.render.number_format import format_number, format_percent
 from dflash_diag.render.safe_text import visible
 
@@ -152,3 +153,12 @@ def diagnosis_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[s
             eta,
         ])
     return head, rows
+
+
+def forecast_lines(comparison: RegimeComparison) -> list[str]:
+    """One forecast line per regime (as converge prints it for the same records)."""
+    lines = []
+    for regime, d in zip(comparison.regimes, comparison.diagnoses or ()):
+        if d is not None and (line := forecast_line(d.forecast)) is not None:
+            lines.append(f"forecast {visible(regime.name)}: {line}")
+    return lines

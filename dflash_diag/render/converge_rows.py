@@ -19,6 +19,7 @@ from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.converge.report import ConvergeReport
 from dflash_diag.read.ranks import skew_lines
+from dflash_diag.render.forecast_rows import forecast_line, target_phrase
 from dflash_diag.render.number_format import format_lr, format_number, format_percent
 from dflash_diag.render.safe_text import visible
 
@@ -197,6 +198,12 @@ def eta_text(d: Diagnosis) -> str | None:
     """The ETA sentence, or None when the verdict supports none (no "no ETA" sentence either,
     except for a converging verdict, where its absence needs a reason)."""
     v = d.verdict
+    target = d.forecast.target if d.forecast is not None else None
+    if v.eta_steps is not None and target is not None and target.eta_step is not None:
+        # the forecast's ETA, with its interval: the step where it crosses the target
+        if v.eta_steps == 0:
+            return "target reached"
+        return "ETA " + target_phrase(target, d.forecast.last_step)
     if v.eta_steps is not None:
         if v.eta_steps == 0:
             return "target reached"
@@ -257,10 +264,12 @@ def verdict_lines(d: Diagnosis) -> list[tuple[str, str]]:
         verdict += f" · {eta}"
     lines.append(("verdict", verdict))
     lines.append(("", f"  {v.reason}"))
-    if v.status == "converging" and v.eta_steps != 0:  # how the ETA was fitted, or why there is none
-        lines.append(("", f"  {v.eta_reason}"))
+    if v.status == "converging" and v.eta_steps != 0 and d.forecast is None:
+        lines.append(("", f"  {v.eta_reason}"))  # how the ETA was fitted, or why there is none
     for t in v.validation:
         lines.append(("validation", f"{t.status} · {t.reason}"))
+    if (forecast := forecast_line(d.forecast)) is not None:
+        lines.append(("forecast", forecast))
     return lines
 
 

@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dflash_diag.render.forecast_rows import forecast_json
+
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.analysis.acceptance import Acceptance
     from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
@@ -124,6 +126,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
         "restarts": [r.step for r in d.restarts],
         "restart_details": [{"step": r.step, "after": r.previous_step} for r in d.restarts],
         "alerts": [{"kind": a.kind, "message": a.message, "step": a.step} for a in d.alerts],
+        "forecast": forecast_json(d.forecast),
     }
 
 
@@ -131,7 +134,7 @@ def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     """A regime's diagnosis in compare's JSON: converge's ``lr``, ``acceptance`` and ``verdict``
     objects for the regime's records (its windows are left out: compare's JSON stays small)."""
     full = diagnosis_json(d)
-    return {key: full[key] for key in ("lr", "acceptance", "drafter", "verdict", "alerts")}
+    return {key: full[key] for key in ("lr", "acceptance", "drafter", "verdict", "alerts", "forecast")}
 
 
 def converge_json(report: ConvergeReport) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dflash_diag.render.compare_rows import (
     alignment_rows,
     boundary_lines,
     diagnosis_rows,
+    forecast_lines,
     legend,
     merged,
     regime_rows,
@@ -71,6 +72,8 @@ def render_compare_markdown(
         head, rows = diagnosis_rows(comparison)
         if rows:
             lines += ["## Diagnosis per regime", ""] + table(head, rows) + [""]
+        lines += [f"- {line}" for line in forecast_lines(comparison)]
+        lines += [""] if forecast_lines(comparison) else []
         lines += ["## Boundaries", ""]
         lines += [f"- {line.strip()}" for line in boundary_lines(comparison)] + [""]
         lines += [f"_{note}_" for note in comparison.notes]

@@ -22,6 +22,7 @@ from dflash_diag.render.compare_rows import (
     axis_unit,
     boundary_lines,
     diagnosis_rows,
+    forecast_lines,
     legend,
     merged,
     regime_rows,
@@ -115,6 +116,8 @@ def render_compare_rich(
         if rows:
             parts.append(_rich_table("diagnosis per regime (as converge computes it)", head, rows,
                                      kind="diagnosis", width=width))
+        for line in forecast_lines(comparison):
+            parts.append(Text("\n".join(wrap(line, width)), overflow="fold"))
         for line in boundary_lines(comparison):
             # wrapped by fit.wrap (comparisons and "a -> b" stay whole); the explanation's
             # wrapped lines keep its indent

@@ -19,6 +19,8 @@ from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.render.converge_rows import eta_text, schedule_text, target_text, tau_text
+from dflash_diag.render.fit import wrap
+from dflash_diag.render.forecast_rows import forecast_line
 from dflash_diag.render.number_format import format_number
 from dflash_diag.render.safe_text import visible
 from dflash_diag.render.sparkline import sparkline
@@ -57,11 +59,29 @@ def _plot(view: WatchView, width: int) -> Text:
         pts = [(x, v) for x, v in zip(xs, series.values) if v is not None and math.isfinite(v)]
         if pts:
             plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="braille")
+            ticks = {pts[0][0], pts[len(pts) // 2][0], pts[-1][0]}
+            band = _forecast_path(view, series.name)
+            if band:
+                # The forecast after the data: its median and the 80% band to the planned end.
+                steps = [p[0] for p in band]
+                plt.plot(steps, [p[1] for p in band], marker="braille", color="cyan")
+                plt.plot(steps, [p[2] for p in band], marker="dot", color="gray")
+                plt.plot(steps, [p[3] for p in band], marker="dot", color="gray")
+                ticks.add(steps[-1])
             # Steps are integers: label them so (plotext's own ticks read "15002.0").
-            ticks = sorted({pts[0][0], pts[len(pts) // 2][0], pts[-1][0]})
+            ticks = sorted(ticks)
             plt.xticks(ticks, [str(int(t)) for t in ticks])
         plt.title(series.name)
     return Text.from_ansi(plt.build())
+
+
+def _forecast_path(view: WatchView, name: str) -> tuple[tuple[float, float, float, float], ...]:
+    """The forecast path of the panel's metric (``tau (measured)`` is tau), or empty."""
+    d = view.diagnosis
+    if d is None or d.forecast is None:
+        return ()
+    m = d.forecast.metrics.get(name.split(" ")[0])
+    return m.path if m is not None and m.available and len(m.path) > 1 else ()
 
 
 _VERDICT_STYLE = {"converging": "bold green", "plateau": "bold yellow", "diverging": "bold red"}
@@ -162,6 +182,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         for warning in d.acceptance.warnings:
             parts.append(Text(f"! {visible(warning)}", style="bold red"))
         parts.append(_verdict_text(d))
+        if (line := forecast_line(d.forecast)) is not None:
+            parts.append(Text("\n".join(wrap("forecast: " + line, width)), overflow="fold"))
     if plot and view.series:
         parts.append(_plot(view, width))
     return Group(*parts)

@@ -25,6 +25,7 @@ from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.run_forecast import ForecastConfig
 from dflash_diag.analysis.trend import TrendConfig
 from dflash_diag.analysis.verdict import VerdictConfig
 from dflash_diag.analysis.windows import Window, WindowChoice, choose_window, compute_windows
@@ -61,8 +62,9 @@ class WatchConfig:
             else 16).
         target_acc: accuracy target for the progress and the ETA (``--target-acc``).
         plot: add plotext line charts of loss, acc and tau (``--plot``).
-        from_step, peak_lr, target_tau, baseline_tau, loss_threshold, noise_aware, alpha: the
-            options watch shares with converge and compare (same meaning, same defaults).
+        from_step, peak_lr, target_tau, baseline_tau, loss_threshold, noise_aware, alpha,
+            end_step, schedule, target_loss: the options watch shares with converge and compare
+            (same meaning, same defaults).
     """
 
     interval: float = 2.0
@@ -83,6 +85,9 @@ class WatchConfig:
     loss_threshold: float = defaults.LOSS_THRESHOLD
     noise_aware: bool = False
     alpha: float = defaults.ALPHA
+    end_step: int | None = None
+    schedule: str | None = None
+    target_loss: float | None = None
 
     @property
     def analysis(self) -> DiagnosisConfig:
@@ -92,6 +97,7 @@ class WatchConfig:
             trend=TrendConfig(self.threshold, self.loss_threshold, self.noise_aware),
             acceptance=AcceptanceConfig(self.block_size, self.target_acc, self.target_tau, self.baseline_tau),
             verdict=VerdictConfig(alpha=self.alpha), spike_factor=self.spike_factor,
+            forecast=ForecastConfig(self.end_step, self.schedule, self.target_loss),
         )
 
     def __post_init__(self) -> None:
@@ -139,6 +145,22 @@ class RefreshStats:
     seconds: float
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(2)
+    except OSError:
+        return b""  # missing or unreadable: the refresh says so
+
+
+def _refuse_compressed(head: bytes, path: str | os.PathLike[str]) -> None:
+    """Gzip data is told by its magic bytes, as converge tells it, not by the name: read as
+    text it would be a view of malformed lines where converge reads its records."""
+    if head[:2] == b"\x1f\x8b":
+        raise DiagError(f"watch cannot follow a compressed log: {path} holds gzip data "
+                        "(read it with converge)")
+
+
 class LiveLog:
     """Follows one log and keeps what the live view needs, updated from the new bytes only.
 
@@ -168,6 +190,8 @@ class LiveLog:
             raise DiagError("watch follows a file; standard input cannot be followed")
         if str(path).endswith(".gz"):
             raise DiagError(f"watch cannot follow a compressed log: {path}")
+        if snapshot is None:
+            _refuse_compressed(_head(Path(path)), path)
         self.path = Path(path)
         self.config = config or WatchConfig()
         self.clock = clock
@@ -218,6 +242,7 @@ class LiveLog:
             if chunk.data:
                 if chunk.first_line_no == 1:
                     check_encoding(chunk.data[:4], str(self.path))  # UTF-16: one line, not a view
+                    _refuse_compressed(chunk.data[:2], self.path)  # whatever its name
                 part = parse_records(
                     chunk.data, first_line_no=chunk.first_line_no, fields=self.fields
                 )

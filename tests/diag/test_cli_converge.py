@@ -19,7 +19,7 @@ runner = CliRunner()
 
 # The original contract's keys keep their names; issues 9 and 18 added the others (docs/diagnostics.md).
 JSON_KEYS = {"windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite",
-             "restart_details", "alerts", "drafter", "window"}
+             "restart_details", "alerts", "drafter", "window", "forecast"}
 WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend", "loss_delta", "loss_trend"}
 LR_KEYS = {"current", "peak", "peak_source", "fraction_of_peak", "phase"}
 ACCEPTANCE_KEYS = {"acc", "tau", "estimator", "block_size", "target_acc", "target_tau", "progress",

@@ -134,7 +134,8 @@ def test_tau_target_is_progress_of_the_primary_estimate_with_its_own_eta(logs):
     assert a["estimator"] == "measured" and a["tau"] == pytest.approx(measured)
     assert a["progress"] == pytest.approx((measured - 1) / 1.5)
     assert a["target_acc"] is None  # not "(acc 0.1)" beside acc 0.51
-    assert "eval points" in v["eta_reason"]
+    # the ETA is read off the forecast of the measured tau (the eval points)
+    assert data["forecast"]["target"]["metric"] == "tau" and "tau" in v["eta_reason"]
     text = cli("converge", logs["sample"], "--target-tau", "2.5").stdout
     assert "(acc 0.1)" not in text and "target tau 2.50" in text
 
@@ -143,7 +144,8 @@ def test_no_eta_sentence_without_a_verdict_that_supports_one(logs):
     data = as_json("converge", logs["sample"], "-f", "json", "--window", "200", "--target-acc", "0.9")
     v = data["verdict"]
     assert v["status"] == "not enough data" and v["eta_steps"] is None
-    assert v["eta_reason"] == "no ETA without a trend (not enough data)"
+    # the ETA is the forecast's: acc 0.9 is beyond this run
+    assert v["eta_reason"].startswith("not within this run")
     text = cli("converge", logs["sample"], "--window", "200", "--target-acc", "0.9").stdout
     assert "ETA" not in text and "would need" not in text
     assert "2 windows with acc" in text
@@ -301,7 +303,8 @@ def test_a_watch_frame_shows_one_tau_and_one_lr(logs):
 
 def test_watch_plot_panels_are_loss_acc_and_tau(logs):
     text = cli("watch", "--once", "--plot", logs["sample"], columns=150).stdout
-    title_line = next(line for line in text.splitlines() if "loss" in line and "acc" in line and "tau" in line)
+    title_line = next(line for line in text.splitlines() if "loss" in line and "acc" in line
+                      and "tau" in line and not line.startswith("forecast"))
     assert title_line.split() == ["loss", "acc", "tau", "(measured)"]
 
 

@@ -103,7 +103,8 @@ def test_detection_needs_a_signature():
     with pytest.raises(DiagError, match="known: specforge-dflash"):
         get_preset("nope")
     assert set(PRESETS) == {"specforge-dflash", "specforge-eagle3", "torchspec", "speculators",
-                            "hf-trainer", "torchtitan"}
+                            "hf-trainer", "torchtitan", "hf-trainer-tensorboard", "lightning",
+                            "llama-factory", "nanogpt"}
 
 
 def test_rows_without_step_are_counted():

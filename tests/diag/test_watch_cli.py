@@ -6,11 +6,13 @@ import gzip
 import io
 import json
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from dflash_diag.cli import app
 from dflash_diag.cli.watch import run_watch
+from dflash_diag.errors import DiagError
 from dflash_diag.watch import LiveLog, WatchConfig
 
 from .test_watch import HEADER, rising
@@ -99,6 +101,25 @@ def test_compressed_log_is_refused(tmp_path):
     result = runner.invoke(app, ["watch", str(path), "--once"])
     assert result.exit_code == 2
     assert "compressed" in result.output
+
+
+def test_gzip_data_without_gz_name_is_refused_like_gz(tmp_path):
+    """Told by its magic bytes, as converge tells it (it used to be '0 records · 12 malformed
+    lines', exit 0, where converge reads every record); also when it appears after watch began."""
+    records = b"".join(json.dumps({"step": s, "loss": 3 - s / 100, "acc": s / 200}).encode()
+                       + b"\n" for s in range(1, 201))
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(gzip.compress(records))
+    result = runner.invoke(app, ["watch", str(path), "--once"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "gzip data" in lines[0]
+    later = tmp_path / "later.jsonl"
+    live = LiveLog(later, WatchConfig())
+    live.refresh()  # not there yet
+    later.write_bytes(gzip.compress(records))
+    with pytest.raises(DiagError, match="gzip data"):
+        live.refresh()
 
 
 def test_header_facts_use_singular_and_plural(tmp_path):

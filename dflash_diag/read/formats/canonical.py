@@ -17,7 +17,6 @@ data); the downstream restart logic then purges the orphaned records as it does 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
+from dflash_diag.read.aliases import GENERAL, VALIDATION, first_alias
+from dflash_diag.read.formats.checks import count_nonfinite, drop_bad_steps, step_expr, step_value
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
 from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
 
@@ -151,10 +152,10 @@ def _as_float(value: Any) -> float | None:
 
 
 def _as_step(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return step_value(value)  # exactly: an int beyond the float range is out of range too
     number = _as_float(value)
-    if number is None or not math.isfinite(number):
-        return None
-    return int(number)
+    return None if number is None else step_value(number)
 
 
 @dataclass
@@ -194,9 +195,15 @@ def resolve_fields(
     effective = field_map_preset(fields or {}, preset) if (fields or preset) else None
     names = sorted(set(keys))
     res = Resolution(preset=preset, detected=detected)
-    scalar_candidates: dict[str, tuple[str, ...]] = dict(_IDENTITY)
+    scalar_candidates: dict[str, tuple[str, ...]] = {
+        name: _IDENTITY.get(name, ()) + GENERAL.get(name, ())
+        for name in {*_IDENTITY, *GENERAL}}
+    user = {normalise_key(k) for k in (fields or {})}
     if effective is not None:
-        scalar_candidates.update(effective.fields)
+        for canonical, candidates in effective.fields.items():
+            # a user's map is taken at its word; a preset's names come before the general ones
+            scalar_candidates[canonical] = tuple(candidates) + (
+                () if canonical in user else scalar_candidates.get(canonical, ()))
     for canonical, candidates in scalar_candidates.items():
         key = _first_match(candidates, names)
         if key is not None:
@@ -207,12 +214,16 @@ def resolve_fields(
         pass  # a native list column is not in the long frame; nothing to assemble
     if effective is not None and effective.loss_from_positions and "loss" not in res.scalars:
         res.loss_parts = _numbered((effective.loss_from_positions[0],), names)
+    eval_candidates = {name: tuple(cands) for name, cands in VALIDATION.items()}
     if effective is not None:
         res.eval_tau = _first_match(effective.eval_tau, names)
         for name, candidates in effective.eval_fields.items():
-            key = _first_match(candidates, names)
-            if key is not None:
-                res.eval_fields[name] = key
+            eval_candidates[name] = tuple(candidates) + eval_candidates.get(name, ())
+    taken = set(res.scalars.values())
+    for name, candidates in eval_candidates.items():
+        key = _first_match(candidates, [n for n in names if n not in taken])
+        if key is not None:
+            res.eval_fields[name] = key
     for canonical, log_name in (fields or {}).items():
         if canonical == "acc_pos":
             if not res.acc_pos:
@@ -230,11 +241,7 @@ def resolve_fields(
 
 
 def _first_match(candidates: Sequence[str], names: Sequence[str]) -> str | None:
-    for pattern in candidates:
-        for name in names:
-            if re.fullmatch(pattern, name):
-                return name
-    return None
+    return first_alias(candidates, names)
 
 
 def _numbered(patterns: Sequence[str], names: Sequence[str]) -> list[str]:
@@ -320,6 +327,7 @@ def to_parsed_log(
         if wide["step"].null_count():
             issues.without_step += wide["step"].null_count()
             wides[i] = wide.filter(pl.col("step").is_not_null())
+    frame, wides = drop_bad_steps(frame, wides, issues)  # before segments: 2^63 is no restart
     frame, wides = _segments(frame, wides)
     key = pl.col("key")
     aggs = [pl.col("time").min()] + [
@@ -337,6 +345,8 @@ def to_parsed_log(
             pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
     records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
     metrics, events = _build(records, res, effective, source, scalars.meta)
+    count_nonfinite(metrics, issues, [n for n in (*METRIC_NUMBERS, *METRIC_LISTS)
+                                      if n not in ("step", "time") or n in res.scalars])
     log = ParsedLog(metrics=metrics, events=events, issues=issues,
                     sources=[], fields=dict(fields or {}), foreign=True,
                     presets=[effective.name] if effective is not None else [])
@@ -372,8 +382,7 @@ def _apply_step_keys(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.Data
     if chosen.height == 0:
         return frame
     return (frame.join(chosen, on="row", how="left")
-            .with_columns(pl.coalesce(pl.col("_step").round(0).cast(pl.Int64, strict=False),
-                                      pl.col("step")).alias("step"))
+            .with_columns(pl.coalesce(step_expr(pl.col("_step")), pl.col("step")).alias("step"))
             .drop("_step"))
 
 
@@ -382,8 +391,7 @@ def _apply_wide_step_keys(wide: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.
     if not present:
         return wide
     return wide.with_columns(pl.coalesce(
-        *(pl.col(k).round(0).cast(pl.Int64, strict=False) for k in present),
-        pl.col("step")).alias("step"))
+        *(step_expr(pl.col(k).cast(pl.Float64)) for k in present), pl.col("step")).alias("step"))
 
 
 def _segments(frame: pl.DataFrame,

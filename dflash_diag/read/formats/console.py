@@ -27,55 +27,133 @@ FORMAT = "console text"
 CHUNK_BYTES = 4 * 2**20
 #: Longest line considered (a longer one is not a progress line).
 _MAX_LINE = 64 * 2**10
+#: Bytes looked at to tell a console log (its first progress line may follow a long preamble:
+#: a config dump, warnings, a model summary).
+DETECT_BYTES = 2**20
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DICT_LINE = re.compile(r"(?i)\bstep\s*[:=]?\s*(\d+)\s*[:,-]?\s*(\{.*\})\s*$")
-_STEP = re.compile(r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[?\s*(\d+)")
+#: A bare dict literal line (HF Trainer's ``{'loss': 4.7, 'learning_rate': ..., 'epoch': 0.1}``).
+_BARE_DICT = re.compile(r"(\{['\"].*\})\s*$")
+_STEP = re.compile(r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[?\s*(\d+)"
+                   r"(?:\s*/\s*(\d+))?")
+#: A counter of batches within an epoch, the step when no step word is on the line.
+_BATCH = re.compile(r"(?i)\bbatch(?:es)?\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
+_EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*\d+)?")
+#: A tqdm bar's ``n/total`` count (``50/500 [00:10<01:30, 4.9it/s]``).
+_BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _PAIR = re.compile(r"([A-Za-z_][\w/.()\-]*)\s*(?::|=)\s*(" + _NUMBER + r")(?![\w.])")
-_PREFIX = re.compile(r"(?i)^\W*(train(?:ing)?|eval(?:uation)?|val(?:idation)?)\b")
-_STEP_KEYS = {"step", "global_step", "iter", "iteration"}
+#: ``loss 4.2345`` (nanoGPT's ``iter 100: loss 4.2345, time 12.3ms``) and ``train loss 2.1,
+#: val loss 2.3``: the metric words that are read without a ``:`` or ``=``.
+_SPACED = re.compile(r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?)\s+)?"
+                     r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s+(" + _NUMBER + r")(?![\w.])")
+_PREFIX = re.compile(r"(?i)^\W*(train(?:ing)?|eval(?:uation)?|val(?:id(?:ation)?)?|test)\b")
+_STEP_KEYS = {"step", "global_step", "iter", "iteration", "batch", "ep", "epoch_step"}
 
 
 def looks_like_console(head: bytes) -> bool:
     """Whether some of the first lines are progress lines (a step and numbers)."""
     text = head.decode("utf-8", "replace")
-    hits = sum(1 for line in re.split(r"[\r\n]+", text)[:200] if _parse_line(line) is not None)
-    return hits >= 1
+    parser = _Parser()
+    return any(parser.parse(line) is not None for line in re.split(r"[\r\n]+", text))
 
 
-def _parse_line(line: str) -> tuple[int, dict[str, float]] | None:
-    line = _ANSI.sub("", line).strip()
-    if not line or len(line) > _MAX_LINE:
+def _kind(word: str) -> str:
+    word = word.lower()
+    return "train" if word.startswith("train") else "eval"
+
+
+def _dict_values(text: str) -> dict[str, float] | None:
+    try:
+        record = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return None
-    match = _DICT_LINE.search(line)
-    if match:
-        try:
-            record = ast.literal_eval(match.group(2))
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            record = None
-        if isinstance(record, dict):
-            values = {str(k): float(v) for k, v in record.items()
-                      if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool)
-                                                  and abs(v) < 2**1023)}
+    if not isinstance(record, dict):
+        return None
+    values = {str(k): float(v) for k, v in record.items()
+              if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool)
+                                          and abs(v) < 2**1023)}
+    return values or None
+
+
+class _Parser:
+    """Line by line, with what the lines before told: the training bar's count (HF's dict lines
+    carry no step) and the epoch, so an epoch-local counter (``Step 10/6501`` from 1 again at
+    every epoch) becomes a global step: ``epoch offset + counter``, the offset growing by the
+    counter's total (``/6501``) or, without one, by the largest count of the epoch before."""
+
+    def __init__(self) -> None:
+        self.bar: dict[int, int] = {}  # bar total -> its last count
+        self.n_dicts = 0
+        self.epoch: int | None = None
+        self.offset = 0
+        self.last_local = -1
+        self.epoch_max = 0
+        self.epoch_total: int | None = None
+
+    def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
+        line = _ANSI.sub("", line).strip()
+        if not line or len(line) > _MAX_LINE:
+            return None
+        bar = _BAR.search(line)
+        if bar:
+            self.bar[int(bar.group(2))] = int(bar.group(1))
+        match = _DICT_LINE.search(line)
+        if match:
+            values = _dict_values(match.group(2))
             if values:
                 return int(match.group(1)), values
-    step_match = _STEP.search(line)
-    if step_match is None:
-        return None
-    pairs = {}
-    for key, value in _PAIR.findall(line):
-        if key.lower() in _STEP_KEYS:
-            continue
-        pairs[key.lower()] = float(value)
-    if not pairs:
-        return None
-    prefix = _PREFIX.match(line)
-    if prefix:
-        word = prefix.group(1).lower()
-        kind = "train" if word.startswith("train") else "eval"
-        pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
-    return int(step_match.group(1)), pairs
+        bare = _BARE_DICT.search(line)
+        if bare:
+            values = _dict_values(bare.group(1))
+            # a metrics dict, not a config dump: it names a loss or an accuracy
+            if values and any("loss" in k or "acc" in k for k in values):
+                # no step on the line: the training bar's count (the largest total), else the
+                # lines' order
+                self.n_dicts += 1
+                step = self.bar[max(self.bar)] if self.bar else self.n_dicts
+                return step, values
+        step_match = _STEP.search(line) or _BATCH.search(line)
+        if step_match is None:
+            return None
+        pairs = {}
+        for key, value in _PAIR.findall(line):
+            if key.lower() in _STEP_KEYS:
+                continue
+            pairs[key.lower()] = float(value)
+        for kind, key, value in _SPACED.findall(line):
+            name = key.lower()
+            if kind:
+                name = f"{_kind(kind)}/{name}"
+            pairs.setdefault(name, float(value))
+        pairs.pop("epoch_step", None)
+        if not pairs:
+            return None
+        prefix = _PREFIX.match(line)
+        if prefix:
+            kind = _kind(prefix.group(1)) if not prefix.group(1).lower().startswith("test") \
+                else "test"
+            pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
+        local = int(step_match.group(1))
+        total = int(step_match.group(2)) if step_match.group(2) else None
+        return self._global_step(line, local, total), pairs
+
+    def _global_step(self, line: str, local: int, total: int | None) -> int:
+        epoch_match = _EPOCH.search(line)
+        if epoch_match is None:
+            return local
+        epoch = int(epoch_match.group(1))
+        if self.epoch is not None and epoch > self.epoch and local <= self.last_local:
+            # a new epoch and the counter started again: it counts within the epoch
+            self.offset += self.epoch_total or self.epoch_max
+            self.epoch_max = 0
+        if self.epoch is None or epoch != self.epoch:
+            self.epoch = epoch
+        self.last_local = local
+        self.epoch_max = max(self.epoch_max, local)
+        self.epoch_total = total
+        return self.offset + local
 
 
 def read_console(path: str | Path) -> Scalars:
@@ -87,6 +165,7 @@ def read_console(path: str | Path) -> Scalars:
     path = Path(path)
     collector = RowCollector()
     issues = ParseIssues()
+    parser = _Parser()
     try:
         with path.open("rb") as handle:
             pending = b""
@@ -98,7 +177,7 @@ def read_console(path: str | Path) -> Scalars:
                 if len(pending) > _MAX_LINE:
                     pending = b""  # a runaway line: not a progress line
                 for raw in lines if block else [*lines, pending]:
-                    parsed = _parse_line(raw.decode("utf-8", "replace"))
+                    parsed = parser.parse(raw.decode("utf-8", "replace"))
                     if parsed is None:
                         continue
                     issues.lines += 1

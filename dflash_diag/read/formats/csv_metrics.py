@@ -8,26 +8,41 @@ is the step column (Lightning writes it); ``epoch`` is a metric like the others.
 
 from __future__ import annotations
 
+import csv
 import re
 from pathlib import Path
 
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.aliases import STEP
 from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
+from dflash_diag.read.formats.checks import step_expr, step_value
 from dflash_diag.read.records import ParseIssues
 
 FORMAT = "CSV metrics"
 FILENAME = "metrics.csv"
 #: Step columns, first present wins.
-STEP_COLUMNS = ("step", "global_step", "_step", "iteration", "iter")
+STEP_COLUMNS = STEP
+
+
+#: Column separators tried, in order: Lightning's comma, a console table's tab, a semicolon.
+SEPARATORS = (",", "\t", ";")
+
+
+def separator(head: bytes) -> str | None:
+    """The separator of a header line naming a step column (None: not such a table)."""
+    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace").lstrip("\ufeff")
+    for sep in SEPARATORS:
+        names = [n.strip().strip('"') for n in first.split(sep)]
+        if len(names) >= 2 and any(n in STEP_COLUMNS for n in names):
+            return sep
+    return None
 
 
 def looks_like_metrics_csv(head: bytes) -> bool:
-    """Whether the first line is a CSV header with a step column."""
-    first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace")
-    names = [n.strip().strip('"') for n in first.split(",")]
-    return len(names) >= 2 and any(n in STEP_COLUMNS for n in names)
+    """Whether the first line is a CSV (or tab-separated) header with a step column."""
+    return separator(head) is not None
 
 
 def find_metrics_csv(folder: Path) -> Path | None:
@@ -57,19 +72,26 @@ def read_metrics_csv(path: str | Path) -> Scalars:
         if found.parent != path:
             notes.append(f"read {found}")
         path = found
+    header = _header(path)
+    step_column = next((c for c in STEP_COLUMNS if c in header), None)
+    if step_column is None:
+        raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
+    if len(header) > WIDE_COLUMNS:
+        return _read_wide(path, header, step_column, notes)
     try:
         # Every column as text: sparse lines and values such as "nan" must not upset the
         # type inference; numbers are converted below, anything else becomes null.
-        frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True)
+        with path.open("rb") as handle:
+            sep = separator(handle.read(64 * 2**10)) or ","
+        frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True, separator=sep)
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
-    step_column = next((c for c in STEP_COLUMNS if c in frame.columns), None)
-    if step_column is None:
+    if step_column not in frame.columns:
         raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
     issues = ParseIssues(lines=frame.height)
     numbers = frame.with_row_index("row").select(
         pl.col("row").cast(pl.Int64),
-        pl.col(step_column).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).alias("step"),
+        step_expr(pl.col(step_column).str.strip_chars().cast(pl.Float64, strict=False)).alias("step"),
         *(pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c)
           for c in frame.columns if c != step_column),
     )
@@ -82,3 +104,62 @@ def read_metrics_csv(path: str | Path) -> Scalars:
             .with_columns(pl.lit(None, pl.Float64).alias("time"))
             .select(list(SCALAR_SCHEMA)))
     return Scalars(frame=long.cast(SCALAR_SCHEMA), format=FORMAT, issues=issues, notes=notes)
+
+
+#: Columns above which the file is read row by row: polars' reader holds a buffer per column
+#: (100k columns in a 5.7 MB file cost over 1 GB), the row reader only the cells that hold a
+#: value. Lightning writes a column per metric ever logged: tens, rarely hundreds.
+WIDE_COLUMNS = 1024
+#: Bytes of the header line read at most (a longer one is no metrics.csv worth reading).
+_MAX_HEADER_BYTES = 16 * 2**20
+
+
+def _header(path: Path) -> list[str]:
+    """The column names of the first line."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(_MAX_HEADER_BYTES)
+    except OSError as exc:
+        raise DiagError(f"cannot read {path}: {exc}") from None
+    if len(first) >= _MAX_HEADER_BYTES and not first.endswith(b"\n"):
+        raise DiagError(f"{path}: a header line over {_MAX_HEADER_BYTES >> 20} MiB is no metrics.csv")
+    line = first.decode("utf-8", "replace").removeprefix("\ufeff").rstrip("\r\n")
+    return next(csv.reader([line]), [])
+
+
+def _read_wide(path: Path, header: list[str], step_column: str, notes: list[str]) -> Scalars:
+    """A file of more than :data:`WIDE_COLUMNS` columns, row by row with :mod:`csv`: memory is
+    one row and the cells that hold a number, however many columns the header names."""
+    step_index = header.index(step_column)
+    collector_rows, steps, keys, values = [], [], [], []
+    issues = ParseIssues()
+    try:
+        with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+            reader = csv.reader(handle)
+            next(reader, None)
+            for row in reader:
+                issues.lines += 1  # a blank line too, as polars' null row
+                step = _number(row[step_index]) if step_index < len(row) else None
+                step_int = None if step is None else step_value(step)
+                for index, cell in enumerate(row[:len(header)]):
+                    if not cell or index == step_index:
+                        continue
+                    number = _number(cell)
+                    if number is None:
+                        continue
+                    collector_rows.append(issues.lines - 1)
+                    steps.append(step_int)
+                    keys.append(header[index])
+                    values.append(number)
+    except (OSError, csv.Error) as exc:
+        raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
+    frame = pl.DataFrame({"row": collector_rows, "step": steps, "key": keys, "value": values,
+                          "time": [None] * len(values)}, schema=SCALAR_SCHEMA)
+    return Scalars(frame=frame, format=FORMAT, issues=issues, notes=notes)
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None

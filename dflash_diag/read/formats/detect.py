@@ -58,10 +58,10 @@ def check_format(name: str) -> str:
     return name
 
 
-def _head(path: Path) -> bytes:
+def _head(path: Path, size: int = HEAD_BYTES) -> bytes:
     try:
         with path.open("rb") as handle:
-            return handle.read(HEAD_BYTES)
+            return handle.read(size)
     except OSError as exc:
         raise DiagError(f"cannot read {path}: {exc}") from None
 
@@ -78,7 +78,16 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     if tensorboard.looks_like_event_file(head):
         return "tensorboard"
     # the text formats: a UTF-16/32 file is named as such (after the binary formats, whose
-    # headers hold zero bytes too)
+    # headers hold zero bytes too). A UTF-8 byte-order mark and a crash's zero-fill before the
+    # text are no content.
+    head = head.lstrip(b"\x00")
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:]
+    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+        raise DiagError(f"{path}: a Git LFS pointer, not the log itself (fetch the file: "
+                        "git lfs pull)")
+    if not head.strip():
+        return "jsonl"  # an empty (or zero-filled) file: the JSONL reader says "empty log"
     check_encoding(head, str(path))
     stripped = head.lstrip()
     if stripped.startswith(b"{"):
@@ -87,7 +96,9 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
         return "jsonl"
     if csv_metrics.looks_like_metrics_csv(head):
         return "csv"
-    if console.looks_like_console(head):
+    if console.looks_like_console(head) or (
+            len(head) >= HEAD_BYTES - 4
+            and console.looks_like_console(_head(path, console.DETECT_BYTES))):
         return "console"
     if not head.strip():
         return "jsonl"  # an empty file: the JSONL reader says "empty log"
@@ -107,21 +118,30 @@ def _is_jsonl(head: bytes) -> bool:
         return False
 
 
-def detect_folder_format(path: Path) -> str | None:
-    """The format of a folder from its layout, or None."""
-    if tensorboard.event_files(path) or tensorboard_runs(path):
-        return "tensorboard"
+def folder_formats(path: Path) -> list[str]:
+    """Every format a folder's layout holds, the one most often richest first (an HF output
+    folder holds ``trainer_state.json`` with its evals and a ``runs/`` TensorBoard tree; an
+    MLflow run may hold TensorBoard logs among its artifacts)."""
+    found = []
     if trainer_state.find_state_files(path):
-        return "hf-trainer-state"
+        found.append("hf-trainer-state")
     if mlflow_store.looks_like_file_store(path):
-        return "mlflow"
+        found.append("mlflow")
     if (path / "mlflow.db").is_file():
-        return "mlflow-sqlite"
+        found.append("mlflow-sqlite")
     if wandb_offline.find_run_file(path) is not None:
-        return "wandb"
+        found.append("wandb")
+    if tensorboard.event_files(path) or tensorboard_runs(path):
+        found.append("tensorboard")
     if csv_metrics.find_metrics_csv(path) is not None:
-        return "csv"
-    return None
+        found.append("csv")
+    return found
+
+
+def detect_folder_format(path: Path) -> str | None:
+    """The format of a folder from its layout (the first of :func:`folder_formats`), or None."""
+    found = folder_formats(path)
+    return found[0] if found else None
 
 
 def detect_format(path: str | Path) -> str:

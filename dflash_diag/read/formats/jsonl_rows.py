@@ -14,14 +14,15 @@ import json
 from pathlib import Path
 
 from dflash_diag.errors import DiagError
-from dflash_diag.logschema import METRIC_MAPS
+from dflash_diag.logschema import METRIC_MAPS, REQUIRED
+from dflash_diag.read.aliases import STEP
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
 from dflash_diag.read.records import FIRST_N, ParseIssues
 
 FORMAT = "JSONL"
 CHUNK_BYTES = 16 * 2**20
 #: Step keys of a JSON record, first present wins (a preset may name another).
-STEP_KEYS = ("step", "global_step", "_step", "train/step", "iteration")
+STEP_KEYS = STEP
 
 
 def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
@@ -55,6 +56,8 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
                 lines_final = []
             for raw, is_tail in [(line, False) for line in lines] + lines_final:
                 line_no += 1
+                # a crash's zero-fill before the records (or a torn write's) is no record
+                raw = raw.lstrip(b"\x00")
                 if not raw.strip():
                     continue
                 issues.lines += 1
@@ -72,7 +75,7 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
                     if len(issues.malformed_lines) < FIRST_N:
                         issues.malformed_lines.append((0, line_no))
                     continue
-                if "event" in record and record.get("event") not in (None, "metrics"):
+                if is_own_event(record):
                     continue  # this project's own events belong to the native reader
                 step = next((record[k] for k in STEP_KEYS if k in record), None)
                 collector.add(record, step=step, time=record.get("time", record.get("_timestamp")))
@@ -81,17 +84,42 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
     return Scalars(frame=collector.frame(), format=FORMAT, issues=issues)
 
 
+#: This project's own event kinds (schema v1), which the native reader reads; another trainer's
+#: ``event`` values (``"step"``, ``"train"``, ``"log"``...) mark its metric records.
+_OWN_EVENTS = frozenset(kind for kind in REQUIRED if kind != "metrics")
+
+
+def is_own_event(record: dict) -> bool:
+    """Whether a JSON record is one of this project's event records (not a metric record)."""
+    return record.get("event") in _OWN_EVENTS
+
+
+def has_foreign_events(head: bytes) -> bool:
+    """Whether the first lines hold records whose ``event`` is another trainer's kind."""
+    for raw in head.lstrip(b"\x00").split(b"\n")[:-1][:200]:
+        if b'"event"' not in raw:
+            continue
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict) and "event" in record and not is_own_event(record) \
+                and record.get("event") not in (None, "metrics"):
+            return True
+    return False
+
+
 def sample_keys(head: bytes) -> tuple[dict[str, type], bool]:
     """Flattened keys of the first complete lines of a JSONL log (with the type of the first
     value seen), and whether any metric record nests an object."""
     keys: dict[str, type] = {}
     nested = False
-    for raw in head.split(b"\n")[:-1][:200]:
+    for raw in head.lstrip(b"\x00").split(b"\n")[:-1][:200]:
         try:
             record = json.loads(raw)
         except (ValueError, RecursionError):
             continue
-        if not isinstance(record, dict) or record.get("event") not in (None, "metrics"):
+        if not isinstance(record, dict) or is_own_event(record):
             continue  # this project's event records hold objects by design
         for key, value in record.items():
             if isinstance(value, dict) and key not in METRIC_MAPS:

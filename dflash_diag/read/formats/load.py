@@ -26,9 +26,10 @@ from dflash_diag.read.formats.detect import (
     HEAD_BYTES,
     check_format,
     detect_format,
+    folder_formats,
     read_scalars,
 )
-from dflash_diag.read.formats.jsonl_rows import sample_keys
+from dflash_diag.read.formats.jsonl_rows import has_foreign_events, sample_keys
 from dflash_diag.read.presets import PRESETS, Preset, detect_preset, get_preset
 from dflash_diag.read.records import ParsedLog
 
@@ -47,6 +48,7 @@ class InputPlan:
         native: read by the fast JSONL reader (this project's schema, flat names).
         preset: the preset asked for (None: detect one).
         fields: the field map for this input.
+        alternatives: the other formats a folder holds (each is read too; the richest wins).
     """
 
     path: str
@@ -54,6 +56,7 @@ class InputPlan:
     native: bool
     preset: Preset | None = None
     fields: dict[str, str] = field(default_factory=dict)
+    alternatives: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -122,9 +125,16 @@ def plan_input(
             if fmt != "jsonl":
                 raise DiagError(f"{path}: a pipe is read as JSONL only, not {fmt}")
             return InputPlan(path, fmt, native=chosen is None, preset=chosen, fields=fields)
-    fmt = check_format(input_format) if input_format else detect_format(path)
+    alternatives: tuple[str, ...] = ()
+    if input_format:
+        fmt = check_format(input_format)
+    elif os.path.isdir(path) and len(found := folder_formats(Path(path))) > 1:
+        fmt, alternatives = found[0], tuple(found[1:])
+    else:
+        fmt = detect_format(path)
     native = fmt == "jsonl" and chosen is None and not _foreign_jsonl(Path(path), fields)
-    return InputPlan(path, fmt, native=native, preset=chosen, fields=fields)
+    return InputPlan(path, fmt, native=native, preset=chosen, fields=fields,
+                     alternatives=alternatives)
 
 
 def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
@@ -138,26 +148,69 @@ def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
         return False  # the JSONL reader reports it
     if head[:2] == b"\x1f\x8b":
         return False  # compressed: this project's own logs
+    if head.startswith((b"\x00", b"\xef\xbb\xbf")) or has_foreign_events(head):
+        return True  # a zero-filled or BOM start, another trainer's "event" records
     keys, nested = sample_keys(head)
     if nested or detect_preset(keys) is not None:
         return True
+    if keys and not _native_names(keys):
+        return True  # another trainer's names (train_loss, current_steps...): the alias table
     # acc_pos mapped to a family of numbered scalar keys (not to a list field): assembled here
     list_map = fields.get("acc_pos")
     return list_map is not None and keys.get(list_map) is not list
 
 
+def _native_names(keys: Mapping[str, type]) -> bool:
+    """Whether sampled keys are this project's schema: a ``step`` and a known metric name."""
+    from dflash_diag.logschema import METRIC_NUMBERS
+
+    return "step" in keys and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time"))
+
+
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
     """Read a non-native input into a canonical :class:`ParsedLog` (``source`` stamped).
+
+    A folder holding several sources (:attr:`InputPlan.alternatives`) is read as each; the one
+    with the most records (train and eval) wins, ties to the first, and a note says what was
+    read and what else the folder held. When none reads, the error says what each one gave.
 
     Raises:
         DiagError: the reader's one-line error.
     """
+    if not plan.alternatives:
+        return _read_as(plan, plan.format, source, strict)
+    tried: list[tuple[str, ParsedLog | None, str]] = []
+    for fmt in (plan.format, *plan.alternatives):
+        try:
+            tried.append((fmt, _read_as(plan, fmt, source, strict), ""))
+        except DiagError as exc:
+            tried.append((fmt, None, str(exc)))
+    read = [(fmt, log) for fmt, log, _ in tried if log is not None]
+    if not read:
+        raise DiagError(f"{plan.path}: a folder holding {len(tried)} sources, none readable: "
+                        + " | ".join(f"{FORMATS[fmt]}: {message}" for fmt, _, message in tried))
+    fmt, best = max(read, key=lambda fl: _richness(fl[1]))  # max keeps the first of equals
+    others = ", ".join(
+        f"{FORMATS[f]} ({_richness(log)[0]} records)" if log is not None else
+        f"{FORMATS[f]} (unreadable)" for f, log, _ in tried if f != fmt)
+    best.notes.insert(1, f"{plan.path}: the folder holds {FORMATS[fmt]} and {others}: read "
+                         f"{FORMATS[fmt]} ({_richness(best)[0]} records; give --input-format "
+                         "or a path inside to read another)")
+    return best
+
+
+def _richness(log: ParsedLog) -> tuple[int, int]:
+    """Metric records, then eval events: which of a folder's sources holds more."""
+    return log.metrics.height, sum(1 for e in log.events if e.kind == "eval")
+
+
+def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     import polars as pl
 
     from dflash_diag.read.formats.canonical import to_parsed_log
     from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
 
-    if plan.format == "jsonl":
+    if fmt == "jsonl":
         try:
             scalars = read_jsonl_rows(plan.path, strict=strict)
         except DiagError:
@@ -165,7 +218,7 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
         except (OSError, ValueError) as exc:
             raise DiagError(f"{plan.path}: {exc}") from None
     else:
-        scalars = read_scalars(plan.path, plan.format)
+        scalars = read_scalars(plan.path, fmt)
     try:
         canonical = to_parsed_log(scalars, source=source, preset=plan.preset, fields=plan.fields)
     except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001
@@ -173,10 +226,57 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
         raise DiagError(f"{plan.path}: cannot assemble its records "
                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
     log = canonical.log
+    if log.metrics.height == 0 and scalars.issues.lines:
+        raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
     log.sources = [plan.path]
     log.notes = [f"{plan.path}: {canonical.description}"] + [
         f"{plan.path}: {note}" for note in canonical.notes]
     return log
+
+
+#: Numeric series named in the "nothing maps" line (the rest are counted).
+_SHOWN_SERIES = 8
+
+
+def nothing_maps_message(path: str, canonical, scalars) -> str:
+    """The one line for a log read whole in which no series maps to a training metric: what was
+    read (and what else was tried), the numeric series found, and the ``--field`` line that
+    would map them."""
+    import polars as pl
+
+    from dflash_diag.read.aliases import STEP, is_validation
+
+    frame = scalars.long_frame() if scalars.wide else scalars.frame
+    counts = (frame.group_by("key").agg(pl.len().alias("n")).sort("n", "key", descending=[True, False])
+              if frame.height else None)
+    if canonical.log.issues.without_step and not frame.filter(pl.col("step").is_not_null()).height:
+        found = ", ".join(counts["key"].to_list()[:_SHOWN_SERIES]) if counts is not None else ""
+        return (f"no record has a 'step' field in {path} (map one with --field step=NAME"
+                + (f"; numeric series found: {found})" if found else ")"))
+    head = f"{path}: {canonical.description}: no series maps to loss or acc"
+    notes = [n for n in canonical.notes if not n.startswith("never in the log")]
+    if notes:
+        head += f" ({'; '.join(notes)})"
+    if counts is None or counts.height == 0:
+        return head + "; the log holds no numeric series"
+    keys = [k for k in counts["key"].to_list() if k not in STEP]
+    if not keys:
+        return head + f"; its only numeric series: {', '.join(counts['key'].to_list()[:_SHOWN_SERIES])}"
+    shown = ", ".join(f"{k} ({n})" for k, n in counts.filter(pl.col("key").is_in(keys))
+                      .head(_SHOWN_SERIES).iter_rows())
+    more = f" and {len(keys) - _SHOWN_SERIES} more" if len(keys) > _SHOWN_SERIES else ""
+    validation = [k for k in keys if is_validation(k)]
+    if validation and len(validation) == len([k for k in keys if "loss" in k or "acc" in k]):
+        return (f"{head}; only validation series: {', '.join(validation[:_SHOWN_SERIES])} "
+                "(no training loss or accuracy; they are read as evals)")
+    loss_like = next((k for k in keys if "loss" in k.lower()), None)
+    acc_like = next((k for k in keys if "acc" in k.lower()), None)
+    if loss_like is None and acc_like is None:
+        return (f"{head}; numeric series found: {shown}{more} (none looks like a loss or an "
+                "accuracy); map one with --field loss=NAME")
+    suggestion = " ".join(f"--field {c}={k}" for c, k in (("loss", loss_like), ("acc", acc_like))
+                          if k is not None)
+    return f"{head}; numeric series found: {shown}{more}; map them: {suggestion}"
 
 
 def missing_mapped_fields(log: ParsedLog, fields: Mapping[str, str]) -> list[str]:

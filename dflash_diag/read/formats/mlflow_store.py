@@ -17,6 +17,7 @@ which (a run's own folder reads that run).
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from pathlib import Path
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.files import line_chunks
 from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
+from dflash_diag.read.formats.checks import step_expr, step_value
 from dflash_diag.read.records import ParseIssues
 
 FORMAT_FILES = "MLflow file store"
@@ -94,11 +97,14 @@ def read_file_store(path: str | Path) -> Scalars:
     if is_run_folder(path):
         run = path
     else:
-        runs = []
+        runs, deleted = [], []
         for candidate in _candidate_runs(path):
             start, name, stage = _meta(candidate)
-            if stage == "active":
-                runs.append(_Run(candidate, start, name))
+            (runs if stage == "active" else deleted).append(_Run(candidate, start, name))
+        if not runs and deleted:
+            # a store of deleted runs only (not yet garbage-collected): their data is all there is
+            runs = deleted
+            notes.append(f"only deleted runs in the store ({len(deleted)}): read the latest")
         if not runs:
             raise DiagError(f"{path}: no MLflow run in it (mlruns/<experiment>/<run>/metrics)")
         latest = max(runs, key=lambda r: (r.start_time, str(r.path)))
@@ -111,38 +117,78 @@ def read_file_store(path: str | Path) -> Scalars:
     for file in sorted(p for p in metrics_dir.rglob("*") if p.is_file()):
         key = file.relative_to(metrics_dir).as_posix()
         pieces.append(_read_metric_file(file, key, issues))
-    frame = pl.concat(pieces) if pieces else pl.DataFrame(
-        schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String, "value": pl.Float64})
+    frame = pl.concat(pieces) if pieces else pl.DataFrame(schema=_METRIC_SCHEMA)
     meta = _params(run / "params")
     return Scalars(frame=_ordered(frame), format=FORMAT_FILES, issues=issues, meta=meta, notes=notes)
 
 
+#: Bytes of a metric file parsed at once (line-aligned): memory is a chunk's lines, not the file's.
+CHUNK_BYTES = 16 * 2**20
+#: ``<timestamp> <value> [<step>]``, any whitespace between; more fields are ignored (the
+#: lenient parse of a chunk that the CSV parser leaves a line of).
+_LINE = r"^\s*(\S+)\s+(\S+)(?:\s+(\S+))?"
+_METRIC_SCHEMA = {"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String, "value": pl.Float64}
+
+
 def _read_metric_file(file: Path, key: str, issues: ParseIssues) -> pl.DataFrame:
+    """One metric file, streamed in line-aligned chunks, each parsed by polars (no Python
+    object per line: 10M lines used to cost 2.7 GB and 18 s)."""
+    pieces = []
     try:
-        text = file.read_bytes()
+        with file.open("rb") as handle:
+            for text, _final in line_chunks(handle, CHUNK_BYTES):
+                pieces.append(_parse_metric_lines(text, key, issues))
     except OSError as exc:
         raise DiagError(f"cannot read {file}: {exc}") from None
-    lines = text.decode("utf-8", "replace").splitlines()
-    timestamps, values, steps = [], [], []
-    for line in lines:
-        parts = line.split()
-        if not parts:
-            continue
-        issues.lines += 1
-        try:
-            timestamp = int(parts[0])
-            value = float(parts[1])
-            step = int(parts[2]) if len(parts) > 2 else 0
-        except (ValueError, IndexError):
-            issues.malformed += 1
-            continue
-        timestamps.append(timestamp)
-        values.append(value)
-        steps.append(step)
-    return pl.DataFrame({"timestamp": timestamps, "step": steps, "key": [key] * len(values),
-                         "value": values},
-                        schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String,
-                                "value": pl.Float64})
+    return pl.concat(pieces) if pieces else pl.DataFrame(schema=_METRIC_SCHEMA)
+
+
+def _parse_metric_lines(text: bytes, key: str, issues: ParseIssues) -> pl.DataFrame:
+    """The values of a chunk of lines; blank lines skipped, others counted, bad ones malformed.
+
+    MLflow writes one space between fields: polars' CSV parser reads that at C speed. A chunk
+    where that leaves a line unread (tabs, several spaces) is parsed again by the lenient
+    pattern, which splits at any whitespace.
+    """
+    try:
+        parts = pl.read_csv(text, has_header=False, separator=" ", quote_char=None,
+                            schema=_FIELDS, truncate_ragged_lines=True, encoding="utf8-lossy")
+    except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
+        parts = None
+    if parts is not None:
+        parts = parts.filter(pl.any_horizontal(pl.all().is_not_null()))  # blank lines
+        if parts.select(_bad().any()).item():
+            parts = None
+    if parts is None:
+        lines = pl.Series("line", [text.decode("utf-8", "replace")]).str.split("\n").explode()
+        parts = (lines.to_frame().filter(pl.col("line").str.strip_chars() != "")
+                 .select(pl.col("line").str.extract_groups(_LINE).struct.unnest())
+                 .rename({"1": "timestamp", "2": "value", "3": "step"}))
+    issues.lines += parts.height
+    parsed = parts.select(
+        pl.col("timestamp").cast(pl.Int64, strict=False),
+        # no step field: MLflow reads such (very old) files as step 0
+        pl.when(pl.col("step").is_null()).then(pl.lit(0, pl.Int64))
+        .otherwise(step_expr(pl.col("step").cast(pl.Float64, strict=False))).alias("step"),
+        pl.lit(key, pl.String).alias("key"),
+        pl.col("value").cast(pl.Float64, strict=False),
+        _bad().alias("_bad"),
+    )
+    good = parsed.filter(~pl.col("_bad"))
+    issues.malformed += parsed.height - good.height
+    return good.drop("_bad")
+
+
+#: The fields of a metric line, as text (converted after: a bad one is a malformed line).
+_FIELDS = {"timestamp": pl.String, "value": pl.String, "step": pl.String}
+
+
+def _bad() -> pl.Expr:
+    """A line that is no ``<timestamp> <value> [<step>]``: a field missing or not a number."""
+    number = pl.col("step").cast(pl.Float64, strict=False)
+    return (pl.col("timestamp").cast(pl.Int64, strict=False).is_null()
+            | pl.col("value").cast(pl.Float64, strict=False).is_null()
+            | (pl.col("step").is_not_null() & number.is_null()))
 
 
 def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
@@ -162,6 +208,16 @@ def _params(folder: Path) -> dict[str, str]:
         except OSError:
             continue
     return meta
+
+
+def _number(value: object) -> float | None:
+    """A stored number as a float (an integer beyond the float range is ±inf), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def looks_like_sqlite(head: bytes) -> bool:
@@ -195,15 +251,25 @@ def read_sqlite_store(path: str | Path) -> Scalars:
             run_uuid, run_name, _ = runs[0]
             notes = [f"latest of {len(runs)} MLflow runs: {run_name} ({run_uuid})"] if len(runs) > 1 else []
             keys, values, timestamps, steps = [], [], [], []
+            rows = bad = 0
             cursor = connection.execute(
                 "SELECT key, value, is_nan, timestamp, step FROM metrics WHERE run_uuid = ? "
                 "ORDER BY timestamp, step, key", (run_uuid,))
             while batch := cursor.fetchmany(65536):
                 for key, value, is_nan, timestamp, step in batch:
+                    rows += 1
+                    # SQLite keeps whatever type was stored: text in `value` (a damaged or
+                    # hand-edited store), a step beyond int64 stored as REAL. Such a row is
+                    # left out and counted, never a TypeError that refuses the whole store.
+                    number = float("nan") if is_nan else _number(value)
+                    if (number is None or not isinstance(key, str)
+                            or not isinstance(timestamp, int) or _number(step) is None):
+                        bad += 1
+                        continue
                     keys.append(key)
-                    values.append(float("nan") if is_nan else value)
+                    values.append(number)
                     timestamps.append(timestamp)
-                    steps.append(step)
+                    steps.append(step_value(step))
             meta = {}
             if "params" in tables:
                 for key, value in connection.execute(
@@ -217,5 +283,5 @@ def read_sqlite_store(path: str | Path) -> Scalars:
     frame = pl.DataFrame({"timestamp": timestamps, "step": steps, "key": keys, "value": values},
                          schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String,
                                  "value": pl.Float64})
-    issues = ParseIssues(lines=frame.height)
+    issues = ParseIssues(lines=rows, malformed=bad)
     return Scalars(frame=_ordered(frame), format=FORMAT_SQLITE, issues=issues, meta=meta, notes=notes)

@@ -187,6 +187,7 @@ def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
             raise DiagError(f"{file}: not a TensorBoard event file (bad record header)")
         handle.seek(0)
         pending = b""
+        offset = 0  # where ``pending`` starts in the file
         tags: dict[bytes, str] = {}
         while True:
             try:
@@ -196,11 +197,33 @@ def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
             buf = pending + block if pending else block
             consumed, stop = _parse_buffer(buf, columns, issues, tags, final=not block)
             pending = buf[consumed:]
+            offset += consumed
             if stop or not block:
                 break
+            if len(pending) >= _HEADER.size:
+                # A record longer than a chunk is no scalar event (an image, a whole graph):
+                # its data is passed over, never held and re-joined with every chunk (a valid
+                # header claiming 2^40 bytes did that to the end of the file). One that would
+                # end beyond the file is a torn tail: nothing after its start can be framed.
+                length = _HEADER.unpack_from(pending, 0)[0]
+                if length + 16 > CHUNK_BYTES:
+                    if offset + 16 + length > _size(handle):
+                        break
+                    issues.lines += 1
+                    offset += 16 + length
+                    handle.seek(offset)
+                    pending = b""
         if pending:
             issues.lines += 1
             issues.torn_tail.append(0)
+
+
+def _size(handle) -> int:
+    """The size of an open file now (a writer may still be appending to it)."""
+    try:
+        return os.fstat(handle.fileno()).st_size
+    except OSError:
+        return 0
 
 
 def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict[bytes, str],

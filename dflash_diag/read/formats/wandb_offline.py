@@ -22,6 +22,7 @@ import json
 import struct
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
@@ -57,8 +58,21 @@ def find_run_file(folder: Path) -> Path | None:
     return None
 
 
-def records(data: bytes, issues: ParseIssues):
-    """The protobuf payloads of a datastore's bytes, pieces joined."""
+#: Bytes read at once: whole 32 KiB blocks (a physical record never crosses a block), so the
+#: file is streamed and memory does not grow with it.
+CHUNK_BLOCKS = 512
+#: Longest logical record kept (its pieces joined): a history row is KBs; a longer one (a
+#: media blob, a hostile chain of MIDDLE pieces) is dropped and counted, never held whole.
+MAX_RECORD_BYTES = 64 * 2**20
+
+
+def records(stream: BinaryIO, issues: ParseIssues):
+    """The protobuf payloads of a datastore read from ``stream``, pieces joined.
+
+    Streams ``CHUNK_BLOCKS`` blocks at a time: memory is one chunk plus the record being
+    joined (at most :data:`MAX_RECORD_BYTES`), whatever the file's size.
+    """
+    data = stream.read(BLOCK)
     if len(data) < _FILE_HEADER.size:
         return
     ident, magic, _version = _FILE_HEADER.unpack_from(data, 0)
@@ -66,7 +80,14 @@ def records(data: bytes, issues: ParseIssues):
         raise DiagError("not a W&B datastore (bad header)")
     pos = _FILE_HEADER.size
     pieces: list[bytes] = []
-    while pos < len(data):
+    joined = 0  # bytes in ``pieces``; -1: an overlong record is being skipped to its end
+    while True:
+        if pos >= len(data):
+            data = b""  # not held while the next chunk is read
+            data = stream.read(BLOCK * CHUNK_BLOCKS)
+            pos = 0
+            if not data:
+                return
         room = BLOCK - pos % BLOCK
         if room < _RECORD_HEADER.size:
             pos += room  # block padding
@@ -90,13 +111,18 @@ def records(data: bytes, issues: ParseIssues):
         if kind == _FULL:
             yield payload
         elif kind == _FIRST:
-            pieces = [payload]
-        elif kind == _MIDDLE:
+            pieces, joined = [payload], len(payload)
+        elif joined >= 0:
             pieces.append(payload)
-        else:
-            pieces.append(payload)
-            yield b"".join(pieces)
-            pieces = []
+            joined += len(payload)
+            if joined > MAX_RECORD_BYTES:
+                issues.malformed += 1
+                pieces, joined = [], -1
+            elif kind == _LAST:
+                yield b"".join(pieces)
+                pieces, joined = [], 0
+        elif kind == _LAST:
+            joined = 0  # the end of the overlong record
 
 
 def _items(buf: bytes, start: int, end: int, item_field: int):
@@ -140,20 +166,19 @@ def read_wandb(path: str | Path) -> Scalars:
             raise DiagError(f"{path}: no W&B run file (*.wandb) in it")
         notes.append(f"read {found}")
         path = found
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DiagError(f"cannot read {path}: {exc}") from None
     collector = RowCollector()
     issues = ParseIssues()
     meta: dict[str, object] = {}
     try:
-        for payload in records(data, issues):
-            issues.lines += 1
-            try:
-                _record(payload, collector, meta)
-            except WireError:
-                issues.malformed += 1
+        with path.open("rb") as stream:
+            for payload in records(stream, issues):
+                issues.lines += 1
+                try:
+                    _record(payload, collector, meta)
+                except WireError:
+                    issues.malformed += 1
+    except OSError as exc:
+        raise DiagError(f"cannot read {path}: {exc}") from None
     except DiagError as exc:
         raise DiagError(f"{path}: {exc}") from None
     return Scalars(frame=collector.frame(), format=FORMAT, issues=issues, meta=meta, notes=notes)

@@ -1,0 +1,174 @@
+"""The forecast section of a diagnosis: the plan, every tracked metric at the end, the target's ETA.
+
+Which series each metric is forecast from: ``loss`` and ``acc`` from the training records
+(binned, :func:`~dflash_diag.analysis.forecast.binned`); ``eval_loss`` and ``eval_acc`` from the
+eval records that carry them; ``tau`` from the measured evals when there are
+:data:`~dflash_diag.analysis.forecast.MIN_POINTS` of them, else from the primary estimator's
+per-window series (an estimate: only as good as that estimator).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from dflash_diag.analysis.forecast import (
+    MIN_POINTS,
+    MetricForecast,
+    Series,
+    Timeline,
+    binned,
+    forecast_series,
+)
+from dflash_diag.analysis.plan import UNPLANNED_HORIZON, RunPlan
+from dflash_diag.analysis.target_eta import TargetEta, eta_to
+from dflash_diag.analysis.windows import Window
+from dflash_diag.read.records import LogEvent
+
+#: Metrics forecast, in report order, with their direction (True: higher is better).
+METRICS = {"loss": False, "acc": True, "tau": True, "eval_loss": False, "eval_acc": True}
+#: The best value each metric can take, where it is bounded (a loss >= 0, an accuracy <= 1; tau
+#: <= the block size, given per log).
+BEST = {"loss": 0.0, "acc": 1.0, "eval_loss": 0.0, "eval_acc": 1.0}
+#: The worst value, where bounded (an accuracy >= 0, a tau >= 1: the verified token).
+WORST = {"acc": 0.0, "eval_acc": 0.0, "tau": 1.0}
+
+
+@dataclass(frozen=True)
+class ForecastConfig:
+    """Forecast settings (the commands' ``--end-step``, ``--schedule`` and ``--target-loss``).
+
+    Attributes:
+        end_step: the planned end when the log does not record it (wins over the header).
+        schedule: the lr shape after warmup when nothing records it (cosine, linear, constant).
+        target_loss: a loss target: the ETA is to this loss instead of the acc/tau target.
+        enabled: False skips the forecast (a command that does not show it).
+    """
+
+    end_step: int | None = None
+    schedule: str | None = None
+    target_loss: float | None = None
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.end_step is not None and self.end_step < 1:
+            raise ValueError(f"--end-step must be >= 1, got {self.end_step}")
+        if self.target_loss is not None and not math.isfinite(self.target_loss):
+            raise ValueError(f"--target-loss must be a finite number, got {self.target_loss}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunForecast:
+    """The forecast section.
+
+    Attributes:
+        plan: the run's plan.
+        step: the step forecast: the planned end, else the horizon (``last_step + span``).
+        planned: whether ``step`` is a planned end.
+        last_step: the newest step.
+        metrics: the forecast per metric (only metrics the log tracks).
+        target: the ETA to the target, when a target applies.
+        notes: remarks (lr assumed constant, horizon without a plan).
+    """
+
+    plan: RunPlan
+    step: int
+    planned: bool
+    last_step: int
+    metrics: dict[str, MetricForecast]
+    target: TargetEta | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def eval_series(evals: Sequence[LogEvent], name: str, first_step: int, last_step: int) -> Series:
+    """The eval records' ``name`` values in the analysed range, one point per eval."""
+    pts = [(float(e.step), float(e.fields[name])) for e in evals
+           if e.step is not None and first_step <= e.step <= last_step
+           and isinstance(e.fields.get(name), (int, float)) and not isinstance(e.fields.get(name), bool)
+           and math.isfinite(float(e.fields[name]))]
+    pts.sort()
+    return Series(tuple(p[0] for p in pts), tuple(p[1] for p in pts), tuple(1 for _ in pts),
+                  f"{len(pts)} evals")
+
+
+def tau_input(evals: Sequence[LogEvent], windows: Sequence[Window], tau_series: Sequence[float | None],
+              estimator: str | None, first_step: int, last_step: int) -> Series:
+    """The tau series to forecast: measured evals when there are enough, else the primary
+    estimator's per-window values."""
+    measured = eval_series(evals, "tau", first_step, last_step)
+    if len(measured.steps) >= MIN_POINTS or not any(v is not None for v in tau_series):
+        return Series(measured.steps, measured.values, measured.counts,
+                      f"{len(measured.steps)} measured evals")
+    pts = [((w.first_step + w.last_step) / 2.0, v, w.n) for w, v in zip(windows, tau_series)
+           if v is not None and math.isfinite(v)]
+    return Series(tuple(p[0] for p in pts), tuple(p[1] for p in pts), tuple(p[2] for p in pts),
+                  f"{len(pts)} per-window {estimator} estimates")
+
+
+def forecast_run(
+    frame: pl.DataFrame,
+    *,
+    plan: RunPlan,
+    evals: Sequence[LogEvent] = (),
+    windows: Sequence[Window] = (),
+    tau_series: Sequence[float | None] = (),
+    tau_estimator: str | None = None,
+    target: tuple[str, float, float | None] | None = None,
+    seconds_per_step: float | None = None,
+    block_size: int | None = None,
+) -> RunForecast:
+    """Forecast every tracked metric of ``frame`` at the plan's end and the target's ETA.
+
+    Args:
+        frame: the analysed records (``step``, ``loss``, ``acc``, ``lr``), in step order.
+        plan: the run's plan (:func:`dflash_diag.analysis.plan.plan_of`).
+        evals: the log's eval records.
+        windows: the analysed windows (the lr per window and the tau series' steps).
+        tau_series: the primary estimator's value per window.
+        tau_estimator: its name.
+        target: ``(metric, target value, current value)`` of the active target, if any.
+        seconds_per_step: for the ETA's hours.
+        block_size: the drafter's block size B (tau is at most B).
+    """
+    first_step, last_step = int(frame["step"].min()), int(frame["step"].max())
+    notes: list[str] = []
+    if plan.end_step is not None:
+        step, planned = plan.end_step, True
+    else:
+        span = max(1, last_step - first_step)
+        step, planned = last_step + max(1, round(UNPLANNED_HORIZON * span)), False
+        notes.append(f"no planned end: forecast to +{step - last_step:,} steps (give --end-step)")
+    lr_pts = [((w.first_step + w.last_step) / 2.0, w.lr) for w in windows if w.lr is not None]
+    timeline = Timeline(plan, [p[0] for p in lr_pts], [p[1] for p in lr_pts], max(step, last_step))
+    if timeline.note and (not planned or step > last_step):
+        notes.append(timeline.note)
+    steps = frame["step"].to_list()
+    inputs: dict[str, Series] = {}
+    for name in ("loss", "acc"):
+        if name in frame.columns and frame[name].drop_nulls().len():
+            inputs[name] = binned(steps, frame[name].to_list(), basis="binned train records")
+    tau = tau_input(evals, windows, tau_series, tau_estimator, first_step, last_step)
+    if tau.steps:
+        inputs["tau"] = tau
+    for name in ("loss", "acc"):
+        series = eval_series(evals, name, first_step, last_step)
+        if series.steps:
+            inputs[f"eval_{name}"] = series
+    metrics = {name: forecast_series(name, series, timeline=timeline, target_step=step,
+                                     higher_is_better=METRICS[name],
+                                     best=block_size if name == "tau" else BEST.get(name),
+                                     worst=WORST.get(name))
+               for name, series in inputs.items() if series.steps}
+    eta = None
+    if target is not None:
+        metric, goal, current = target
+        fc = metrics.get(metric) or MetricForecast(
+            metric=metric, step=step, value=None, low=None, high=None,
+            reason=f"no {metric} series in the log", higher_is_better=METRICS.get(metric, True))
+        eta = eta_to(fc, target=goal, current=current, last_step=last_step, planned=planned,
+                     seconds_per_step=seconds_per_step)
+    return RunForecast(plan=plan, step=step, planned=planned, last_step=last_step,
+                       metrics=metrics, target=eta, notes=notes)

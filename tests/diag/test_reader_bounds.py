@@ -1,0 +1,215 @@
+"""Readers hold what their valid records cost, not the input (issue 19, items 1-3).
+
+Each test builds a small hostile input, shrinks the reader's chunk so that the input spans
+many chunks, and bounds the Python allocations of the read (``tracemalloc``) well below the
+input's size: a reader that holds the whole input (or re-joins a record with every chunk)
+fails. The full-size figures are in docs/reliability.md (benchmarks/bench_reader_bounds.py).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import tracemalloc
+import zlib
+
+import polars as pl
+
+from dflash_diag.read.formats import tensorboard
+from dflash_diag.read.formats.tensorboard import masked_crc32c, read_tensorboard
+
+from .test_formats_readers import VERSION, _scalar_event
+
+
+def peak_bytes(function, *args):
+    """(result, peak Python allocation in bytes) of ``function(*args)``."""
+    tracemalloc.start()
+    try:
+        result = function(*args)
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# -- TensorBoard: a record longer than a chunk ---------------------------------------------------
+
+def _claim(length: int) -> bytes:
+    header = struct.pack("<Q", length)
+    return header + struct.pack("<I", masked_crc32c(header))
+
+
+def test_tensorboard_huge_claimed_length_is_a_torn_tail_read_once(tmp_path, monkeypatch):
+    """A valid header claiming 2^40 bytes: the records before it are kept, the rest of the file
+    is not held (it used to be re-joined with every chunk to the end: quadratic, and the whole
+    file in memory)."""
+    monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    good = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 101))
+    filler = good * 600  # about 4 MB after the claim: 64 chunks
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(VERSION + good + _claim(2**40) + filler)
+    scalars, peak = peak_bytes(read_tensorboard, tmp_path)
+    assert scalars.long_frame()["step"].to_list() == list(range(1, 101))
+    assert scalars.issues.torn_tail == [0]
+    assert peak < 1_500_000, peak  # a few chunks, not the 4 MB behind the claim
+
+
+def test_tensorboard_record_longer_than_a_chunk_is_passed_over(tmp_path, monkeypatch):
+    """A real record larger than a chunk (an image, a graph) inside the file: skipped without
+    being held, and the records after it are read."""
+    monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    big = b"\x09" + struct.pack("<d", 1.7e9) + b"\x10\x05" + b"\x22" + b"\x80\x80\x80\x02" + bytes(2**22)
+    big_record = (_claim(len(big)) + big + struct.pack("<I", 0))
+    before = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 51))
+    after = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(51, 101))
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(VERSION + before + big_record + after)
+    scalars, peak = peak_bytes(read_tensorboard, tmp_path)
+    assert scalars.long_frame()["step"].to_list() == list(range(1, 101))
+    assert scalars.issues.torn_tail == [] and scalars.issues.malformed == 0
+    assert peak < 1_500_000, peak
+
+
+# -- W&B: streamed by blocks ------------------------------------------------------------------
+
+def _varint(n: int) -> bytes:
+    from dflash_diag.read.formats.protobuf import encode_varint
+
+    return encode_varint(n)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _history(step: int) -> bytes:
+    row = {"train/loss": 3 - step / 1000, "train/acc": step / 2000, "_step": step}
+    items = b"".join(_field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
+                     for k, v in row.items())
+    return _varint(1 << 3) + _varint(step) + _field(2, items)
+
+
+def _blocks(records: list[bytes], start: int) -> bytes:
+    """Records framed in the datastore's 32 KiB blocks, starting at file offset ``start``."""
+    data = bytearray()
+    for record in records:
+        rest, first = record, True
+        while True:
+            room = 32768 - (start + len(data)) % 32768
+            if room < 7:
+                data += b"\x00" * room
+                continue
+            piece, rest = rest[:room - 7], rest[room - 7:]
+            kind = (1 if first else 4) if not rest else (2 if first else 3)
+            data += struct.pack("<IHB", zlib.crc32(piece, zlib.crc32(bytes((kind,)))),
+                                len(piece), kind) + piece
+            first = False
+            if not rest:
+                break
+    return bytes(data)
+
+
+def _wandb_file(path, middle: bytes) -> None:
+    """50 history rows, ``middle`` (whole blocks), 50 more rows."""
+    data = bytearray(struct.pack("<4sHB", b":W&B", 0xBEE1, 0))
+    data += _blocks([_history(s) for s in range(1, 51)], len(data))
+    data += b"\x00" * (-len(data) % 32768) + middle
+    data += _blocks([_history(s) for s in range(51, 101)], len(data))
+    path.write_bytes(bytes(data))
+
+
+def test_wandb_file_is_streamed_not_held(tmp_path):
+    from dflash_diag.read.formats.wandb_offline import read_wandb
+
+    path = tmp_path / "run-x.wandb"
+    _wandb_file(path, bytes(64 * 2**20))  # zero-filled blocks
+    scalars, peak = peak_bytes(read_wandb, path)
+    steps = scalars.frame.filter(pl.col("key") == "train/loss")["step"].to_list()
+    assert steps == list(range(1, 101)) and scalars.issues.malformed == 0
+    assert peak < 20 * 2**20, peak  # one 16 MiB chunk, not the 64 MiB file
+
+
+def test_wandb_overlong_record_is_dropped_and_counted(tmp_path, monkeypatch):
+    from dflash_diag.read.formats import wandb_offline
+
+    monkeypatch.setattr(wandb_offline, "MAX_RECORD_BYTES", 2**20)
+    monkeypatch.setattr(wandb_offline, "CHUNK_BLOCKS", 8, raising=False)
+    path = tmp_path / "run-x.wandb"
+    blob = _varint(1 << 3) + _varint(7) + _field(2, _field(1, _field(1, b"x") + _field(16, bytes(4 * 2**20))))
+    _wandb_file(path, _blocks([blob], 0) + b"\x00" * (-len(_blocks([blob], 0)) % 32768))
+    scalars, peak = peak_bytes(wandb_offline.read_wandb, path)
+    steps = scalars.frame.filter(pl.col("key") == "train/loss")["step"].to_list()
+    assert steps == list(range(1, 101))  # the rows after the dropped record are read
+    assert scalars.issues.malformed == 1
+    assert peak < 3 * 2**20, peak  # the 4 MiB record was never joined
+
+
+# -- MLflow: metric files streamed, parsed by polars ------------------------------------------
+
+def _mlflow_run(root, lines: str):
+    run = root / "mlruns" / "0" / "r1"
+    (run / "metrics").mkdir(parents=True)
+    (run / "meta.yaml").write_text("start_time: 5\nlifecycle_stage: active\n")
+    (run / "metrics" / "loss").write_text(lines)
+    return root / "mlruns"
+
+
+def test_mlflow_metric_file_is_streamed(tmp_path, monkeypatch):
+    """No Python object per line: 200k lines read in 64 KiB chunks stay far below the
+    file's Python cost (the old reader's lists of ints, floats and line strings)."""
+    from dflash_diag.read.formats import mlflow_store
+
+    monkeypatch.setattr(mlflow_store, "CHUNK_BYTES", 2**16, raising=False)
+    text = "".join(f"{1700000000000 + s} {3 - s * 1e-6:.6f} {s}\n" for s in range(200_000))
+    scalars, peak = peak_bytes(mlflow_store.read_file_store, _mlflow_run(tmp_path, text))
+    assert scalars.frame.height == 200_000 and scalars.issues.lines == 200_000
+    assert scalars.frame["step"].to_list()[-3:] == [199_997, 199_998, 199_999]
+    assert peak < 2 * 2**20, peak
+
+
+def test_mlflow_metric_lines_lenient_and_strict_parses_agree(tmp_path):
+    """Tabs, several spaces, CRLF, a missing step, junk: the chunk goes to the lenient parse,
+    which reads what the old line-by-line reader read."""
+    from dflash_diag.read.formats.mlflow_store import read_file_store
+
+    text = ("1000 0.5 1\n1001\t0.25\t2\n\n1002  0.125   3\r\n1003 0.0625\n"
+            "garbage\n1004 abc 5\n1005 0.5 x\n1006 nan 7\n")
+    scalars = read_file_store(_mlflow_run(tmp_path, text))
+    frame = scalars.frame
+    assert frame["step"].to_list() == [1, 2, 3, 0, 7]  # 1003 has no step: 0
+    assert scalars.issues.lines == 8 and scalars.issues.malformed == 3
+
+
+# -- Lightning CSV: a very wide header ----------------------------------------------------------
+
+def test_csv_wide_and_narrow_readers_agree(tmp_path, monkeypatch):
+    """The row reader of a wide file gives what polars' reader gives on the same file."""
+    from dflash_diag.read.formats import csv_metrics
+
+    text = ("\ufeffstep,loss,acc,val_loss,note\n1,3.0,0.1,,x\n2, 2.5 ,nan,,\n\n3,,,2.9,\n"
+            "x,1.0,0.5,,\n4,inf,0.2,2.8,y,extra\n5,2.0\n")
+    path = tmp_path / "metrics.csv"
+    path.write_text(text)
+    narrow = csv_metrics.read_metrics_csv(path)
+    monkeypatch.setattr(csv_metrics, "WIDE_COLUMNS", 2)
+    wide = csv_metrics.read_metrics_csv(path)
+    assert wide.frame.sort("row", "key").equals(narrow.frame.sort("row", "key"), null_equal=True)
+    assert wide.issues.lines == narrow.issues.lines
+
+
+def test_csv_with_100k_columns_reads_in_bounded_memory(tmp_path):
+    """A 5.8 MB metrics.csv naming 100k columns cost over 1 GB in polars' reader (a buffer per
+    column) and 12 s; the row reader holds a row. Peak RSS of a fresh process."""
+    import subprocess
+    import sys
+
+    names = ["step", "loss", "acc"] + [f"m{i:06d}" for i in range(100_000)]
+    rows = [f"{s},{3 - s / 100},{s / 200}" + "," * 100_000 for s in range(1, 51)]
+    path = tmp_path / "metrics.csv"
+    path.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
+    code = ("import resource, sys\n"
+            "from dflash_diag.read.formats.csv_metrics import read_metrics_csv\n"
+            "s = read_metrics_csv(sys.argv[1])\n"
+            "assert s.frame.height == 100, s.frame\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) < 250, out.stdout  # MiB; about 60 now, over 1,000 before

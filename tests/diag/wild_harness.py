@@ -1,0 +1,269 @@
+"""The real-log harness: every corpus log through the four commands, checked against its
+recorded expectation.
+
+A corpus root (``shared/wild``, ``shared/wild_heldout``) holds one folder per public repository
+with its logs at their original relative paths. An item is one log as a user would name it: a
+file (``trainer_state.json``, ``metrics.csv``, JSONL, console text, ``mlflow.db``), or a folder
+for the formats that are folders (an ``mlruns`` store, a TensorBoard run, a ``wandb`` folder).
+
+The expectations file (``tests/diag/wild_expectations.toml``) records per item either
+``expect = "read"`` with the windows ``converge`` makes at the default window and the metrics
+read, or ``expect = "error"`` with a substring of the one clear line every command must give.
+``tests/diag/test_wild.py`` runs a fast subset in the suite; ``benchmarks/bench_wild.py`` runs
+all and prints the shares.
+
+Commands run in-process through the real CLI entry point (typer's ``CliRunner``), each under a
+wall-clock limit (``SIGALRM``), so a hang is a timeout, not a stuck run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dflash_diag.cli import app
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the harness needs 3.11's TOML reader
+    tomllib = None
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPECTATIONS = ROOT / "tests" / "diag" / "wild_expectations.toml"
+#: The commands every item goes through (the log's path is appended; compare gets it twice).
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "converge": ("converge",),
+    "converge-json": ("converge", "-f", "json"),
+    "compare": ("compare",),
+    "watch": ("watch", "--once"),
+}
+#: Files that are never a log of their own (configs, the corpus' own records).
+_NOT_LOGS = {"SOURCES.md", "index.csv", "meta.yaml", "hparams.yaml", "config.yaml", "README.md",
+             "LICENSE", "params", "tags"}
+_LOG_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".log", ".txt", ".out", ".gz", ".db",
+                 ".wandb", ".ndjson")
+#: Canonical metric columns reported per item (and the validation series from eval events).
+METRIC_COLUMNS = ("loss", "acc", "lr", "grad_norm", "epoch", "n_tokens", "tok_per_sec",
+                  "tau_train", "acc_pos")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One corpus log's recorded outcome (see the module docstring)."""
+
+    path: str
+    expect: str
+    windows: int | None = None
+    metrics: tuple[str, ...] = ()
+    error: str | None = None
+    fast: bool = False
+    note: str = ""
+
+
+@dataclass
+class Outcome:
+    """What one command did on one item."""
+
+    command: str
+    kind: str  # "read", "error" (one clear line), "traceback", "timeout", "unclear"
+    exit_code: int | None
+    line: str = ""
+    windows: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class ItemResult:
+    """The four commands' outcomes on one item, and what was read."""
+
+    path: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    metrics: tuple[str, ...] = ()
+
+    @property
+    def windows(self) -> int | None:
+        return next((o.windows for o in self.outcomes if o.command == "converge-json"), None)
+
+    def kinds(self) -> set[str]:
+        return {o.kind for o in self.outcomes}
+
+
+def load_expectations(path: Path = EXPECTATIONS) -> dict[str, Expectation]:
+    """The expectations by item path (relative to the corpus root)."""
+    if not path.is_file() or tomllib is None:
+        return {}
+    data = tomllib.loads(path.read_text())
+    out = {}
+    for entry in data.get("log", []):
+        out[entry["path"]] = Expectation(
+            path=entry["path"], expect=entry["expect"], windows=entry.get("windows"),
+            metrics=tuple(entry.get("metrics", ())), error=entry.get("error"),
+            fast=bool(entry.get("fast", False)), note=entry.get("note", ""))
+    return out
+
+
+def discover(root: Path) -> list[str]:
+    """The items of a corpus root, as paths relative to it (sorted)."""
+    items: set[str] = set()
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        if here.name == "mlruns" or (here.name == "wandb" and here != root):
+            items.add(here.relative_to(root).as_posix())
+            dirs[:] = []
+            continue
+        if any("tfevents" in f for f in files):
+            items.add(here.relative_to(root).as_posix())
+            dirs[:] = [d for d in dirs if not any("tfevents" in f for f in os.listdir(here / d))]
+            files = [f for f in files if "tfevents" not in f]
+        dirs.sort()
+        for name in files:
+            if name in _NOT_LOGS or here == root:
+                continue
+            if name.endswith(_LOG_SUFFIXES) or name == "trainer_state.json":
+                items.add((here / name).relative_to(root).as_posix())
+    return sorted(items)
+
+
+def indexed(root: Path) -> list[str] | None:
+    """The items listed in the corpus' ``index.csv`` (column ``path``), when it has one."""
+    index = root / "index.csv"
+    if not index.is_file():
+        return None
+    with index.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    out = []
+    for row in rows:
+        raw = (row.get("path") or "").strip()
+        for prefix in (f"{root.as_posix().rstrip('/')}/", "shared/wild_heldout/", "shared/wild/"):
+            if raw.startswith(prefix):
+                raw = raw[len(prefix):]
+                break
+        if raw and (root / raw).exists():
+            out.append(raw)
+    return sorted(set(out)) or None
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    def expire(signum, frame):
+        raise TimeoutError
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
+    """One command on one item, classified."""
+    args = [*COMMANDS[command], str(path)] + ([str(path)] if command == "compare" else [])
+    runner = CliRunner()
+    start = time.perf_counter()
+    try:
+        with _time_limit(timeout):
+            result = runner.invoke(app, args, catch_exceptions=True)
+    except TimeoutError:
+        return Outcome(command, "timeout", None, seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if isinstance(result.exception, TimeoutError):
+        return Outcome(command, "timeout", None, seconds=seconds)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        name = type(result.exception).__name__
+        return Outcome(command, "traceback", result.exit_code, f"{name}: {result.exception}",
+                       seconds=seconds)
+    stderr_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if result.exit_code == 0:
+        windows = None
+        if command == "converge-json":
+            try:
+                windows = len(json.loads(result.stdout)["windows"])
+            except (ValueError, KeyError, TypeError):
+                return Outcome(command, "unclear", 0, "converge -f json: not a JSON report",
+                               seconds=seconds)
+        return Outcome(command, "read", 0, windows=windows, seconds=seconds)
+    errors = [line for line in stderr_lines if line.startswith("dflash-diag: error:")]
+    if result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output:
+        return Outcome(command, "error", 2, errors[0], seconds=seconds)
+    return Outcome(command, "unclear", result.exit_code, " | ".join(stderr_lines[-3:]),
+                   seconds=seconds)
+
+
+def metrics_read(path: Path) -> tuple[str, ...]:
+    """The canonical metrics read from a log with no flags (validation as ``eval_*``)."""
+    from dflash_diag.read.jsonl import load_log
+    from dflash_diag.read.validation import validation_series_names
+
+    log = load_log([str(path)])
+    found = [c for c in METRIC_COLUMNS
+             if c in log.metrics.columns and log.metrics[c].null_count() < log.metrics.height]
+    return tuple(found) + validation_series_names(log)
+
+
+def run_item(root: Path, item: str, timeout: float = 60.0,
+             commands: tuple[str, ...] = tuple(COMMANDS)) -> ItemResult:
+    """Every command on one item (and, when it reads, the metrics it holds)."""
+    path = root / item
+    result = ItemResult(item, [run_command(c, path, timeout) for c in commands])
+    if any(o.kind == "read" for o in result.outcomes if o.command.startswith("converge")):
+        with contextlib.suppress(Exception):
+            result.metrics = metrics_read(path)
+    return result
+
+
+def problems(expectation: Expectation | None, result: ItemResult) -> list[str]:
+    """How an item's outcomes differ from its expectation (empty: as recorded)."""
+    out = []
+    for outcome in result.outcomes:
+        if outcome.kind in ("traceback", "timeout", "unclear"):
+            out.append(f"{outcome.command}: {outcome.kind} {outcome.line}".rstrip())
+    if expectation is None:
+        return out
+    if expectation.expect == "read":
+        for outcome in result.outcomes:
+            if outcome.kind == "error":
+                out.append(f"{outcome.command}: refused: {outcome.line}")
+        if expectation.windows is not None and result.windows is not None \
+                and result.windows != expectation.windows:
+            out.append(f"windows {result.windows}, expected {expectation.windows}")
+        if result.metrics and expectation.metrics and set(result.metrics) != set(expectation.metrics):
+            out.append(f"metrics {list(result.metrics)}, expected {list(expectation.metrics)}")
+    else:
+        for outcome in result.outcomes:
+            if outcome.kind == "read":
+                out.append(f"{outcome.command}: read, expected the error {expectation.error!r}")
+            elif outcome.kind == "error" and expectation.error and expectation.error not in outcome.line:
+                out.append(f"{outcome.command}: {outcome.line!r} lacks {expectation.error!r}")
+    return out
+
+
+def reads_with_no_flags(result: ItemResult) -> bool:
+    """Every command read the log (and converge made at least one window)."""
+    return result.kinds() == {"read"} and bool(result.windows)
+
+
+def gives_one_clear_line(result: ItemResult) -> bool:
+    """Every command refused it with one clear line and exit 2."""
+    return result.kinds() == {"error"}
+
+
+def draft_entry(result: ItemResult) -> str:
+    """A TOML entry recording what an item does now (for a person to check and keep)."""
+    if reads_with_no_flags(result):
+        metrics = ", ".join(f'"{m}"' for m in result.metrics)
+        return (f'[[log]]\npath = "{result.path}"\nexpect = "read"\nwindows = {result.windows}\n'
+                f"metrics = [{metrics}]\n")
+    line = next((o.line for o in result.outcomes if o.kind == "error"), "")
+    tail = line.split(": ")[-1][:60].replace('"', "'") if line else ""
+    return f'[[log]]\npath = "{result.path}"\nexpect = "error"\nerror = "{tail}"\n'

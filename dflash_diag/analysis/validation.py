@@ -9,8 +9,9 @@ many tokens):
 * with an interval on both points (tau: ``tau_se``, ``tau_ci`` or the ``tau_hist`` histogram of
   verify-step lengths), the latest eval is **worse** than the best one when they differ by more
   than :data:`Z_95` combined standard errors: "tau peaked at step S";
-* otherwise it is **worse** when the evals from the best one on (at least ``min_points`` of
-  them) fall significantly (Mann-Kendall, ``alpha``), or the whole series does;
+* otherwise it is **worse** when the evals after the best one (at least ``min_points`` of them;
+  the best itself is left out, or noise after a maximum would read as a fall) fall
+  significantly (Mann-Kendall, ``alpha``), or the whole series does;
 * it is **improving** when the whole series rises significantly (falls, for the loss), else
   **flat**; fewer than :data:`MIN_EVALS` evals are **not enough data**.
 
@@ -174,13 +175,15 @@ def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_
                     f"{label} {verb} at step {best.step} ({_fmt(best.value, best.se)}); the latest "
                     f"eval (step {latest.step}, {_fmt(latest.value, latest.se)}) is {worse_word} "
                     f"beyond their 95% intervals"), **common)
-        after = values[best_i:]
+        # The evals after the best one, not the best itself: every later eval is below a
+        # maximum by construction, so a test that includes it finds a fall in pure noise.
+        after = values[best_i + 1:]
         if len(after) >= min_points:
             test = mann_kendall(_bounded(list(range(len(after))), after)[1])
             if test.p_value < alpha and sign * test.s < 0:
                 return ValidationTrend(status=WORSE, p_value=test.p_value, reason=(
                     f"{label} {at_best}, {worse_word} since: {now} (Mann-Kendall p = "
-                    f"{test.p_value:.3g} over the {len(after)} evals from the best on)"), **common)
+                    f"{test.p_value:.3g} over the {len(after)} evals after the best)"), **common)
     if whole.p_value < alpha and whole.s != 0:
         if sign * whole.s < 0:
             return ValidationTrend(status=WORSE, p_value=whole.p_value, reason=(

@@ -152,6 +152,9 @@ def test_loss_that_drops_to_exactly_zero_and_stays_is_broken():
     assert "exactly 0.0 in the last 9 records (since step 20)" in broken_reason(frame)
     healthy = pl.DataFrame({"step": list(range(10)), "loss": [1.0 - 0.05 * i for i in range(10)]})
     assert broken_reason(healthy) is None
+    # a loss that decays geometrically to 7e-12 and then underflows to 0.0 fitted perfectly
+    fitted = pl.DataFrame({"step": list(range(12)), "loss": [17.6 * 1e-2**i for i in range(7)] + [0.0] * 5})
+    assert broken_reason(fitted) is None
 
 
 def test_constant_loss_and_constant_accuracy_are_broken():

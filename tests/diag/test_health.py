@@ -236,7 +236,8 @@ def test_a_drafter_preset_without_a_header_says_where_b_comes_from(tmp_path):
     assert data["drafter"]["is_drafter"]
     assert data["acceptance"]["estimator"] == "chain"
     text = invoke("converge", log, "-f", "text").stdout
-    assert "(header)" not in text and "B=8" in text
+    assert "(header)" not in text and "B=8 (7 acc positions + 1)" in text
+    assert "run_start header" not in text  # no "run" line for a header the reader made up
 
 
 # -- windows that fit the log -------------------------------------------------------------------

@@ -314,3 +314,24 @@ def test_spikes_respect_the_data_resolution():
     real = [2.01, 2.02, 2.0, 2.01, 2.02, 5.0, 2.01, 2.0, 2.02, 2.01, 2.0]
     assert loss_spikes(real, resolution=value_resolution(real)) == [5]
 
+
+
+def test_no_spike_alert_below_the_logs_rounding(tmp_path):
+    """Losses written to 4 decimals: one window at 0.0003 among 0.0002 ones is no spike."""
+    records = [{"step": s, "loss": 0.0003 if 500 <= s < 550 else 0.0002, "acc": 0.5 + s / 1e5}
+               for s in range(1, 1001)]
+    data = _converge_json(write(tmp_path / "rounded.jsonl", records))
+    assert not [a for a in data["alerts"] if a["kind"] == "loss_spike"]
+    records = [{"step": s, "loss": 0.0020 if 500 <= s < 550 else 0.0002 + (s % 7) * 1e-5,
+                "acc": 0.5 + s / 1e5} for s in range(1, 1001)]
+    data = _converge_json(write(tmp_path / "spike.jsonl", records))
+    assert [a["step"] for a in data["alerts"] if a["kind"] == "loss_spike"] == [501]
+
+
+def test_the_final_eval_after_the_last_record_counts(tmp_path):
+    """HF evaluates at max_steps, after the last logged step: that eval is the run's last."""
+    history = [{"step": s, "loss": 2.0 - s / 1000, "learning_rate": 1e-4} for s in range(10, 1000, 10)]
+    history += [{"step": s, "eval_loss": 1.5 - s / 2000} for s in (200, 400, 600, 800, 1000)]
+    data = _converge_json(_trainer_state(tmp_path / "hf", history, max_steps=1000))
+    (loss,) = [t for t in data["verdict"]["validation"] if t["field"] == "loss"]
+    assert loss["latest_step"] == 1000 and loss["n_evals"] == 5

@@ -335,3 +335,13 @@ def test_the_final_eval_after_the_last_record_counts(tmp_path):
     data = _converge_json(_trainer_state(tmp_path / "hf", history, max_steps=1000))
     (loss,) = [t for t in data["verdict"]["validation"] if t["field"] == "loss"]
     assert loss["latest_step"] == 1000 and loss["n_evals"] == 5
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "1.5"])
+def test_a_bad_window_is_one_line_and_exit_2(tmp_path, value):
+    log = write(tmp_path / "t.jsonl", [{"step": s, "loss": 1.0 / s} for s in range(1, 20)])
+    for command in ("converge", "compare", "watch"):
+        result = invoke(command, log, "--window", value, *(["--once"] if command == "watch" else []))
+        assert result.exit_code == 2, (command, result.output)
+        assert "--window must be" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert invoke("converge", log, "--window", "AUTO").exit_code == 0

@@ -10,8 +10,9 @@ or garbage) gives an acceptance length of 1e23. So, before the windows:
   ``acc`` and ``loss`` become null, so it never gets a vote, and its window's weighted mean is
   taken over the records that did predict). Each kind is one note in the report.
 * **broken** (:func:`broken_reason`): a loss that is constant (exactly 0.0 included) over every
-  finite record, a loss that is exactly 0.0 in its last :data:`MIN_RECORDS` or more records (a
-  cross-entropy is never exactly zero: nothing is computed), or an accuracy that is constant
+  finite record, a loss that jumps to exactly 0.0 and stays there for its last :data:`MIN_RECORDS` or
+  more records (a cross-entropy is never exactly zero: nothing is computed; a loss that decayed
+  below :data:`TINY_LOSS` first is a perfect fit, not a dead run), or an accuracy that is constant
   while there is no moving loss: the run (or its logging) is dead, and the verdict says so (``broken``) instead of judging a trend. An accuracy
   constant beside a moving loss is a broken metric, not a broken run: the verdict judges the
   loss instead, with a note; a constant loss beside a moving accuracy likewise.
@@ -29,6 +30,9 @@ from dflash_diag.analysis.numbers import plural
 
 #: Fewest finite records of a metric before its being constant is called broken.
 MIN_RECORDS = 5
+#: A loss below this before it turns exactly 0.0 decayed there (a fit to rounding), rather than
+#: jumping there from a real value (122.1 -> 0.0: nothing computed).
+TINY_LOSS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,8 @@ def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORD
     values = _finite(frame, name)
     if values.len() < min_records:
         return None
-    first = float(values[0])
-    return first if bool((values == first).all()) else None
+    low, high = values.min(), values.max()
+    return float(low) if low == high else None
 
 
 def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
@@ -106,14 +110,18 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
 def moving(frame: pl.DataFrame, name: str) -> bool:
     """Whether ``name`` has at least two distinct finite values."""
     values = _finite(frame, name)
-    return values.len() >= 2 and values.n_unique() >= 2
+    return values.len() >= 2 and values.min() != values.max()
 
 
 def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int, int] | None:
     """``(first step, records)`` of a run of finite losses that are exactly 0.0 up to the last
-    one, when it holds at least ``min_records`` records; else None."""
+    one, when it holds at least ``min_records`` records and the loss before it was not already
+    below :data:`TINY_LOSS`; else None."""
     if "loss" not in frame.columns or frame.height == 0:
         return None
+    last = frame["loss"].drop_nulls().tail(min_records)
+    if last.len() < min_records or bool((last != 0.0).any()):
+        return None  # the usual case, decided on the last few records
     rows = frame.select("step", "loss").filter(pl.col("loss").is_finite().fill_null(False))
     if rows.height < min_records:
         return None
@@ -123,6 +131,8 @@ def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int,
     else:
         last_nonzero = int(nonzero.arg_true()[-1])
         n = rows.height - 1 - last_nonzero
+        if abs(float(rows["loss"][last_nonzero])) < TINY_LOSS:
+            return None  # a loss that decayed to 1e-12 and underflowed: a perfect fit, not a dead run
     if n < min_records:
         return None
     return int(rows["step"][rows.height - n]), n

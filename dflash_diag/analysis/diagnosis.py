@@ -255,9 +255,10 @@ def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,
 def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, int, int]]:
     """``(step, before, after)`` for each change of the ``run_start`` headers' block size
     between consecutive runs of ``frame`` (the first step governed by the new header)."""
-    if frame.height == 0 or "run" not in frame.columns:
-        return []
     headers = log.run_starts
+    sizes = {header_number(h, "block_size") for h in headers} - {None}
+    if len(sizes) < 2 or frame.height == 0 or "run" not in frame.columns:
+        return []  # one block size in every header: nothing to look for in the records
     firsts = (frame.filter(pl.col("run") >= 0).group_by("run").agg(pl.col("step").min())
               .sort("step"))
     out, previous = [], None
@@ -433,7 +434,8 @@ def diagnose_frame(
     verdict = with_health(verdict, broken=broken_reason(frame), validation=validation)
     alerts = []
     # A spike must stand out by more than the log's rounding (values written to 4 decimals).
-    resolution = value_resolution(frame["loss"].to_list()) if "loss" in frame.columns else 0.0
+    losses = frame["loss"].drop_nulls() if "loss" in frame.columns else pl.Series([], dtype=pl.Float64)
+    resolution = value_resolution(losses.gather_every(max(1, losses.len() // 2000)).to_list())
     for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor, resolution=resolution):
         w = windows[i]
         alerts.append(Alert("loss_spike", f"loss spike in steps {window_label(w, last_step)}: {w.loss:.4g}",

@@ -9,8 +9,9 @@ many tokens):
 * with an interval on both points (tau: ``tau_se``, ``tau_ci`` or the ``tau_hist`` histogram of
   verify-step lengths), the latest eval is **worse** than the best one when they differ by more
   than :data:`Z_95` combined standard errors: "tau peaked at step S";
-* otherwise it is **worse** when the evals from the best one on (at least ``min_points`` of
-  them) fall significantly (Mann-Kendall, ``alpha``), or the whole series does;
+* otherwise it is **worse** when the evals after the best one (at least ``min_points`` of them;
+  the best itself is left out, or noise after a maximum would read as a fall) fall
+  significantly (Mann-Kendall, ``alpha``), or the whole series does;
 * it is **improving** when the whole series rises significantly (falls, for the loss), else
   **flat**; fewer than :data:`MIN_EVALS` evals are **not enough data**.
 
@@ -34,6 +35,8 @@ IMPROVING, FLAT, WORSE, NOT_ENOUGH = "improving", "flat", "worse", "not enough d
 MIN_EVALS = 3
 #: Standard errors two points must differ by to be told apart (a two-sided 95% interval).
 Z_95 = 1.96
+#: The O(n^2) statistics run on at most this many evals (more are merged in groups).
+MAX_POINTS = 300
 #: The validation series, in the order they are reported: field, label, higher is better.
 SERIES = (("tau", "measured tau", True), ("acc", "eval acc", True), ("loss", "eval loss", False))
 
@@ -132,6 +135,17 @@ def _fmt(value: float, se: float | None) -> str:
     return f"{value:.4g}" + (f" ± {Z_95 * se:.2g}" if se is not None else "")
 
 
+def _bounded(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """At most :data:`MAX_POINTS` points: consecutive evals merged into groups (their means),
+    as the training verdict merges windows (the statistics are O(n^2))."""
+    if len(xs) <= MAX_POINTS:
+        return xs, ys
+    size = math.ceil(len(xs) / MAX_POINTS)
+    gx = [sum(xs[i:i + size]) / len(xs[i:i + size]) for i in range(0, len(xs), size)]
+    gy = [sum(ys[i:i + size]) / len(ys[i:i + size]) for i in range(0, len(ys), size)]
+    return gx, gy
+
+
 def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_is_better: bool,
                  alpha: float = defaults.ALPHA, min_points: int = defaults.MIN_POINTS) -> ValidationTrend:
     """Judge one validation series (see the module docstring for the rules)."""
@@ -143,8 +157,9 @@ def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_
     sign = 1.0 if higher_is_better else -1.0
     best_i = max(range(n), key=lambda i: (sign * values[i], -i))
     best, latest = points[best_i], points[-1]
-    slope = theil_sen_slope([float(p.step) for p in points], values) * 1000.0
-    whole = mann_kendall(values)
+    xs, ys = _bounded([float(p.step) for p in points], values)
+    slope = theil_sen_slope(xs, ys) * 1000.0
+    whole = mann_kendall(ys)
     common = {"field": field, "label": label, "n_points": n, "best_step": best.step,
               "best_value": best.value, "best_se": best.se, "latest_step": latest.step,
               "latest_value": latest.value, "latest_se": latest.se, "slope_per_1k_steps": slope}
@@ -160,13 +175,15 @@ def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_
                     f"{label} {verb} at step {best.step} ({_fmt(best.value, best.se)}); the latest "
                     f"eval (step {latest.step}, {_fmt(latest.value, latest.se)}) is {worse_word} "
                     f"beyond their 95% intervals"), **common)
-        after = values[best_i:]
+        # The evals after the best one, not the best itself: every later eval is below a
+        # maximum by construction, so a test that includes it finds a fall in pure noise.
+        after = values[best_i + 1:]
         if len(after) >= min_points:
-            test = mann_kendall(after)
+            test = mann_kendall(_bounded(list(range(len(after))), after)[1])
             if test.p_value < alpha and sign * test.s < 0:
                 return ValidationTrend(status=WORSE, p_value=test.p_value, reason=(
                     f"{label} {at_best}, {worse_word} since: {now} (Mann-Kendall p = "
-                    f"{test.p_value:.3g} over the {len(after)} evals from the best on)"), **common)
+                    f"{test.p_value:.3g} over the {len(after)} evals after the best)"), **common)
     if whole.p_value < alpha and whole.s != 0:
         if sign * whole.s < 0:
             return ValidationTrend(status=WORSE, p_value=whole.p_value, reason=(

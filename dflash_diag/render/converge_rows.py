@@ -92,7 +92,8 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     """``(label, text)`` lines of the summary, log-derived text already made visible."""
     lines: list[tuple[str, str]] = []
     header = report.header
-    if header is not None:
+    # A header a reader made up for another trainer's log (no schema, no script) is no run line.
+    if header is not None and (header.fields.get("script") is not None or header.fields.get("schema") is not None):
         script = header.fields.get("script")
         run = f"script {visible(script)}" if script is not None else "run_start header"
         resumed = header.fields.get("resumed_from")

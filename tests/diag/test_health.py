@@ -152,6 +152,9 @@ def test_loss_that_drops_to_exactly_zero_and_stays_is_broken():
     assert "exactly 0.0 in the last 9 records (since step 20)" in broken_reason(frame)
     healthy = pl.DataFrame({"step": list(range(10)), "loss": [1.0 - 0.05 * i for i in range(10)]})
     assert broken_reason(healthy) is None
+    # a loss that decays geometrically to 7e-12 and then underflows to 0.0 fitted perfectly
+    fitted = pl.DataFrame({"step": list(range(12)), "loss": [17.6 * 1e-2**i for i in range(7)] + [0.0] * 5})
+    assert broken_reason(fitted) is None
 
 
 def test_constant_loss_and_constant_accuracy_are_broken():
@@ -233,7 +236,8 @@ def test_a_drafter_preset_without_a_header_says_where_b_comes_from(tmp_path):
     assert data["drafter"]["is_drafter"]
     assert data["acceptance"]["estimator"] == "chain"
     text = invoke("converge", log, "-f", "text").stdout
-    assert "(header)" not in text and "B=8" in text
+    assert "(header)" not in text and "B=8 (7 acc positions + 1)" in text
+    assert "run_start header" not in text  # no "run" line for a header the reader made up
 
 
 # -- windows that fit the log -------------------------------------------------------------------
@@ -310,3 +314,34 @@ def test_spikes_respect_the_data_resolution():
     real = [2.01, 2.02, 2.0, 2.01, 2.02, 5.0, 2.01, 2.0, 2.02, 2.01, 2.0]
     assert loss_spikes(real, resolution=value_resolution(real)) == [5]
 
+
+
+def test_no_spike_alert_below_the_logs_rounding(tmp_path):
+    """Losses written to 4 decimals: one window at 0.0003 among 0.0002 ones is no spike."""
+    records = [{"step": s, "loss": 0.0003 if 500 <= s < 550 else 0.0002, "acc": 0.5 + s / 1e5}
+               for s in range(1, 1001)]
+    data = _converge_json(write(tmp_path / "rounded.jsonl", records))
+    assert not [a for a in data["alerts"] if a["kind"] == "loss_spike"]
+    records = [{"step": s, "loss": 0.0020 if 500 <= s < 550 else 0.0002 + (s % 7) * 1e-5,
+                "acc": 0.5 + s / 1e5} for s in range(1, 1001)]
+    data = _converge_json(write(tmp_path / "spike.jsonl", records))
+    assert [a["step"] for a in data["alerts"] if a["kind"] == "loss_spike"] == [501]
+
+
+def test_the_final_eval_after_the_last_record_counts(tmp_path):
+    """HF evaluates at max_steps, after the last logged step: that eval is the run's last."""
+    history = [{"step": s, "loss": 2.0 - s / 1000, "learning_rate": 1e-4} for s in range(10, 1000, 10)]
+    history += [{"step": s, "eval_loss": 1.5 - s / 2000} for s in (200, 400, 600, 800, 1000)]
+    data = _converge_json(_trainer_state(tmp_path / "hf", history, max_steps=1000))
+    (loss,) = [t for t in data["verdict"]["validation"] if t["field"] == "loss"]
+    assert loss["latest_step"] == 1000 and loss["n_evals"] == 5
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "1.5"])
+def test_a_bad_window_is_one_line_and_exit_2(tmp_path, value):
+    log = write(tmp_path / "t.jsonl", [{"step": s, "loss": 1.0 / s} for s in range(1, 20)])
+    for command in ("converge", "compare", "watch"):
+        result = invoke(command, log, "--window", value, *(["--once"] if command == "watch" else []))
+        assert result.exit_code == 2, (command, result.output)
+        assert "--window must be" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert invoke("converge", log, "--window", "AUTO").exit_code == 0

@@ -506,7 +506,7 @@ def _build(
         exprs["loss"] = pl.when(pl.any_horizontal(*(col(k).is_not_null() for k in parts))).then(
             pl.sum_horizontal(*(col(k) * decay**i for i, k in enumerate(parts))))
     metric_names = [n for n in exprs if n not in ("time",)]
-    block_size = _block_size(preset, meta, len(present_pos))
+    block_size, block_source = _block_size(preset, meta, len(present_pos))
     total_steps = _as_step(meta.get("max_steps"))
     header_needed = block_size is not None or bool(total_steps and total_steps > 0)
     built = records.select(
@@ -523,6 +523,8 @@ def _build(
     events: list[LogEvent] = []
     if header_needed:
         header: dict[str, Any] = {"script": None, "block_size": block_size}
+        if block_source is not None:
+            header["block_size_source"] = block_source
         if total_steps and total_steps > 0:
             # the run's length (HF's max_steps): the schedule position says how far it is
             header["schedule"] = {"total_steps": total_steps}
@@ -533,19 +535,20 @@ def _build(
     return metrics, events
 
 
-def _block_size(preset: Preset | None, meta: Mapping[str, Any], n_positions: int) -> int | None:
+def _block_size(preset: Preset | None, meta: Mapping[str, Any], n_positions: int) -> tuple[int | None, str | None]:
+    """B and where it came from (the report names the source: this header is made up)."""
     for key in ("block_size",):
         value = _as_step(meta.get(key))
         if value is not None and value >= 2:
-            return value
+            return value, "the log's block_size"
     ttt = _as_step(meta.get("ttt_length"))
     if ttt is not None and ttt >= 1:
-        return ttt + 1
+        return ttt + 1, "ttt_length + 1"
     if n_positions >= 1:
-        return n_positions + 1
+        return n_positions + 1, f"{n_positions} acc positions + 1"
     if preset is not None and preset.block_size:
-        return preset.block_size
-    return None
+        return preset.block_size, f"preset {preset.name}"
+    return None, None
 
 
 def _eval_events(records: pl.DataFrame, res: Resolution, preset: Preset | None,

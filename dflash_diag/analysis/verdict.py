@@ -206,6 +206,10 @@ def with_health(verdict: Verdict, *, broken: str | None = None,
     worse = next((v for v in validation if v.worse), None)
     if worse is None or verdict.status not in (CONVERGING, PLATEAU):
         return verdict
+    if any(v.status == "improving" for v in validation if v is not worse):
+        # Another validation series still improves significantly (eval loss falling while eval
+        # accuracy slips from its best): the evidence disagrees, so no overfitting is called.
+        return verdict
     train = ("while the training trend improves" if verdict.status == CONVERGING
              else "while the training trend is flat")
     return replace(verdict, status=OVERFITTING, best_step=worse.best_step,

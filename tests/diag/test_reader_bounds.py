@@ -233,7 +233,7 @@ def test_list_fields_are_cut_to_the_bound(tmp_path):
     for bad in ("", "{not json\n"):
         path = tmp_path / "train.jsonl"
         path.write_text("\n".join(lines) + "\n" + bad)
-        log = load_log(path)
+        log = load_log(path, lists=True)
         lengths = log.metrics["acc_pos"].list.len().to_list()
         assert lengths == [2] * 5 + [MAX_LIST_ELEMENTS], bad
         if "walk_hist" in log.metrics.columns:

@@ -117,3 +117,21 @@ def test_tau_eta_is_fitted_on_its_own_series():
     assert fitted_slope(points[:2]) is None  # two evals are no trend
     none = eta_toward(verdict, current=1.7, goal=2.5, slope=None, basis="eval points (2)", units="tau")
     assert none.eta_steps is None and "too few eval points (2) to fit a slope (need 3)" in none.eta_reason
+
+
+def test_no_overfitting_while_another_validation_series_improves():
+    """A real BERT fine-tune (subro608, checkpoint-2400): eval loss falls to its best at the end
+    while eval accuracy slips 0.003 below its best; the evidence disagrees, so the verdict stays
+    the training trend's. Without the improving series the same slip is overfitting."""
+    from dflash_diag.analysis.validation import ValidationTrend
+    from dflash_diag.analysis.verdict import CONVERGING, OVERFITTING, Verdict, with_health
+
+    base = Verdict(status=CONVERGING, metric="loss", slope_per_1k_steps=-0.09, p_value=1e-4,
+                   n_points=12, eta_steps=None, eta_hours=None, seconds_per_step=None,
+                   seconds_source=None, reason="Theil-Sen slope of loss over 12 windows")
+    acc = ValidationTrend(field="acc", label="eval acc", status="worse", n_points=24,
+                          best_step=1900, reason="eval acc best 0.9094 at step 1900")
+    loss = ValidationTrend(field="loss", label="eval loss", status="improving", n_points=24,
+                           reason="eval loss improving")
+    assert with_health(base, validation=[acc]).status == OVERFITTING
+    assert with_health(base, validation=[acc, loss]).status == CONVERGING

@@ -146,7 +146,8 @@ def _header(path: Path) -> list[str]:
     if len(first) >= _MAX_HEADER_BYTES and not first.endswith(b"\n"):
         raise DiagError(f"{path}: a header line over {_MAX_HEADER_BYTES >> 20} MiB is no metrics.csv")
     line = first.decode("utf-8", "replace").removeprefix("\ufeff").rstrip("\r\n")
-    return next(csv.reader([line]), [])
+    return [name.strip().strip('"') for name in next(
+        csv.reader([line], delimiter=separator(first) or ","), [])]
 
 
 def _read_wide(path: Path, header: list[str], step_column: str, notes: list[str]) -> Scalars:

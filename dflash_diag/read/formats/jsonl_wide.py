@@ -69,7 +69,20 @@ def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> S
         frame = _scan(path, tree) if tree is not None else None
         if frame is not None and not _all_keys_read(frame, path, colons):
             return None
-    return None if frame is None else _wide(frame, fmt, step_keys)
+    if frame is None or _line_reader_semantics(frame):
+        return None
+    return _wide(frame, fmt, step_keys)
+
+
+def _line_reader_semantics(frame: pl.DataFrame) -> bool:
+    """Whether the records need a rule only the line reader applies: an ``event`` key (this
+    project's events are skipped, another trainer's mark metric records), or end-of-epoch rows
+    that carry validation values at the step of the epoch's last train row."""
+    from dflash_diag.read.aliases import is_validation
+
+    if "event" in frame.columns:
+        return True
+    return "epoch" in frame.columns and any(is_validation(c) for c in frame.columns)
 
 
 def _scan(path: Path, tree: dict[str, Any]) -> pl.DataFrame | None:

@@ -279,12 +279,18 @@ def nothing_maps_message(path: str, canonical, scalars) -> str:
     frame = scalars.long_frame() if scalars.wide else scalars.frame
     counts = (frame.group_by("key").agg(pl.len().alias("n")).sort("n", "key", descending=[True, False])
               if frame.height else None)
-    if canonical.log.issues.without_step and not frame.filter(pl.col("step").is_not_null()).height:
+    metric_like = counts is not None and any(
+        "loss" in k.lower() or "acc" in k.lower() for k in counts["key"].to_list())
+    # without a loss or accuracy there is nothing a step would help to read: the general line
+    if metric_like and canonical.log.issues.without_step \
+            and not frame.filter(pl.col("step").is_not_null()).height:
         found = ", ".join(counts["key"].to_list()[:_SHOWN_SERIES]) if counts is not None else ""
         return (f"no record has a 'step' field in {path} (map one with --field step=NAME"
                 + (f"; numeric series found: {found})" if found else ")"))
     head = f"{path}: {canonical.description}: no series maps to loss or acc"
-    notes = [n for n in canonical.notes if not n.startswith("never in the log")]
+    # records left out for their step (out of range) explain an empty log better than the series
+    notes = [*canonical.log.issues.reader_notes(),
+             *(n for n in canonical.notes if not n.startswith("never in the log"))]
     if notes:
         head += f" ({'; '.join(notes)})"
     if counts is None or counts.height == 0:

@@ -69,20 +69,37 @@ def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> S
         frame = _scan(path, tree) if tree is not None else None
         if frame is not None and not _all_keys_read(frame, path, colons):
             return None
-    if frame is None or _line_reader_semantics(frame):
+    if frame is None or _line_reader_semantics(frame, step_keys):
         return None
     return _wide(frame, fmt, step_keys)
 
 
-def _line_reader_semantics(frame: pl.DataFrame) -> bool:
+def _line_reader_semantics(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> bool:
     """Whether the records need a rule only the line reader applies: an ``event`` key (this
-    project's events are skipped, another trainer's mark metric records), or end-of-epoch rows
-    that carry validation values at the step of the epoch's last train row."""
+    project's events are skipped, another trainer's mark metric records), no step key at all
+    (the epoch as the step), or end-of-epoch rows that carry validation values at the step of
+    the epoch's last train row."""
     from dflash_diag.read.aliases import is_validation
 
     if "event" in frame.columns:
         return True
-    return "epoch" in frame.columns and any(is_validation(c) for c in frame.columns)
+    if not any(k in frame.columns for k in step_keys):
+        return True  # an epoch-only log: the epoch stands in for the step on the long records
+    if "epoch" not in frame.columns or not any(is_validation(c) for c in frame.columns):
+        return False
+    step = next(k for k in step_keys if k in frame.columns)
+    # a summary row repeats the step of the row before it, with an epoch, a validation value and
+    # a train value the line reader renames (HF's eval row at the train row's step has none)
+    validation = [c for c in frame.columns if is_validation(c)]
+    train = [c for c in frame.columns
+             if c not in validation and c not in step_keys and c != "epoch"
+             and frame.schema[c].is_numeric()]
+    if not train:
+        return False
+    summary = ((frame[step].diff() == 0) & frame["epoch"].is_not_null()
+               & frame.select(pl.any_horizontal(pl.col(validation).is_not_null())).to_series()
+               & frame.select(pl.any_horizontal(pl.col(train).is_not_null())).to_series())
+    return bool(summary.any())
 
 
 def _scan(path: Path, tree: dict[str, Any]) -> pl.DataFrame | None:

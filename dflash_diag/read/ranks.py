@@ -128,24 +128,6 @@ class RankSkew:
     skew: float | None
     slowest_vs_median: float | None
 
-    def to_json_dict(self) -> dict[str, Any]:
-        """The additive ``ranks`` key of the JSON outputs (non-finite numbers are null)."""
-        return {
-            "n": len(self.ranks),
-            "first_step": self.first_step,
-            "last_step": self.last_step,
-            "common_steps": self.common_steps,
-            "slowest": self.slowest,
-            "fastest": self.fastest,
-            "skew": self.skew,
-            "slowest_vs_median": self.slowest_vs_median,
-            "per_rank": [
-                {"rank": s.rank, "path": s.path, "steps": s.steps, "tok_per_sec": s.tok_per_sec,
-                 "step_time": s.step_time, "wait_fraction": s.wait_fraction}
-                for s in self.ranks
-            ],
-        }
-
 
 def _rank_stats(log: RankLog, steps: Sequence[int]) -> RankStats:
     records = [log.steps[s] for s in steps]

@@ -16,9 +16,9 @@ from dflash_diag.analysis.diagnosis import (
     diagnose,
     governing_header,
 )
+from dflash_diag.analysis.rank_skew import RankSkew
 from dflash_diag.analysis.schedule_events import ScheduleEvent, schedule_events_of
 from dflash_diag.read.jsonl import fetch_lists
-from dflash_diag.read.ranks import RankSkew
 from dflash_diag.read.records import ParsedLog, ParseIssues
 
 #: The converge command's settings are the analysis settings (one config for every command).

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.analysis.acceptance import Acceptance
     from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
+    from dflash_diag.analysis.rank_skew import RankSkew
     from dflash_diag.analysis.run_forecast import RunForecast
     from dflash_diag.analysis.schedule_events import ScheduleEvent
     from dflash_diag.analysis.verdict import Verdict
     from dflash_diag.compare.report import RegimeComparison, RunAlignment
     from dflash_diag.converge.report import ConvergeReport
-    from dflash_diag.read.ranks import RankSkew
     from dflash_diag.watch.view import WatchView
 
 #: The version of the JSON contract, the first key of converge's, compare's and watch's output:

@@ -584,17 +584,6 @@ def _strided(buf: bytes, start: int, width: int, period: int, count: int, limit:
     return bytes(out)
 
 
-def read_event_paths(paths: Sequence[Path]) -> Scalars:
-    """Read several event files as one run (in the order given)."""
-    columns = _Columns([], [], [], [], [], [])
-    issues = ParseIssues()
-    for file in paths:
-        _read_file(file, columns, issues)
-    columns.flush()
-    frame = pl.concat(columns.pieces) if columns.pieces else pl.DataFrame(schema=SCALAR_SCHEMA)
-    return Scalars(frame=frame, format=FORMAT, issues=issues, wide=columns.wide_frames())
-
-
 def newest_mtime(path: Path) -> float:
     """The newest modification time of a run directory's event files (to pick the latest run)."""
     try:

@@ -195,7 +195,7 @@ def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
             except OSError as exc:
                 raise DiagError(f"cannot read {file}: {exc}") from None
             buf = pending + block if pending else block
-            consumed, stop = _parse_buffer(buf, columns, issues, tags, final=not block)
+            consumed, stop = _parse_buffer(buf, columns, issues, tags)
             pending = buf[consumed:]
             offset += consumed
             if stop or not block:
@@ -226,8 +226,8 @@ def _size(handle) -> int:
         return 0
 
 
-def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict[bytes, str],
-                  final: bool) -> tuple[int, bool]:
+def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues,
+                  tags: dict[bytes, str]) -> tuple[int, bool]:
     """Parse the complete records of ``buf``; ``(bytes consumed, stop reading)``."""
     pos, end = 0, len(buf)
     cooldown = 0  # records to decode one by one before trying the fast path again

@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow lint bench clean real-target
+.PHONY: demo deps test test-slow lint clean real-target
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,14 +14,17 @@ demo: $(BIN)/python
 	$(BIN)/pip install -q -e .
 	$(BIN)/dflash-diag converge sample_logs/train.jsonl
 
-# Installs everything the tests need and runs the whole suite. torch is pinned to the CPU build
-# that this kind of machine has on disk; a plain `torch` would pull a multi-GB CUDA build.
-test: $(BIN)/python
+# Installs everything the tests need. torch is pinned to the CPU build that this kind of machine
+# has on disk; a plain `torch` would pull a multi-GB CUDA build.
+deps: $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[train,dev]'
+
+# The default suite, then the slow checks (both install first, so both work on a fresh clone).
+test: deps
 	$(BIN)/python -m pytest
 
-test-slow: $(BIN)/python
+test-slow: deps
 	$(BIN)/python -m pytest -m slow
 
 # A real instruction-tuned target for CPU runs (SmolLM2-135M-Instruct, from the GGUF in the

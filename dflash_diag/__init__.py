@@ -7,7 +7,7 @@ Read a log, analyse it into plain data (polars frames and dataclasses), render s
     log = load_log("logs/train.jsonl")           # files, .gz or "-"; parsed by polars
     report = build_converge_report(log)           # windows, trends, lr, acceptance, verdict
     print(report.verdict.status, report.acceptance.tau, report.acceptance.estimator)
-    print(render_text(report))                    # or report.to_json_dict()
+    print(render_text(report))                    # or render_json(report)
 
 The steps are public too: ``resolve_restarts(log.metrics)`` -> ``select_phase(...)`` ->
 ``compute_windows(...)`` -> ``compute_trends(...)``, ``schedule_position``, ``estimate_acceptance``,
@@ -40,7 +40,7 @@ _EXPORTS = {
     "theil_sen_slope": "analysis.robust_trend", "mann_kendall": "analysis.robust_trend",
     "ConvergeConfig": "converge.report", "ConvergeReport": "converge.report", "build_converge_report": "converge.report",
     "render_rich": "render.rich", "render_text": "render.text", "render_markdown": "render.markdown",
-    "render_csv": "render.csv", "render_json": "render.json",
+    "render_csv": "render.csv", "render_json": "render.json", "converge_json": "render.json",
     "CompareConfig": "compare.boundary", "RegimeComparison": "compare.report", "compare_regimes": "compare.report",
     "align_runs": "compare.align", "LogTail": "read.tail",
     "LiveLog": "watch.state", "WatchConfig": "watch.state", "build_view": "watch.view",
@@ -98,7 +98,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from dflash_diag.read.schema import parse_field_map  # noqa: F401
     from dflash_diag.read.tail import LogTail  # noqa: F401
     from dflash_diag.render.csv import render_csv  # noqa: F401
-    from dflash_diag.render.json import render_json  # noqa: F401
+    from dflash_diag.render.json import converge_json, render_json  # noqa: F401
     from dflash_diag.render.markdown import render_markdown  # noqa: F401
     from dflash_diag.render.rich import render_rich  # noqa: F401
     from dflash_diag.render.text import render_text  # noqa: F401

@@ -24,7 +24,7 @@ Estimators, strongest first; the report's primary estimate is the strongest the 
 drawn anchors: size-biased, an upper view. It stays in the report, labelled so, and is never the
 primary estimate.
 
-Targets keep their own units (:mod:`dflash_diag.analysis.targets`): an accuracy target is compared
+Targets keep their own units: an accuracy target is compared
 with the accuracy, a tau target with the primary estimate, and neither is converted through
 another estimator.
 """
@@ -46,8 +46,6 @@ MEASURED, WALK, HARMONIC, CHAIN, LINEAR, PREFIX = (
 )
 #: The estimators that can be the primary estimate, strongest evidence first.
 ESTIMATOR_ORDER = (MEASURED, WALK, HARMONIC, CHAIN, LINEAR)
-#: Every estimator the report lists, in the order it lists them (the upper view last).
-ALL_ESTIMATORS = (*ESTIMATOR_ORDER, PREFIX)
 #: What each estimator is, in a few words, for the report.
 ESTIMATOR_LABELS = {
     MEASURED: "measured by speculative decoding",
@@ -107,7 +105,7 @@ class TauEstimate:
     """One acceptance-length estimate.
 
     Attributes:
-        name: one of :data:`ALL_ESTIMATORS`.
+        name: one of :data:`ESTIMATOR_ORDER` or :data:`PREFIX` (the upper view).
         tau: the estimate.
         basis: what it was computed from, for the report (with the reason when ``held_back``).
         error: ``tau - measured tau`` when a measured tau exists (None for the measured one).

@@ -535,7 +535,3 @@ def estimator_points(name: str | None, windows: Sequence[Window], series: Sequen
     points = [((w.first_step + w.last_step) / 2.0, v) for w, v in zip(windows, series) if v is not None]
     return points, f"per-window {name} estimates ({len(points)})"
 
-
-def with_alerts(diagnosis: Diagnosis, alerts: Sequence[Alert]) -> Diagnosis:
-    """``diagnosis`` with ``alerts`` in front of its own (watch's live alerts)."""
-    return replace(diagnosis, alerts=[*alerts, *diagnosis.alerts])

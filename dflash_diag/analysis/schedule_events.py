@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -66,10 +66,6 @@ class ScheduleEvent:
             warmup = ", no warmup"
         how = "" if self.source == HEADER else " (seen in the lr; the header does not say)"
         return f"lr schedule restarted at step {self.step}: {before}{after}{warmup}{how}"
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """The additive ``schedule_events`` JSON entries: the fields plus ``text``."""
-        return {**asdict(self), "text": self.text()}
 
 
 def scheduled_lr(schedule: Mapping[str, Any], step: int) -> float | None:

@@ -119,9 +119,9 @@ def _positive_weight(value: str, weight: str) -> pl.Expr:
     return _finite(value) & _finite(weight) & (pl.col(weight) > 0).fill_null(False)
 
 
-def _weighted_mean_parts(value: str, weight: str, with_sd: bool = True) -> list[pl.Expr]:
+def _weighted_mean_parts(value: str, with_sd: bool = True) -> list[pl.Expr]:
     """Per-window aggregations of ``value``: finite count, plain mean (and sd), and the weighted
-    sum over the entries with a finite positive ``weight``."""
+    sum over the entries with a finite positive weight (masked by :func:`_masked_columns`)."""
     ok = pl.col(f"_{value}_ok")
     weighted = pl.col(f"_{value}_w")
     return [
@@ -206,9 +206,9 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             pl.col("step").min().alias("_first"),
             pl.col("step").max().alias("_last"),
             pl.col("_nonfinite").sum(),
-            *_weighted_mean_parts("acc", "n_pred"),
-            *_weighted_mean_parts("loss", "n_pred"),
-            *_weighted_mean_parts("tau_train", "n_blocks", with_sd=False),
+            *_weighted_mean_parts("acc"),
+            *_weighted_mean_parts("loss"),
+            *_weighted_mean_parts("tau_train", with_sd=False),
             *(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean") for name in ("lr", "tok_per_sec")),
             *(pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum") for name in ("walk_tokens", "walk_steps")),
             # The second moments the walked tau's standard error needs (ratio_se).

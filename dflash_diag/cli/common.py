@@ -19,7 +19,7 @@ from rich.console import Console
 from dflash_diag.analysis import defaults
 from dflash_diag.errors import DiagError
 from dflash_diag.read.presets import PRESETS
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 #: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE = 0, 1, 2

@@ -6,8 +6,7 @@ the columns of schema v1 (``step``, ``loss``, ``acc`` and, where logged, ``n_tok
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -41,16 +40,6 @@ class RunAlignment:
     tokens_source: tuple[str | None, str | None] = (None, None)
     last_x: float | None = None
     """The largest x of either run: the last window's label ends there, at the data."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON output."""
-        return {
-            "x": self.x,
-            "width": self.width,
-            "runs": list(self.names),
-            "tokens_source": list(self.tokens_source),
-            "windows": [asdict(w) for w in self.windows],
-        }
 
 
 def tokens_seen(frame: pl.DataFrame, tokens_per_step: float | None = None) -> tuple[pl.Series, str]:

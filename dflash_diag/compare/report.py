@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -78,28 +78,6 @@ class RegimeComparison:
     shows, run on the regime's records), when the comparison was asked for them."""
     schedule_events: list[ScheduleEvent] = field(default_factory=list)
     """lr schedule restarts at resumes (additive ``schedule_events`` JSON key when any)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON contract: ``regimes`` and ``boundaries`` with their documented keys first."""
-        from dflash_diag.render.json import regime_diagnosis_json
-
-        regimes = []
-        for i, r in enumerate(self.regimes):
-            d = asdict(r)
-            d["config"] = asdict(r.config) if r.config is not None else None
-            diagnosis = self.diagnoses[i] if i < len(self.diagnoses) else None
-            d["diagnosis"] = regime_diagnosis_json(diagnosis) if diagnosis is not None else None
-            regimes.append(d)
-        out = {
-            "regimes": regimes,
-            "boundaries": [asdict(b) for b in self.boundaries],
-            "split_on": self.split_on,
-            "k": self.k,
-            "notes": list(self.notes),
-        }
-        if self.schedule_events:
-            out["schedule_events"] = [e.to_json_dict() for e in self.schedule_events]
-        return out
 
 
 def compare_regimes(

@@ -2,13 +2,12 @@
 the command adds (inputs, parse account, per-rank skew). Plain data, rendered elsewhere.
 
 ``build_converge_report(load_log(path))`` is the whole analysis of ``dflash-diag converge``;
-:meth:`ConvergeReport.to_json_dict` is the JSON contract for scripts (keys kept stable).
+:func:`dflash_diag.render.json.converge_json` is the JSON contract for scripts (keys kept stable).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from dflash_diag.analysis.diagnosis import (
     Diagnosis,
@@ -17,9 +16,9 @@ from dflash_diag.analysis.diagnosis import (
     diagnose,
     governing_header,
 )
+from dflash_diag.analysis.rank_skew import RankSkew
 from dflash_diag.analysis.schedule_events import ScheduleEvent, schedule_events_of
 from dflash_diag.read.jsonl import fetch_lists
-from dflash_diag.read.ranks import RankSkew
 from dflash_diag.read.records import ParsedLog, ParseIssues
 
 #: The converge command's settings are the analysis settings (one config for every command).
@@ -43,13 +42,6 @@ class ConvergeReport(Diagnosis):
     ranks: RankSkew | None = None
     schedule_events: list[ScheduleEvent] = field(default_factory=list)
     """lr schedule restarts at resumes (additive ``schedule_events`` JSON key when any)."""
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """The JSON contract: exactly the keys documented in docs/diagnostics.md (plus ``ranks``
-        when per-rank logs were given); built by :func:`dflash_diag.render.json.converge_json`."""
-        from dflash_diag.render.json import converge_json
-
-        return converge_json(self)
 
 
 def build_converge_report(log: ParsedLog, config: DiagnosisConfig | None = None) -> ConvergeReport:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from dflash_diag.errors import DiagError
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 if TYPE_CHECKING:
     from dflash_diag.read.ranks import RankLog

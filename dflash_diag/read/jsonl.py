@@ -66,7 +66,7 @@ from dflash_diag.read.records import (  # re-exported: the reader's public types
     join_sequential,
 )
 from dflash_diag.read.schema import METRIC_LISTS, read_schema
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 __all__ = [
     "BOOKKEEPING_COLUMNS", "CHUNK_BYTES", "LogEvent", "ParseIssues", "ParsedLog", "fetch_lists",

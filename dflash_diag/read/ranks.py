@@ -11,32 +11,19 @@ How a rank log is recognised (decided here, documented in docs/distributed.md): 
 in ``.rank{N}.jsonl`` (optionally ``.gz``), or its ``run_start`` header has a ``rank`` field; the
 header's ``rank`` wins when both are present. The global log (written by rank 0) is neither.
 
-What is computed, per rank over the steps that every rank logged (so ranks are compared on the
-same steps; all of a rank's steps when the ranks share none):
-
-* own tok/s: sum of ``n_tokens`` / sum of (``step_time`` - ``sync_wait``) when those fields are
-  present (a token-weighted mean), else the mean of the ``tok_per_sec`` values;
-* the mean step time and the fraction of it spent waiting for the others;
-* across ranks: the slowest and fastest rank, ``skew`` = fastest / slowest own tok/s, and
-  ``slowest_vs_median`` = median / slowest (how far the pace-setter is behind a typical rank).
-
-Pure Python over decoded records (no polars, no torch): small files, one pass each.
+The throughput skew computed from these logs is :mod:`dflash_diag.analysis.rank_skew`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_diag.errors import DiagError
 from dflash_diag.read.json_line import decode_line, to_float
-from dflash_diag.render.number_format import format_percent
-from dflash_diag.render.safe_text import visible
 
 _RANK_NAME = re.compile(r"\.rank(\d+)\.jsonl(\.gz)?$")
 
@@ -47,7 +34,8 @@ def rank_from_name(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _finite(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite JSON number (bools and non-numbers are None)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = to_float(value)
@@ -101,130 +89,3 @@ def header_rank(first_line: bytes | str) -> int | None:
         if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
             return r
     return None
-
-
-@dataclass(frozen=True)
-class RankStats:
-    """One rank's throughput over the compared steps."""
-
-    rank: int
-    path: str
-    steps: int
-    tok_per_sec: float | None
-    step_time: float | None
-    wait_fraction: float | None
-
-
-@dataclass(frozen=True)
-class RankSkew:
-    """Throughput skew across ranks (see the module docstring for the definitions)."""
-
-    ranks: list[RankStats]
-    first_step: int | None
-    last_step: int | None
-    common_steps: bool
-    slowest: int | None
-    fastest: int | None
-    skew: float | None
-    slowest_vs_median: float | None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """The additive ``ranks`` key of the JSON outputs (non-finite numbers are null)."""
-        return {
-            "n": len(self.ranks),
-            "first_step": self.first_step,
-            "last_step": self.last_step,
-            "common_steps": self.common_steps,
-            "slowest": self.slowest,
-            "fastest": self.fastest,
-            "skew": self.skew,
-            "slowest_vs_median": self.slowest_vs_median,
-            "per_rank": [
-                {"rank": s.rank, "path": s.path, "steps": s.steps, "tok_per_sec": s.tok_per_sec,
-                 "step_time": s.step_time, "wait_fraction": s.wait_fraction}
-                for s in self.ranks
-            ],
-        }
-
-
-def _rank_stats(log: RankLog, steps: Sequence[int]) -> RankStats:
-    records = [log.steps[s] for s in steps]
-    tokens = own = total = wait = 0.0
-    timed = bool(records)
-    for r in records:
-        n, t, w = _finite(r.get("n_tokens")), _finite(r.get("step_time")), _finite(r.get("sync_wait"))
-        if n is None or t is None or w is None:
-            timed = False
-            break
-        tokens, own, total, wait = tokens + n, own + (t - w), total + t, wait + w
-    if timed and own > 0:
-        tps: float | None = tokens / own
-        step_time: float | None = total / len(records)
-        wait_fraction: float | None = wait / total if total > 0 else None
-    else:
-        rates = [v for v in (_finite(r.get("tok_per_sec")) for r in records) if v is not None]
-        tps = statistics.fmean(rates) if rates else None
-        times = [v for v in (_finite(r.get("step_time")) for r in records) if v is not None]
-        step_time = statistics.fmean(times) if times else None
-        wait_fraction = None
-    return RankStats(rank=log.rank, path=log.path, steps=len(records), tok_per_sec=tps,
-                     step_time=step_time, wait_fraction=wait_fraction)
-
-
-def rank_skew(logs: Sequence[RankLog], from_step: int | None = None,
-              to_step: int | None = None) -> RankSkew:
-    """Compare the ranks' own throughput over the steps they all logged (within the bounds).
-
-    Raises:
-        DiagError: two logs claim the same rank.
-    """
-    seen: dict[int, str] = {}
-    for log in logs:
-        if log.rank in seen:
-            raise DiagError(f"rank {log.rank} appears twice: {seen[log.rank]} and {log.path}")
-        seen[log.rank] = log.path
-
-    def in_range(step: int) -> bool:
-        return (from_step is None or step >= from_step) and (to_step is None or step <= to_step)
-
-    per_log = [sorted(s for s in log.steps if in_range(s)) for log in logs]
-    common = sorted(set.intersection(*map(set, per_log))) if per_log else []
-    use_common = bool(common)
-    stats = sorted((_rank_stats(log, common if use_common else own)
-                    for log, own in zip(logs, per_log)), key=lambda s: s.rank)
-    rated = [s for s in stats if s.tok_per_sec is not None and s.tok_per_sec > 0]
-    slowest = min(rated, key=lambda s: s.tok_per_sec) if rated else None
-    fastest = max(rated, key=lambda s: s.tok_per_sec) if rated else None
-    skew = vs_median = None
-    if slowest is not None and fastest is not None:
-        skew = fastest.tok_per_sec / slowest.tok_per_sec
-        vs_median = statistics.median(s.tok_per_sec for s in rated) / slowest.tok_per_sec
-    all_steps = common if use_common else sorted({s for steps in per_log for s in steps})
-    return RankSkew(
-        ranks=stats, first_step=all_steps[0] if all_steps else None,
-        last_step=all_steps[-1] if all_steps else None, common_steps=use_common,
-        slowest=slowest.rank if slowest else None, fastest=fastest.rank if fastest else None,
-        skew=skew, slowest_vs_median=vs_median,
-    )
-
-
-def skew_lines(skew: RankSkew) -> list[tuple[str, str]]:
-    """``(label, text)`` summary lines shared by every text format."""
-    def rate(v: float | None) -> str:
-        return "-" if v is None else f"{v:,.0f} tok/s"
-
-    span = (f"steps {skew.first_step}-{skew.last_step}"
-            + ("" if skew.common_steps else " (no step common to all ranks: each rank's own)")
-            if skew.first_step is not None else "no steps")
-    head = f"{len(skew.ranks)} rank logs · {span}"
-    if skew.slowest is not None:
-        slow = next(s for s in skew.ranks if s.rank == skew.slowest)
-        head += (f" · slowest rank {skew.slowest} ({rate(slow.tok_per_sec)}) sets the pace"
-                 f" · fastest/slowest {skew.skew:.2f}x · median/slowest {skew.slowest_vs_median:.2f}x")
-    lines = [("ranks", head)]
-    for s in skew.ranks:
-        wait = f" · waits {format_percent(s.wait_fraction)} of its steps" if s.wait_fraction is not None else ""
-        step = f" · step {s.step_time:.3g} s" if s.step_time is not None else ""
-        text = f"  rank {s.rank}: {rate(s.tok_per_sec)}{step}{wait} ({s.steps} steps, {visible(s.path)})"
-        lines.append(("", text))
-    return lines

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 # How many leading bytes are remembered to notice a file rewritten in place to the same or a
 # larger size (size alone cannot see that). Small, so the check costs one short pread.

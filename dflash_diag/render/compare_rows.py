@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from dflash_diag.analysis.spans import step_span
 from dflash_diag.render.forecast_rows import forecast_line
 from dflash_diag.render.number_format import format_number, format_percent
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
     from dflash_diag.compare.report import RegimeComparison, RunAlignment

@@ -2,7 +2,7 @@
 
 Analysis never happens here, nor in the renderers (:mod:`dflash_diag.render.text`, ``.rich``,
 ``.markdown``, ``.csv``, ``.json``). Text taken from the log (paths, script names) goes through
-:func:`dflash_diag.render.safe_text.visible` and into rich as :class:`rich.text.Text`, never as
+:func:`dflash_diag.text.visible` and into rich as :class:`rich.text.Text`, never as
 markup.
 """
 
@@ -18,10 +18,10 @@ from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.converge.report import ConvergeReport
-from dflash_diag.read.ranks import skew_lines
 from dflash_diag.render.forecast_rows import forecast_line, target_phrase
 from dflash_diag.render.number_format import format_lr, format_number, format_percent
-from dflash_diag.render.safe_text import visible
+from dflash_diag.render.rank_rows import skew_lines
+from dflash_diag.text import visible
 
 #: Window rows shown by the table renderers unless told otherwise (the newest ones).
 DEFAULT_ROWS = 40

@@ -3,7 +3,7 @@ object. Rendering only: the numbers come from :mod:`dflash_diag.analysis.run_for
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dflash_diag.analysis.alerts import format_duration
 
@@ -69,24 +69,3 @@ def forecast_line(f: RunForecast | None) -> str | None:
     if f.target is not None:
         text += f" · {target_phrase(f.target, f.last_step)}"
     return text
-
-
-def forecast_json(f: RunForecast | None) -> dict[str, Any] | None:
-    """The ``forecast`` object of the JSON contract (docs/diagnostics.md)."""
-    if f is None:
-        return None
-    from dflash_diag.render.json import json_number
-
-    metrics = {
-        name: {"value": json_number(m.value), "low": json_number(m.low), "high": json_number(m.high),
-               "level": m.level, "method": m.method}
-        for name, m in f.metrics.items()
-    }
-    target = None
-    if f.target is not None:
-        t = f.target
-        target = {"metric": t.metric, "target": json_number(t.target), "eta_step": t.eta_step,
-                  "eta_low_step": t.eta_low_step, "eta_high_step": t.eta_high_step,
-                  "eta_hours": json_number(t.eta_hours), "within_run": t.within_run}
-    return {"end_step": f.plan.end_step, "end_source": f.plan.end_source, "metrics": metrics,
-            "target": target}

@@ -1,22 +1,30 @@
-"""JSON output of every command, with the one cleaner of non-finite numbers (strict JSON)."""
+"""JSON output of every command: every serialiser of the reports (the reports themselves are plain
+data and import nothing from here), the one cleaner of non-finite numbers and the one encoder
+(strict JSON, text written as UTF-8 rather than ``\\u`` escapes, so ``±`` reads the same in every
+command's output)."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
-
-from dflash_diag.render.forecast_rows import forecast_json
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.analysis.acceptance import Acceptance
     from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
+    from dflash_diag.analysis.rank_skew import RankSkew
+    from dflash_diag.analysis.run_forecast import RunForecast
+    from dflash_diag.analysis.schedule_events import ScheduleEvent
     from dflash_diag.analysis.verdict import Verdict
     from dflash_diag.compare.report import RegimeComparison, RunAlignment
     from dflash_diag.converge.report import ConvergeReport
-    from dflash_diag.read.ranks import RankSkew
     from dflash_diag.watch.view import WatchView
+
+#: The version of the JSON contract, the first key of converge's, compare's and watch's output:
+#: raised when a key changes meaning or goes away (new keys are additive and keep it).
+FORMAT_VERSION = 1
 
 
 def json_number(value: float | None) -> float | None:
@@ -72,7 +80,7 @@ def acceptance_json(a: Acceptance) -> dict[str, Any]:
         "estimates": [
             {"name": e.name, "tau": json_number(e.tau), "basis": e.basis, "error": json_number(e.error),
              "se": json_number(e.se),
-             "upper_view": e.upper_view}
+             "upper_view": e.upper_view, "held_back": e.held_back}
             for e in a.estimates
         ],
         "calibration": None if c is None else {
@@ -103,6 +111,49 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
              "slope_per_1k_steps": json_number(t.slope_per_1k_steps), "p_value": json_number(t.p_value),
              "reason": t.reason}
             for t in v.validation
+        ],
+    }
+
+
+def forecast_json(f: RunForecast | None) -> dict[str, Any] | None:
+    """The ``forecast`` object of the JSON contract (docs/diagnostics.md)."""
+    if f is None:
+        return None
+    metrics = {
+        name: {"value": json_number(m.value), "low": json_number(m.low), "high": json_number(m.high),
+               "level": m.level, "method": m.method}
+        for name, m in f.metrics.items()
+    }
+    target = None
+    if f.target is not None:
+        t = f.target
+        target = {"metric": t.metric, "target": json_number(t.target), "eta_step": t.eta_step,
+                  "eta_low_step": t.eta_low_step, "eta_high_step": t.eta_high_step,
+                  "eta_hours": json_number(t.eta_hours), "within_run": t.within_run}
+    return {"end_step": f.plan.end_step, "end_source": f.plan.end_source, "metrics": metrics,
+            "target": target}
+
+
+def schedule_event_json(e: ScheduleEvent) -> dict[str, Any]:
+    """One entry of the additive ``schedule_events`` key: the fields plus ``text``."""
+    return {**asdict(e), "text": e.text()}
+
+
+def rank_skew_json(r: RankSkew) -> dict[str, Any]:
+    """The additive ``ranks`` key of the JSON outputs (non-finite numbers are null)."""
+    return {
+        "n": len(r.ranks),
+        "first_step": r.first_step,
+        "last_step": r.last_step,
+        "common_steps": r.common_steps,
+        "slowest": r.slowest,
+        "fastest": r.fastest,
+        "skew": r.skew,
+        "slowest_vs_median": r.slowest_vs_median,
+        "per_rank": [
+            {"rank": s.rank, "path": s.path, "steps": s.steps, "tok_per_sec": s.tok_per_sec,
+             "step_time": s.step_time, "wait_fraction": s.wait_fraction}
+            for s in r.ranks
         ],
     }
 
@@ -140,19 +191,21 @@ def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
 def converge_json(report: ConvergeReport) -> dict[str, Any]:
     """The JSON contract of converge: exactly the keys documented in docs/diagnostics.md (plus
     ``ranks`` when per-rank logs were given); non-finite numbers become null."""
-    out = diagnosis_json(report)
+    out = {"format_version": FORMAT_VERSION, **diagnosis_json(report)}
     out["skipped_lines"] = report.issues.malformed
     out["nonfinite"] = report.issues.nonfinite_total
     if report.ranks is not None:
-        out["ranks"] = report.ranks.to_json_dict()
+        out["ranks"] = rank_skew_json(report.ranks)
     if report.schedule_events:
-        out["schedule_events"] = [e.to_json_dict() for e in report.schedule_events]
+        out["schedule_events"] = [schedule_event_json(e) for e in report.schedule_events]
     return out
 
 
 def watch_json(view: WatchView) -> dict[str, Any]:
     """One watch frame as JSON: the diagnosis' keys (as converge's) plus the live facts."""
-    out: dict[str, Any] = diagnosis_json(view.diagnosis) if view.diagnosis is not None else {}
+    out: dict[str, Any] = {"format_version": FORMAT_VERSION}
+    if view.diagnosis is not None:
+        out.update(diagnosis_json(view.diagnosis))
     out["alerts"] = [{"kind": a.kind, "message": a.message, "step": a.step} for a in view.alerts]
     out.update({
         "path": view.path, "last_step": view.last_step, "total_records": view.total_records,
@@ -160,18 +213,16 @@ def watch_json(view: WatchView) -> dict[str, Any]:
         "nonfinite": view.nonfinite, "waiting": view.waiting,
     })
     if view.schedule_events:
-        out["schedule_events"] = [e.to_json_dict() for e in view.schedule_events]
+        out["schedule_events"] = [schedule_event_json(e) for e in view.schedule_events]
     return out
 
 
 def render_json(report: ConvergeReport) -> str:
-    """The JSON contract (:meth:`ConvergeReport.to_json_dict`): one top-level key per line and
-    one window per line, so it reads well and a million-step log's windows still encode fast
-    (``json.dumps(indent=...)`` falls back to the pure-Python encoder)."""
-    data = report.to_json_dict()
-    # One encoder for every line: json.dumps with options builds a new one per call, which is
-    # most of the cost over tens of thousands of windows.
-    dump = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    """The JSON contract (:func:`converge_json`): one top-level key per line and one window per
+    line, so it reads well and a million-step log's windows still encode fast (an indenting
+    encoder falls back to the pure-Python one)."""
+    data = converge_json(report)
+    dump = _COMPACT.encode
 
     lines = ["{"]
     for i, (key, value) in enumerate(data.items()):
@@ -186,15 +237,47 @@ def render_json(report: ConvergeReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def regime_comparison_json(c: RegimeComparison) -> dict[str, Any]:
+    """One log's regimes and boundaries, with their documented keys first."""
+    regimes = []
+    for i, r in enumerate(c.regimes):
+        d = asdict(r)
+        d["config"] = asdict(r.config) if r.config is not None else None
+        diagnosis = c.diagnoses[i] if i < len(c.diagnoses) else None
+        d["diagnosis"] = regime_diagnosis_json(diagnosis) if diagnosis is not None else None
+        regimes.append(d)
+    out = {
+        "regimes": regimes,
+        "boundaries": [asdict(b) for b in c.boundaries],
+        "split_on": c.split_on,
+        "k": c.k,
+        "notes": list(c.notes),
+    }
+    if c.schedule_events:
+        out["schedule_events"] = [schedule_event_json(e) for e in c.schedule_events]
+    return out
+
+
+def alignment_json(a: RunAlignment) -> dict[str, Any]:
+    """The ``alignment`` object of compare's JSON (runs aligned on steps or tokens)."""
+    return {
+        "x": a.x,
+        "width": a.width,
+        "runs": list(a.names),
+        "tokens_source": list(a.tokens_source),
+        "windows": [asdict(w) for w in a.windows],
+    }
+
+
 def compare_json(
     comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
     ranks: RankSkew | None = None,
 ) -> dict[str, Any]:
     """The JSON contract: ``regimes`` and ``boundaries`` (all runs), plus ``alignment``, plus
     ``ranks`` when per-rank logs were given."""
-    out: dict[str, Any] = {"regimes": [], "boundaries": [], "notes": []}
+    out: dict[str, Any] = {"format_version": FORMAT_VERSION, "regimes": [], "boundaries": [], "notes": []}
     for comparison in comparisons:
-        d = comparison.to_dict()
+        d = regime_comparison_json(comparison)
         out["regimes"] += d["regimes"]
         out["boundaries"] += d["boundaries"]
         out["notes"] += d["notes"]
@@ -203,9 +286,9 @@ def compare_json(
         if "schedule_events" in d:
             out.setdefault("schedule_events", []).extend(d["schedule_events"])
     if alignment is not None:
-        out["alignment"] = alignment.to_dict()
+        out["alignment"] = alignment_json(alignment)
     if ranks is not None:
-        out["ranks"] = ranks.to_json_dict()
+        out["ranks"] = rank_skew_json(ranks)
     return out
 
 
@@ -213,6 +296,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+# The two layouts of the one encoder. Built once: json.dumps with options builds a new encoder per
+# call, which is most of the cost over tens of thousands of windows.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_default)
+_INDENTED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_default, indent=2)
+
+
 def dump_json(data: dict[str, Any]) -> str:
-    """JSON text with NaN/Inf written as null (strict JSON for scripts)."""
-    return json.dumps(clean_json(data), indent=2, default=_json_default, allow_nan=False)
+    """JSON text with NaN/Inf written as null (strict JSON for scripts), indented by two."""
+    return _INDENTED.encode(clean_json(data))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dflash_diag.read.ranks import RankSkew, skew_lines
+from dflash_diag.analysis.rank_skew import RankSkew
 from dflash_diag.render.compare_rows import (
     alignment_rows,
     boundary_lines,
@@ -16,7 +16,8 @@ from dflash_diag.render.compare_rows import (
     regime_rows,
 )
 from dflash_diag.render.converge_rows import shown_rows, summary_lines, window_table
-from dflash_diag.render.safe_text import visible
+from dflash_diag.render.rank_rows import skew_lines
+from dflash_diag.text import visible
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.compare.report import RegimeComparison, RunAlignment

@@ -15,8 +15,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from dflash_diag.analysis.rank_skew import RankSkew
 from dflash_diag.analysis.verdict import BROKEN, CONVERGING, DIVERGING, OVERFITTING, PLATEAU
-from dflash_diag.read.ranks import RankSkew, skew_lines
 from dflash_diag.render.compare_rows import (
     alignment_rows,
     axis_unit,
@@ -30,7 +30,8 @@ from dflash_diag.render.compare_rows import (
 )
 from dflash_diag.render.converge_rows import DEFAULT_ROWS, shown_rows, summary_lines, window_table
 from dflash_diag.render.fit import dropped_note, fit_columns, wrap
-from dflash_diag.render.safe_text import visible
+from dflash_diag.render.rank_rows import skew_lines
+from dflash_diag.text import visible
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.compare.report import RegimeComparison, RunAlignment

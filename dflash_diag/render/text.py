@@ -8,7 +8,7 @@ from dflash_diag.analysis.numbers import plural
 from dflash_diag.converge.report import ConvergeReport
 from dflash_diag.render.converge_rows import DEFAULT_ROWS, shown_rows, summary_lines, window_table
 from dflash_diag.render.fit import dropped_note, fit_columns, wrap
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 
 def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -1,7 +1,7 @@
 """Drawing one frame of `dflash-diag watch` (a `WatchView`) with rich, and plotext with --plot.
 
 Text taken from the log or the command line (the path) goes through
-`dflash_diag.render.safe_text.visible` and into rich as `rich.text.Text`, never as markup.
+`dflash_diag.text.visible` and into rich as `rich.text.Text`, never as markup.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dflash_diag.render.converge_rows import eta_text, schedule_text, target_tex
 from dflash_diag.render.fit import wrap
 from dflash_diag.render.forecast_rows import forecast_line
 from dflash_diag.render.number_format import format_number
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 from dflash_diag.render.sparkline import sparkline
 from dflash_diag.watch.view import WatchView
 

@@ -55,7 +55,6 @@ class WatchView:
         windows: the latest windows, oldest first, and their trends.
         trends: one `Trend` per entry of ``windows``.
         schedule: the lr schedule position at the newest record.
-        tau_estimator: the primary estimator, whose per-window value the tau series is.
         acceptance: the converge acceptance estimate of the newest window, or None.
         verdict: the converge verdict over the recent windows, or None.
         alerts: problems to show in red.
@@ -75,7 +74,6 @@ class WatchView:
     windows: list[Window]
     trends: list[Trend]
     schedule: SchedulePosition | None
-    tau_estimator: str | None
     acceptance: Acceptance | None
     verdict: Verdict | None
     alerts: list[Alert]
@@ -174,7 +172,6 @@ def build_view(live: LiveLog) -> WatchView:
             windows=[],
             trends=[],
             schedule=None,
-            tau_estimator=None,
             acceptance=None,
             verdict=None,
             alerts=alerts,
@@ -200,7 +197,6 @@ def build_view(live: LiveLog) -> WatchView:
         windows=windows[-config.table_rows :],
         trends=trends[-config.table_rows :],
         schedule=diagnosis.schedule,
-        tau_estimator=estimator,
         acceptance=acceptance,
         verdict=diagnosis.verdict,
         alerts=alerts + diagnosis.alerts,

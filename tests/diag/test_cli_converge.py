@@ -18,7 +18,7 @@ from .make_sample_log import generate
 runner = CliRunner()
 
 # The original contract's keys keep their names; issues 9 and 18 added the others (docs/diagnostics.md).
-JSON_KEYS = {"windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite",
+JSON_KEYS = {"format_version", "windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite",
              "restart_details", "alerts", "drafter", "window", "forecast"}
 WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend", "loss_delta", "loss_trend"}
 LR_KEYS = {"current", "peak", "peak_source", "fraction_of_peak", "phase"}
@@ -27,7 +27,7 @@ ACCEPTANCE_KEYS = {"acc", "tau", "estimator", "block_size", "target_acc", "targe
                    "measured_age_steps", "estimates", "calibration", "warnings"}
 VERDICT_KEYS = {"status", "slope_per_1k_steps", "p_value", "eta_steps", "eta_hours", "eta_reason",
                 "reason", "n_windows", "best_step", "validation"}
-ESTIMATE_KEYS = {"name", "tau", "basis", "error", "se", "upper_view"}
+ESTIMATE_KEYS = {"name", "tau", "basis", "error", "se", "upper_view", "held_back"}
 
 
 def invoke(*args, input=None):

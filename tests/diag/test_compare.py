@@ -19,6 +19,7 @@ from dflash_diag.compare.report import (
     normalisation_factors,
     tokens_seen,
 )
+from dflash_diag.render.json import alignment_json, regime_comparison_json
 
 SYNC = {"event": "run_start", "script": "sync", "world_size": 2, "config": {"token_budget": 8192}}
 PIPE = {
@@ -88,7 +89,7 @@ def test_dp2_legacy_boundary_is_explained_as_normalisation():
 
 
 def test_json_has_the_contract_keys():
-    d = compare_regimes(story(), [SYNC, PIPE]).to_dict()
+    d = regime_comparison_json(compare_regimes(story(), [SYNC, PIPE]))
     for regime in d["regimes"]:
         keys = ("name", "start_step", "end_step", "n", "tokens_per_step", "tok_per_sec", "loss")
         assert set(keys) | {"acc"} <= regime.keys()
@@ -265,7 +266,7 @@ def test_two_runs_align_on_tokens_seen():
     first = by_steps.windows[0]
     assert first.acc_diff > 0.002  # the big-batch run is ahead per step
     assert by_steps.windows[-1].n_b == 0 and by_steps.windows[-1].acc_b is None
-    assert by_tokens.to_dict()["runs"] == ["small", "big"]
+    assert alignment_json(by_tokens)["runs"] == ["small", "big"]
 
 
 def test_align_rejects_bad_arguments():

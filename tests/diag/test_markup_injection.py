@@ -13,7 +13,7 @@ from dflash_diag import (
     render_rich,
     render_text,
 )
-from dflash_diag.render.safe_text import visible
+from dflash_diag.text import visible
 
 from .logs import dumps, original_analysis
 

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from dflash_diag import ConvergeConfig, build_converge_report, parse_records
+from dflash_diag.render.json import converge_json
 
 from .logs import ORIGINAL_ARROWS, ORIGINAL_MEANS, dumps, original_analysis
 
@@ -23,7 +24,7 @@ def test_pipeline_phase_is_selected(report):
 
 
 def test_window_means_and_arrows(report):
-    windows = report.to_json_dict()["windows"]
+    windows = converge_json(report)["windows"]
     assert [w["start"] for w in windows] == [15000 + 50 * k for k in range(7)]
     assert [w["n"] for w in windows] == [50] * 7
     assert [w["acc"] for w in windows] == pytest.approx(ORIGINAL_MEANS, abs=1e-12)
@@ -31,7 +32,7 @@ def test_window_means_and_arrows(report):
 
 
 def test_linear_tau_and_progress(report):
-    acceptance = report.to_json_dict()["acceptance"]
+    acceptance = converge_json(report)["acceptance"]
     acc = ORIGINAL_MEANS[-1]
     assert acceptance["estimator"] == "linear"
     assert acceptance["acc"] == pytest.approx(acc)
@@ -42,7 +43,7 @@ def test_linear_tau_and_progress(report):
 
 
 def test_schedule_still_warming_up(report):
-    lr = report.to_json_dict()["lr"]
+    lr = converge_json(report)["lr"]
     assert lr["current"] == pytest.approx(2.43e-4)
     assert lr["peak"] == 6e-4 and lr["peak_source"] == "header"
     assert lr["phase"] == "warmup"
@@ -50,14 +51,14 @@ def test_schedule_still_warming_up(report):
 
 
 def test_verdict_converging_with_eta(report):
-    verdict = report.to_json_dict()["verdict"]
+    verdict = converge_json(report)["verdict"]
     assert verdict["status"] == "converging"
     assert verdict["p_value"] < 0.01
     assert verdict["slope_per_1k_steps"] > 0
     # The ETA is the forecast's (a saturating curve), not the straight line's: later than the
     # line says, and the same number in the verdict and the forecast object.
     slope_per_step = verdict["slope_per_1k_steps"] / 1000
-    target = report.to_json_dict()["forecast"]["target"]
+    target = converge_json(report)["forecast"]["target"]
     assert target["metric"] == "acc" and target["eta_step"] is not None
     assert verdict["eta_steps"] == target["eta_step"] - report.last_step
     assert verdict["eta_steps"] > (0.27 - ORIGINAL_MEANS[-1]) / slope_per_step

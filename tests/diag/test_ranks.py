@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dflash_diag.analysis.rank_skew import rank_skew
 from dflash_diag.cli import app
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import expand_log_args, split_rank_logs
-from dflash_diag.read.ranks import header_rank, parse_rank_records, rank_from_name, rank_skew
+from dflash_diag.read.ranks import header_rank, parse_rank_records, rank_from_name
 
 from .make_sample_log import generate
 from .test_cli_converge import JSON_KEYS

@@ -14,6 +14,7 @@ from dflash_diag.analysis.schedule_events import (
     event_at,
     scheduled_lr,
 )
+from dflash_diag.render.json import schedule_event_json
 
 SYNC = {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 6, "total_steps": 150, "min_lr": 6e-5}
 
@@ -55,7 +56,7 @@ def test_a_restart_header_is_an_event_with_the_logged_rates():
     assert events == [ScheduleEvent(step=151, lr_before=pytest.approx(6e-5),
                                     lr_after=pytest.approx(6e-5), warmup_steps=10, source=HEADER)]
     assert events[0].text() == "lr schedule restarted at step 151: 6.0e-05 -> 6.0e-05, warmup 10 steps"
-    j = events[0].to_json_dict()
+    j = schedule_event_json(events[0])
     assert j["step"] == 151 and j["source"] == "header" and j["text"].startswith("lr schedule")
 
 

@@ -5,7 +5,7 @@ scalars (:data:`SCALAR_SCHEMA`): one row per value, ``row`` numbering the writer
 the order they were written (a TensorBoard event, a W&B history row, a CSV line...), ``step``
 the writer's own step for that record when it has one, ``key`` the metric name as written and
 ``value`` the number. :func:`to_parsed_log` applies a preset (or a user's field map) and builds
-the :class:`~dflash_diag.records.ParsedLog` the JSONL reader builds: metric records with the
+the :class:`~dflash_diag.read.records.ParsedLog` the JSONL reader builds: metric records with the
 canonical columns, ``eval`` events carrying a measured ``tau``, and a ``run_start`` header
 carrying the block size.
 

@@ -195,7 +195,7 @@ def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
             except OSError as exc:
                 raise DiagError(f"cannot read {file}: {exc}") from None
             buf = pending + block if pending else block
-            consumed, stop = _parse_buffer(buf, columns, issues, tags, final=not block)
+            consumed, stop = _parse_buffer(buf, columns, issues, tags)
             pending = buf[consumed:]
             offset += consumed
             if stop or not block:
@@ -226,8 +226,8 @@ def _size(handle) -> int:
         return 0
 
 
-def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict[bytes, str],
-                  final: bool) -> tuple[int, bool]:
+def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues,
+                  tags: dict[bytes, str]) -> tuple[int, bool]:
     """Parse the complete records of ``buf``; ``(bytes consumed, stop reading)``."""
     pos, end = 0, len(buf)
     cooldown = 0  # records to decode one by one before trying the fast path again
@@ -582,17 +582,6 @@ def _strided(buf: bytes, start: int, width: int, period: int, count: int, limit:
     for k in range(width):
         out[k::width] = buf[start + k:limit:period]
     return bytes(out)
-
-
-def read_event_paths(paths: Sequence[Path]) -> Scalars:
-    """Read several event files as one run (in the order given)."""
-    columns = _Columns([], [], [], [], [], [])
-    issues = ParseIssues()
-    for file in paths:
-        _read_file(file, columns, issues)
-    columns.flush()
-    frame = pl.concat(columns.pieces) if columns.pieces else pl.DataFrame(schema=SCALAR_SCHEMA)
-    return Scalars(frame=frame, format=FORMAT, issues=issues, wide=columns.wide_frames())
 
 
 def newest_mtime(path: Path) -> float:

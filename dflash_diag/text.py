@@ -1,15 +1,14 @@
-"""Showing text taken from a log literally.
+"""Showing text taken from a log literally (shared by the readers' error messages and every
+renderer, so it sits outside both layers).
 
 A log is untrusted input: a run name like ``[bold red]`` must not style the report, and an ANSI
-escape sequence must not reach the terminal. Control characters are made visible (``\\x1b``) and
-rich markup is escaped; renderers build :class:`rich.text.Text` from the result, never markup.
+escape sequence must not reach the terminal. Control characters are made visible (``\\x1b``);
+renderers build :class:`rich.text.Text` from the result, never markup, so markup shows literally.
 """
 
 from __future__ import annotations
 
 import re
-
-from rich.markup import escape
 
 # C0 controls except tab, DEL and C1 controls (which include the 8-bit CSI), plus the Unicode
 # line/paragraph separators and bidi overrides that can reorder a terminal line.
@@ -20,8 +19,3 @@ def visible(text: object) -> str:
     """``text`` as a string with every control character shown as an escape (``\\x1b``)."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                         else f"\\u{ord(m.group()):04x}", str(text))
-
-
-def markup_safe(text: object) -> str:
-    """:func:`visible` text with rich markup escaped, for places that take markup strings."""
-    return escape(visible(text))

@@ -54,8 +54,14 @@ def forecast_line(f: RunForecast | None) -> str | None:
     without a forecast."""
     if f is None or not f.metrics:
         return None
-    where = (f"at the planned end, step {f.step:,} ({f.plan.end_source})" if f.planned
-             else f"at +{f.step - f.last_step:,} steps (no planned end)")
+    if f.planned and f.last_step >= f.step:
+        # nothing is left to forecast: the band is the fitted curve's at the end, a smoothed
+        # reading of the last windows, and is labelled so
+        where = f"run at its planned end, step {f.step:,} ({f.plan.end_source}); fitted there"
+    elif f.planned:
+        where = f"at the planned end, step {f.step:,} ({f.plan.end_source})"
+    else:
+        where = f"at +{f.step - f.last_step:,} steps (no planned end)"
     parts = []
     thin = []
     for name, m in f.metrics.items():

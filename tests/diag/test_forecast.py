@@ -342,3 +342,12 @@ def test_the_forecast_adds_little_time():
         return min(times)
 
     assert best(True) - best(False) < 0.3
+
+
+def test_a_run_at_its_planned_end_is_not_forecast_as_if_it_went_on():
+    """The sample log's last step is its schedule's end (410): the line says the run is there
+    and that the band is the fit at the end; before the plan ends it says 'at the planned end'."""
+    text = " ".join(cli("converge", SAMPLE, "-f", "text").stdout.split())
+    assert "run at its planned end, step 410 (header); fitted there, 80%:" in text
+    early = " ".join(cli("converge", SAMPLE, "--to-step", "300", "-f", "text").stdout.split())
+    assert "at the planned end, step 410 (header), 80%:" in early

@@ -20,8 +20,9 @@ deps: $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[train,dev]'
 
-# The default suite, then the slow checks (both install first, so both work on a fresh clone).
-test: deps
+# Lint and the type check (a per-module baseline in pyproject.toml), then the default suite;
+# the slow checks apart (both install first, so both work on a fresh clone).
+test: deps lint
 	$(BIN)/python -m pytest
 
 test-slow: deps
@@ -35,8 +36,9 @@ real-target: $(BIN)/python
 	$(BIN)/python -m pipelines.real_target prepare
 	nice -n 10 $(BIN)/python -m pipelines.real_target data
 
-lint:
+lint: deps
 	$(BIN)/ruff check dflash_diag dflash pipelines tests benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -109,10 +109,10 @@ def compare(
     runs: both runs).
     """
     with user_errors():
+        from dflash_diag.analysis.rank_skew import rank_skew
         from dflash_diag.compare.report import CompareConfig
         from dflash_diag.compare.runs import compare_log, compare_two_runs
         from dflash_diag.read.formats.load import ReadOptions
-        from dflash_diag.analysis.rank_skew import rank_skew
         from dflash_diag.render.json import compare_json, dump_json
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_plain, render_compare_rich

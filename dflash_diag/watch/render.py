@@ -22,8 +22,8 @@ from dflash_diag.render.converge_rows import eta_text, schedule_text, target_tex
 from dflash_diag.render.fit import wrap
 from dflash_diag.render.forecast_rows import forecast_line
 from dflash_diag.render.number_format import format_number
-from dflash_diag.text import visible
 from dflash_diag.render.sparkline import sparkline
+from dflash_diag.text import visible
 from dflash_diag.watch.view import WatchView
 
 

@@ -39,8 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
+
+from dflash_diag.read.formats.wandb_offline import frame_records
 
 MEMBER_BYTES = 16 * 2**20  # zeros per gzip member
 
@@ -123,24 +124,6 @@ def _wandb_history(step: int) -> bytes:
     return _varint(1 << 3) + _varint(step) + _field(2, items)
 
 
-def _wandb_blocks(records: list[bytes], start: int) -> bytes:
-    """Records framed in 32 KiB blocks, the first block beginning at file offset ``start``."""
-    data = bytearray()
-    for record in records:
-        rest, first = record, True
-        while True:
-            room = 32768 - (start + len(data)) % 32768
-            if room < 7:
-                data += b"\x00" * room
-                continue
-            piece, rest = rest[:room - 7], rest[room - 7:]
-            kind = (1 if first else 4) if not rest else (2 if first else 3)
-            crc = zlib.crc32(piece, zlib.crc32(bytes((kind,))))
-            data += struct.pack("<IHB", crc, len(piece), kind) + piece
-            first = False
-            if not rest:
-                break
-    return bytes(data)
 
 
 def write_wandb(folder: Path, megabytes: float) -> Path:
@@ -148,7 +131,7 @@ def write_wandb(folder: Path, megabytes: float) -> Path:
     path = folder / "run-bench.wandb"
     with open(path, "wb") as out:
         out.write(struct.pack("<4sHB", b":W&B", 0xBEE1, 0))
-        out.write(_wandb_blocks([_wandb_history(s) for s in range(1, 301)], out.tell()))
+        out.write(frame_records([_wandb_history(s) for s in range(1, 301)], out.tell()))
         out.write(b"\x00" * (32768 - out.tell() % 32768))
         zeros = bytes(MEMBER_BYTES)
         left = int(megabytes * 1e6) - out.tell()
@@ -156,7 +139,7 @@ def write_wandb(folder: Path, megabytes: float) -> Path:
             out.write(zeros[:min(left, len(zeros))])
             left -= len(zeros)
         out.write(b"\x00" * (-out.tell() % 32768))
-        out.write(_wandb_blocks([_wandb_history(s) for s in range(301, 601)], out.tell()))
+        out.write(frame_records([_wandb_history(s) for s in range(301, 601)], out.tell()))
     return path
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import struct
 import tracemalloc
-import zlib
 
 import polars as pl
 import pytest
 
 from dflash_diag.read.formats import tensorboard
 from dflash_diag.read.formats.tensorboard import masked_crc32c, read_tensorboard
+from dflash_diag.read.formats.wandb_offline import frame_records as _blocks
 
 from .test_formats_readers import VERSION, _scalar_event
 
@@ -87,24 +87,6 @@ def _history(step: int) -> bytes:
     return _varint(1 << 3) + _varint(step) + _field(2, items)
 
 
-def _blocks(records: list[bytes], start: int) -> bytes:
-    """Records framed in the datastore's 32 KiB blocks, starting at file offset ``start``."""
-    data = bytearray()
-    for record in records:
-        rest, first = record, True
-        while True:
-            room = 32768 - (start + len(data)) % 32768
-            if room < 7:
-                data += b"\x00" * room
-                continue
-            piece, rest = rest[:room - 7], rest[room - 7:]
-            kind = (1 if first else 4) if not rest else (2 if first else 3)
-            data += struct.pack("<IHB", zlib.crc32(piece, zlib.crc32(bytes((kind,)))),
-                                len(piece), kind) + piece
-            first = False
-            if not rest:
-                break
-    return bytes(data)
 
 
 def _wandb_file(path, middle: bytes) -> None:

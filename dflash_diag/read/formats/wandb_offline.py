@@ -40,6 +40,28 @@ _TYPE_CRC = {t: zlib.crc32(bytes((t,))) for t in (_FULL, _FIRST, _MIDDLE, _LAST)
 _META_KEYS = ("block_size", "ttt_length", "max_steps")
 
 
+def frame_records(records: list[bytes], start: int = 0) -> bytes:
+    """``records`` framed as W&B's datastore writes them: 32 KiB blocks, a record longer than
+    its block's rest cut into first/middle/last pieces, the block's tail under a header's 7
+    bytes zero-padded. ``start`` is the file offset the bytes go to (after the file header).
+    The inverse of :func:`records`, for fixtures and benchmarks."""
+    data = bytearray()
+    for record in records:
+        rest, first = record, True
+        while True:
+            room = BLOCK - (start + len(data)) % BLOCK
+            if room < _RECORD_HEADER.size:
+                data += b"\x00" * room
+                continue
+            piece, rest = rest[:room - _RECORD_HEADER.size], rest[room - _RECORD_HEADER.size:]
+            kind = (_FULL if first else _LAST) if not rest else (_FIRST if first else _MIDDLE)
+            data += _RECORD_HEADER.pack(zlib.crc32(piece, _TYPE_CRC[kind]), len(piece), kind) + piece
+            first = False
+            if not rest:
+                break
+    return bytes(data)
+
+
 def looks_like_wandb(head: bytes) -> bool:
     """Whether a file starts with the W&B datastore header."""
     return head.startswith(MAGIC)

@@ -81,3 +81,21 @@ def make_cfg(tiny_assets, tmp_path):
 
 
 __all__ = ["PipelineConfig", "TrainConfig"]
+
+
+@pytest.fixture(scope="session")
+def sync_checkpoint(tiny_assets, tmp_path_factory) -> Path:
+    """A real step-2 checkpoint of the lock-step trainer (block 4, one layer), built once; tests
+    that damage a checkpoint copy it first, tests that resume from it write elsewhere."""
+    from pipelines.checkpoints import step_dir
+    from pipelines.sync_trainer import run_sync
+
+    target, data = tiny_assets
+    root = tmp_path_factory.mktemp("ck")
+    res = run_sync(TrainConfig(target=target, data=data, max_steps=2, token_budget=128,
+                               log=str(root / "t.jsonl"), ckpt_dir=str(root / "ck"),
+                               ckpt_every=0, progress=False,
+                               drafter={"block_size": 4, "num_anchors": 8}))
+    assert res.exit_code == 0
+    return step_dir(root / "ck", 2)
+

@@ -21,7 +21,6 @@ import torch
 
 from dflash.checkpoint import CheckpointError, is_complete_checkpoint
 from pipelines.checkpoint_state import validate_training_state
-from pipelines.checkpoints import step_dir
 from pipelines.cli import main
 from pipelines.config import TrainConfig
 from pipelines.sync_trainer import run_sync
@@ -31,16 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tiny_assets, tmp_path_factory) -> Path:
+def checkpoint(sync_checkpoint) -> Path:
     """A real step-2 checkpoint of the lock-step trainer (copied, then damaged, by each test)."""
-    target, data = tiny_assets
-    root = tmp_path_factory.mktemp("ck")
-    res = run_sync(TrainConfig(target=target, data=data, max_steps=2, token_budget=128,
-                               log=str(root / "t.jsonl"), ckpt_dir=str(root / "ck"),
-                               ckpt_every=0, progress=False,
-                               drafter={"block_size": 4, "num_anchors": 8}))
-    assert res.exit_code == 0
-    return step_dir(root / "ck", 2)
+    return sync_checkpoint
 
 
 def _edit_json(name: str, **changes):

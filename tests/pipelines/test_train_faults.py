@@ -17,7 +17,6 @@ import pytest
 
 from dflash.data import Dataset, save_dataset
 from pipelines.async_pipeline import run_pipeline
-from pipelines.checkpoints import step_dir
 from pipelines.cli import main
 from pipelines.config import TrainConfig
 from pipelines.run_lock import LOCK_FILE
@@ -28,16 +27,9 @@ from .test_programs import read_log
 
 
 @pytest.fixture(scope="module")
-def block4_checkpoint(tiny_assets, tmp_path_factory) -> Path:
+def block4_checkpoint(sync_checkpoint) -> Path:
     """A step-2 lock-step checkpoint of a block-4, one-layer drafter."""
-    target, data = tiny_assets
-    root = tmp_path_factory.mktemp("ck4")
-    res = run_sync(TrainConfig(target=target, data=data, max_steps=2, token_budget=128,
-                               log=str(root / "t.jsonl"), ckpt_dir=str(root / "ck"),
-                               ckpt_every=0, progress=False,
-                               drafter={"block_size": 4, "num_anchors": 8}))
-    assert res.exit_code == 0
-    return step_dir(root / "ck", 2)
+    return sync_checkpoint
 
 
 # -- resume with another drafter shape -----------------------------------------------------------

@@ -84,6 +84,7 @@ def test_ddp_wrapped_drafter_gives_the_same_gradients(target, tmp_path):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    wrapped = None
     try:
         plain = make_drafter(target)
         wrapped = DDP(make_drafter(target))
@@ -95,6 +96,9 @@ def test_ddp_wrapped_drafter_gives_the_same_gradients(target, tmp_path):
         for a, b in zip(*grads):
             torch.testing.assert_close(a, b)
     finally:
+        # DDP's reducer holds the process group: freed after destroy_process_group, gloo's
+        # destructor can wait forever on its threads (seen once in a CI run), so free it first
+        del wrapped
         dist.destroy_process_group()
 
 

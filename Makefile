@@ -37,6 +37,7 @@ real-target: $(BIN)/python
 	nice -n 10 $(BIN)/python -m pipelines.real_target data
 
 lint: deps
+	$(BIN)/ruff format --check dflash_diag dflash pipelines tests benchmarks
 	$(BIN)/ruff check dflash_diag dflash pipelines tests benchmarks
 	$(BIN)/mypy
 

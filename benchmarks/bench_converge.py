@@ -111,20 +111,25 @@ def write_log(path: Path, lines: int, seed: int = 0) -> None:
     """A pipeline-shaped log: 5% legacy records, then pipeline records, events every 1000 steps."""
     rng = random.Random(seed)
     positions = [
-        "[" + ", ".join(f"{rng.uniform(0.02, 0.6):.5f}" for _ in range(15)) + "]" for _ in range(512)
+        "[" + ", ".join(f"{rng.uniform(0.02, 0.6):.5f}" for _ in range(15)) + "]"
+        for _ in range(512)
     ]
     legacy = lines // 20
     with path.open("w") as out:
         t = 1.767e9
         for step in range(1, legacy + 1):
             t += 0.93
-            out.write(f'{{"step": {step}, "time": {t:.3f}, "epoch": {step / 5000:.4f}, '
-                      f'"loss": {1.6 + rng.random() * 0.1:.4f}, "acc": {0.14 + rng.random() * 0.02:.4f}, '
-                      f'"lr": {6e-4 * step / 37500:.6e}}}\n')
-        out.write('{"event": "run_start", "schema": 1, "script": "pipeline", "config": {"token_budget": '
-                  '65536}, "schedule": {"kind": "cosine", "peak_lr": 0.0006, "warmup_steps": 37500, '
-                  '"total_steps": 2000000, "min_lr": 6e-05}, "block_size": 16, "steps_per_epoch": 5000, '
-                  f'"world_size": 1, "resumed_from": {{"path": "ckpt/step_{legacy}", "step": {legacy}}}}}\n')
+            out.write(
+                f'{{"step": {step}, "time": {t:.3f}, "epoch": {step / 5000:.4f}, '
+                f'"loss": {1.6 + rng.random() * 0.1:.4f}, "acc": {0.14 + rng.random() * 0.02:.4f}, '
+                f'"lr": {6e-4 * step / 37500:.6e}}}\n'
+            )
+        out.write(
+            '{"event": "run_start", "schema": 1, "script": "pipeline", "config": {"token_budget": '
+            '65536}, "schedule": {"kind": "cosine", "peak_lr": 0.0006, "warmup_steps": 37500, '
+            '"total_steps": 2000000, "min_lr": 6e-05}, "block_size": 16, "steps_per_epoch": 5000, '
+            f'"world_size": 1, "resumed_from": {{"path": "ckpt/step_{legacy}", "step": {legacy}}}}}\n'
+        )
         step = legacy
         written = legacy + 1
         while written < lines:
@@ -144,8 +149,10 @@ def write_log(path: Path, lines: int, seed: int = 0) -> None:
             )
             written += 1
             if step % 1000 == 0 and written < lines:
-                out.write(f'{{"event": "eval", "step": {step}, "tau": {3 + acc:.3f}, "tau_hist": [0, 1, 2], '
-                          '"n_prompts": 32, "new_tokens": 4096, "temperature": 0.0}\n')
+                out.write(
+                    f'{{"event": "eval", "step": {step}, "tau": {3 + acc:.3f}, "tau_hist": [0, 1, 2], '
+                    '"n_prompts": 32, "new_tokens": 4096, "temperature": 0.0}\n'
+                )
                 written += 1
 
 
@@ -157,11 +164,23 @@ class Run:
     maxrss: int
 
 
-def run(code: str, args: list[str], *, python: str = sys.executable, cwd: Path = ROOT,
-        env: dict[str, str] | None = None) -> Run:
+def run(
+    code: str,
+    args: list[str],
+    *,
+    python: str = sys.executable,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> Run:
     """CPU seconds and peak RSS of a fresh Python process running ``code`` with ``args``."""
-    proc = subprocess.run([python, "-c", WRAPPER, code, *args], capture_output=True, check=False,
-                          text=True, cwd=cwd, env=env)
+    proc = subprocess.run(
+        [python, "-c", WRAPPER, code, *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
     if proc.returncode != 0 or "MAXRSS_KIB" not in proc.stderr:
         raise SystemExit(f"benchmark step failed ({python}):\n{proc.stderr[-2000:]}")
     fields = proc.stderr.rsplit("MAXRSS_KIB", 1)[1].split()
@@ -174,16 +193,25 @@ def build_against(rev: str, scratch: Path) -> tuple[str, Path]:
     Returns:
         ``(python, tree)``: the venv's interpreter and the commit's worktree.
     """
-    sha = subprocess.run(["git", "rev-parse", "--short=12", f"{rev}^{{commit}}"], cwd=ROOT,
-                         check=True, capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short=12", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     home = scratch / f"against-{sha}"
     tree, venv = home / "tree", home / "venv"
     python = venv / "bin" / "python"
     if not (python.exists() and (home / "ready").exists()):
         home.mkdir(parents=True, exist_ok=True)
         if not tree.exists():
-            subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=ROOT,
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(tree), sha],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         print(f"building {rev} ({sha}) in {home} (pip install -e, no torch)...", flush=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], check=True)
@@ -204,8 +232,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds (medians are reported)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
     parser.add_argument("--against", metavar="REV", help="also run the code of this commit")
-    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "dflash-diag-bench",
-                        help="where --against builds its venvs (kept for the next run)")
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "dflash-diag-bench",
+        help="where --against builds its venvs (kept for the next run)",
+    )
     args = parser.parse_args()
     names = [n.strip() for n in args.shapes.split(",") if n.strip()]
     unknown = [n for n in names if n not in SHAPES]
@@ -223,8 +255,10 @@ def main() -> None:
             t0 = time.perf_counter()
             shape.write(paths[name], args.lines)
             size = _size(paths[name])
-            print(f"{name}: {args.lines:,} records, {size / 2**20:.1f} MiB, "
-                  f"written in {time.perf_counter() - t0:.1f} s")
+            print(
+                f"{name}: {args.lines:,} records, {size / 2**20:.1f} MiB, "
+                f"written in {time.perf_counter() - t0:.1f} s"
+            )
         grow: dict[str, tuple[bytes, bytes]] = {}
         if _converge_flags(ROOT):  # this tree has the cache: first run and re-run after 1% growth
             for name in names:
@@ -238,7 +272,8 @@ def main() -> None:
                 cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
                 grow[name] = (data[:cut], data[cut:])
         readers = ["scan", "converge", "load_log", "first", "rerun"] + (
-            ["converge@REV", "load_log@REV"] if against else [])
+            ["converge@REV", "load_log@REV"] if against else []
+        )
         runs = {n: {r: [] for r in readers} for n in names}
         loads = []
         env = dict(os.environ, XDG_CACHE_HOME=str(folder / "cache"))
@@ -246,12 +281,17 @@ def main() -> None:
             for name in names:
                 shape = SHAPES[name]
                 log = str(paths[name])
-                spec = json.dumps({"schema": shape.scan_schema, "step": shape.scan_step,
-                                   "value": shape.scan_value})
+                spec = json.dumps(
+                    {
+                        "schema": shape.scan_schema,
+                        "step": shape.scan_step,
+                        "value": shape.scan_value,
+                    }
+                )
                 scan_log = str(paths[shape.scan_of or name])
                 this = runs[name]
                 this["scan"].append(run(POLARS_SCAN, [scan_log, spec], env=env))
-                this["converge"].append(run(CONVERGE, [log, "-"] + _converge_flags(ROOT), env=env))
+                this["converge"].append(run(CONVERGE, [log, "-", *_converge_flags(ROOT)], env=env))
                 this["load_log"].append(run(LOAD_LOG, [log], env=env))
                 if name in grow:
                     grown = folder / name / f"grow_{round_}.jsonl"
@@ -264,16 +304,29 @@ def main() -> None:
                     grown.unlink()
                 if against:
                     python, tree = against
-                    this["converge@REV"].append(run(CONVERGE, [log, "-"] + _converge_flags(tree),
-                                                    python=python, cwd=tree, env=env))
-                    this["load_log@REV"].append(run(LOAD_LOG, [log], python=python, cwd=tree, env=env))
+                    this["converge@REV"].append(
+                        run(
+                            CONVERGE,
+                            [log, "-", *_converge_flags(tree)],
+                            python=python,
+                            cwd=tree,
+                            env=env,
+                        )
+                    )
+                    this["load_log@REV"].append(
+                        run(LOAD_LOG, [log], python=python, cwd=tree, env=env)
+                    )
             loads.append(os.getloadavg()[0])
             print(f"  round {round_ + 1} done, load {loads[-1]:.2f}", flush=True)
 
-        print(f"\nmedians of {args.repeat} rounds, {args.lines:,} records per shape, load average "
-              f"{min(loads):.1f}-{max(loads):.1f} (uptime: {_uptime()})")
-        header = (f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'conv s':>8}{'x scan':>7}{'RSS/file':>9}"
-                  f"{'load s':>8}{'x scan':>7}{'RSS/file':>9}")
+        print(
+            f"\nmedians of {args.repeat} rounds, {args.lines:,} records per shape, load average "
+            f"{min(loads):.1f}-{max(loads):.1f} (uptime: {_uptime()})"
+        )
+        header = (
+            f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'conv s':>8}{'x scan':>7}{'RSS/file':>9}"
+            f"{'load s':>8}{'x scan':>7}{'RSS/file':>9}"
+        )
         header += f"{'rerun/first':>12}"
         if against:
             header += f"{'conv now/REV':>13}{'RSS now/REV':>12}{'load now/REV':>13}"
@@ -282,14 +335,18 @@ def main() -> None:
             size = _size(paths[name])
             med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
             rss = {r: max(x.maxrss for x in runs[name][r]) for r in readers if runs[name][r]}
-            line = (f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}"
-                    f"{med['converge']:8.2f}{med['converge'] / med['scan']:7.2f}{rss['converge'] / size:9.2f}"
-                    f"{med['load_log']:8.2f}{med['load_log'] / med['scan']:7.2f}{rss['load_log'] / size:9.2f}")
-            line += (f"{med['rerun'] / med['first']:12.2f}" if "rerun" in med else f"{'n/a':>12}")
+            line = (
+                f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}"
+                f"{med['converge']:8.2f}{med['converge'] / med['scan']:7.2f}{rss['converge'] / size:9.2f}"
+                f"{med['load_log']:8.2f}{med['load_log'] / med['scan']:7.2f}{rss['load_log'] / size:9.2f}"
+            )
+            line += f"{med['rerun'] / med['first']:12.2f}" if "rerun" in med else f"{'n/a':>12}"
             if against:
-                line += (f"{med['converge'] / med['converge@REV']:13.2f}"
-                         f"{rss['converge'] / rss['converge@REV']:12.2f}"
-                         f"{med['load_log'] / med['load_log@REV']:13.2f}")
+                line += (
+                    f"{med['converge'] / med['converge@REV']:13.2f}"
+                    f"{rss['converge'] / rss['converge@REV']:12.2f}"
+                    f"{med['load_log'] / med['load_log@REV']:13.2f}"
+                )
             print(line)
         print("targets: x scan <= 1.25 (CPU), RSS/file <= 1.0")
 
@@ -308,7 +365,9 @@ def _converge_flags(tree: Path) -> list[str]:
 
 def _uptime() -> str:
     try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+        return subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip()
     except OSError:
         return "n/a"
 

@@ -58,14 +58,20 @@ def window_means(records: Sequence[dict]) -> dict[str, object]:
     preds = sum(r["n_pred"] for r in records)
     k = len(records[0]["acc_pos"])
     acc_pos = [sum(r["acc_pos"][i] * r["n_blocks"] for r in records) / blocks for i in range(k)]
-    accept_pos = [sum(r["accept_pos"][i] * r["n_blocks"] for r in records) / blocks
-                  for i in range(k)]
+    accept_pos = [
+        sum(r["accept_pos"][i] * r["n_blocks"] for r in records) / blocks for i in range(k)
+    ]
     walked = [r for r in records if r.get("walk_steps")]
-    return {"walk_pairs": [(r["walk_tokens"], r["walk_steps"]) for r in walked],
-            "acc": sum(r["acc"] * r["n_pred"] for r in records) / preds, "acc_pos": acc_pos,
-            "accept_pos": accept_pos, "walk_tokens": sum(r["walk_tokens"] for r in walked),
-            "walk_steps": sum(r["walk_steps"] for r in walked), "block_size": k + 1,
-            "walked": len(walked)}
+    return {
+        "walk_pairs": [(r["walk_tokens"], r["walk_steps"]) for r in walked],
+        "acc": sum(r["acc"] * r["n_pred"] for r in records) / preds,
+        "acc_pos": acc_pos,
+        "accept_pos": accept_pos,
+        "walk_tokens": sum(r["walk_tokens"] for r in walked),
+        "walk_steps": sum(r["walk_steps"] for r in walked),
+        "block_size": k + 1,
+        "walked": len(walked),
+    }
 
 
 def walk_tau(walk_tokens: int, walk_steps: int) -> float:
@@ -130,19 +136,41 @@ def estimates(means: dict) -> dict[str, float]:
 
 # -- the run ---------------------------------------------------------------------------------------
 
+
 def train(args, work: Path, ckpt_every: int) -> None:
     cfg = work / "bench.toml"
-    cfg.write_text("\n".join([
-        f'target = "{args.target}"', f'data = "{args.data}"', f"token_budget = {args.token_budget}",
-        "log_every = 1", f"walk_every = {args.walk_every}", f"walk_seqs = {args.walk_seqs}",
-        "eval_every = 0", f"ckpt_every = {ckpt_every}", f"max_steps = {args.steps}",
-        f"grad_accum = {args.grad_accum}", f"peak_lr = {args.lr}", f"min_lr = {args.lr / 10}",
-        f'log = "{work / "train.jsonl"}"', f'ckpt_dir = "{work / "ckpt"}"', "progress = false",
-        "[drafter]", "block_size = 16", "num_draft_layers = 1", f"num_anchors = {args.anchors}",
-    ]) + "\n")
+    cfg.write_text(
+        "\n".join(
+            [
+                f'target = "{args.target}"',
+                f'data = "{args.data}"',
+                f"token_budget = {args.token_budget}",
+                "log_every = 1",
+                f"walk_every = {args.walk_every}",
+                f"walk_seqs = {args.walk_seqs}",
+                "eval_every = 0",
+                f"ckpt_every = {ckpt_every}",
+                f"max_steps = {args.steps}",
+                f"grad_accum = {args.grad_accum}",
+                f"peak_lr = {args.lr}",
+                f"min_lr = {args.lr / 10}",
+                f'log = "{work / "train.jsonl"}"',
+                f'ckpt_dir = "{work / "ckpt"}"',
+                "progress = false",
+                "[drafter]",
+                "block_size = 16",
+                "num_draft_layers = 1",
+                f"num_anchors = {args.anchors}",
+            ]
+        )
+        + "\n"
+    )
     print(f"$ dflash-train pipeline --config {cfg}", flush=True)
-    subprocess.run([sys.executable, "-m", "pipelines.cli", "pipeline", "--config", str(cfg)],
-                   check=True, cwd=REPO)
+    subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "pipeline", "--config", str(cfg)],
+        check=True,
+        cwd=REPO,
+    )
 
 
 def measure(args, work: Path, steps: list[int]) -> dict[int, dict[str, tuple[float, int]]]:
@@ -160,18 +188,26 @@ def measure(args, work: Path, steps: list[int]) -> dict[int, dict[str, tuple[flo
     data = load_dataset(args.data)
     horizon = longest_response(data)
     eos = data.meta.get("eos_token_id")
-    benches = {k: v[:args.prompts] for k, v in load_benchmarks(args.data).items()}
+    benches = {k: v[: args.prompts] for k, v in load_benchmarks(args.data).items()}
     out = {}
     for s in steps:
         drafter = load_drafter(str(work / "ckpt" / f"step-{s:06d}"), dtype=target.dtype)
         out[s] = {}
         for name, prompts in benches.items():
             t0 = time.time()
-            res = evaluate_tau(target, drafter, prompts, max_new_tokens=horizon,
-                               stop_token_ids=[eos] if eos is not None else None)
+            res = evaluate_tau(
+                target,
+                drafter,
+                prompts,
+                max_new_tokens=horizon,
+                stop_token_ids=[eos] if eos is not None else None,
+            )
             out[s][name] = (res.tau, res.n_steps)
-            print(f"step {s} {name}: measured tau {res.tau:.3f} over {res.n_steps} steps "
-                  f"({time.time() - t0:.0f}s)", flush=True)
+            print(
+                f"step {s} {name}: measured tau {res.tau:.3f} over {res.n_steps} steps "
+                f"({time.time() - t0:.0f}s)",
+                flush=True,
+            )
     return out
 
 
@@ -198,9 +234,11 @@ def latest_records(records: Sequence[dict]) -> list[dict]:
 
 
 #: The estimate columns of both tables, after the measured ones.
-ESTIMATE_HEAD = (["walk ± se (err)", "walked"]
-                 + [f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")]
-                 + ["primary (err)"])
+ESTIMATE_HEAD = (
+    ["walk ± se (err)", "walked"]
+    + [f"{e} (err)" for e in ("harmonic", "chain", "linear", "tau_train")]
+    + ["primary (err)"]
+)
 
 
 def estimate_cells(means: dict, truth: float) -> list[str]:
@@ -212,9 +250,11 @@ def estimate_cells(means: dict, truth: float) -> list[str]:
     if math.isfinite(se) and math.isfinite(est["walk"]):
         walk = walk.replace(" (", f" ± {se:.2f} (", 1)
     lead = primary(est, se, means["walked"])
-    return ([walk, str(means["walked"])]
-            + [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
-            + [f"{lead} {cell(est[lead], truth)}"])
+    return (
+        [walk, str(means["walked"])]
+        + [cell(est[e], truth) for e in ("harmonic", "chain", "linear", "tau_train")]
+        + [f"{lead} {cell(est[lead], truth)}"]
+    )
 
 
 def log_table(path: Path, window: int) -> int:
@@ -232,8 +272,10 @@ def log_table(path: Path, window: int) -> int:
         truth = ev["tau"]
         cells = [str(s), f"{truth:.2f}", *estimate_cells(window_means(window_recs), truth)]
         print("| " + " | ".join(cells) + " |")
-    print(f"\nestimates from the pipeline records of steps (s-{window}, s]; measured: the log's "
-          f"eval records ({next(iter(evals.values()))['n_prompts']} held-out prompts)")
+    print(
+        f"\nestimates from the pipeline records of steps (s-{window}, s]; measured: the log's "
+        f"eval records ({next(iter(evals.values()))['n_prompts']} held-out prompts)"
+    )
     return 0
 
 
@@ -254,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--walk-seqs", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip-train", action="store_true", help="re-measure the run in --work")
-    p.add_argument("--reuse-measured", action="store_true",
-                   help="with --skip-train: tabulate the run's saved measurements (measured.json)")
+    p.add_argument(
+        "--reuse-measured",
+        action="store_true",
+        help="with --skip-train: tabulate the run's saved measurements (measured.json)",
+    )
     p.add_argument("--log", type=Path, help="only tabulate this log against its eval records")
     args = p.parse_args(argv)
     if args.log is not None:
@@ -276,14 +321,18 @@ def main(argv: list[str] | None = None) -> int:
     metrics = latest_records(records)
     saved = args.work / "measured.json"
     if args.reuse_measured and saved.is_file():
-        measured = {int(k): {n: tuple(v) for n, v in r.items()}
-                    for k, r in json.loads(saved.read_text()).items()}
+        measured = {
+            int(k): {n: tuple(v) for n, v in r.items()}
+            for k, r in json.loads(saved.read_text()).items()
+        }
     else:
         measured = measure(args, args.work, steps)
         saved.write_text(json.dumps(measured, indent=1) + "\n")
     names = sorted(next(iter(measured.values())))
-    print(f"\ntraining {t_train:.0f}s; measurement {time.time() - t0 - t_train:.0f}s; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"\ntraining {t_train:.0f}s; measurement {time.time() - t0 - t_train:.0f}s; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     head = ["step"] + [f"tau {n}" for n in names] + ["tau all", *ESTIMATE_HEAD]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
@@ -296,17 +345,24 @@ def main(argv: list[str] | None = None) -> int:
         cells = [str(s)] + [f"{measured[s][n][0]:.2f}" for n in names] + [f"{truth:.2f}"]
         cells += estimate_cells(means, truth)
         print("| " + " | ".join(cells) + " |")
-    print(f"\nestimates from the records of steps (s-{args.window}, s]; walk over "
-          f"{args.walk_seqs} training sequences every {args.walk_every} steps; errors against "
-          f"'tau all' (the measured tau pooled over the benchmarks' verify steps); primary: the "
-          f"report's rule (walk on {WALK_MIN_RECORDS}+ walked records with SE <= "
-          f"{WALK_MAX_REL_SE:.0%}, else harmonic)")
+    print(
+        f"\nestimates from the records of steps (s-{args.window}, s]; walk over "
+        f"{args.walk_seqs} training sequences every {args.walk_every} steps; errors against "
+        f"'tau all' (the measured tau pooled over the benchmarks' verify steps); primary: the "
+        f"report's rule (walk on {WALK_MIN_RECORDS}+ walked records with SE <= "
+        f"{WALK_MAX_REL_SE:.0%}, else harmonic)"
+    )
     in_dist = [n for n in names if n != "humaneval"]
     if in_dist:
-        print("walk error against the benchmark drawn like the training data ("
-              + ", ".join(in_dist) + "): " + ", ".join(
-                  f"step {s} " + cell(walks[s], pooled({n: measured[s][n] for n in in_dist}))
-                  for s in steps))
+        print(
+            "walk error against the benchmark drawn like the training data ("
+            + ", ".join(in_dist)
+            + "): "
+            + ", ".join(
+                f"step {s} " + cell(walks[s], pooled({n: measured[s][n] for n in in_dist}))
+                for s in steps
+            )
+        )
     return 0
 
 

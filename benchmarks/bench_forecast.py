@@ -129,7 +129,11 @@ def load(path: Path) -> ParsedLog:
         except DiagError as exc:
             error = error or exc
             continue
-        if log.metrics.height and "loss" in log.metrics.columns and log.metrics["loss"].drop_nulls().len():
+        if (
+            log.metrics.height
+            and "loss" in log.metrics.columns
+            and log.metrics["loss"].drop_nulls().len()
+        ):
             return log
     raise error or DiagError(f"{path}: no loss")
 
@@ -162,9 +166,12 @@ def final_value(points: list[tuple[float, float]], first: float, end: float) -> 
 
 
 def prefix_of(log: ParsedLog, cut_step: int) -> ParsedLog:
-    return ParsedLog(metrics=log.metrics.filter(pl.col("step") <= cut_step),
-                     events=[e for e in log.events if e.kind == "run_start" or (e.step or 0) <= cut_step],
-                     issues=log.issues, sources=log.sources)
+    return ParsedLog(
+        metrics=log.metrics.filter(pl.col("step") <= cut_step),
+        events=[e for e in log.events if e.kind == "run_start" or (e.step or 0) <= cut_step],
+        issues=log.issues,
+        sources=log.sources,
+    )
 
 
 def straight_line(points: list[tuple[float, float]], end: float) -> float | None:
@@ -176,8 +183,9 @@ def straight_line(points: list[tuple[float, float]], end: float) -> float | None
     return series.values[-1] + slope * (end - series.steps[-1])
 
 
-def backtest_log(name: str, log: ParsedLog, cuts=CUTS,
-                 planned: int | None = None) -> tuple[list[Case], list[str]]:
+def backtest_log(
+    name: str, log: ParsedLog, cuts=CUTS, planned: int | None = None
+) -> tuple[list[Case], list[str]]:
     """Cases of one completed run (every tracked metric, every cut); the plan is the header's
     end, else ``planned`` (the index's), else the run's last step."""
     cases: list[Case] = []
@@ -205,7 +213,9 @@ def backtest_log(name: str, log: ParsedLog, cuts=CUTS,
             cut_loss = [v for s, v in loss_pts if s <= cut_step]
             final_loss = final_value(loss_pts, first, end)
             if cut_loss:
-                now = binned([s for s, _ in loss_pts if s <= cut_step], cut_loss, basis="").values[-1]
+                now = binned([s for s, _ in loss_pts if s <= cut_step], cut_loss, basis="").values[
+                    -1
+                ]
                 d = final_loss - now
                 targets = [now + 0.5 * d, final_loss + 0.5 * d]
         try:
@@ -213,7 +223,9 @@ def backtest_log(name: str, log: ParsedLog, cuts=CUTS,
             diagnosis = diagnose(prefix, base)
             etas = []
             for t in targets:
-                cfg = DiagnosisConfig(phase="all", forecast=ForecastConfig(end_step=end, target_loss=t))
+                cfg = DiagnosisConfig(
+                    phase="all", forecast=ForecastConfig(end_step=end, target_loss=t)
+                )
                 etas.append(diagnose(prefix, cfg).forecast.target)
         except DiagError as exc:
             skipped.append(f"{name} @ {cut:.0%}: {exc}")
@@ -224,7 +236,11 @@ def backtest_log(name: str, log: ParsedLog, cuts=CUTS,
             seen = [p for p in pts if p[0] <= cut_step]
             if len(pts) < 2 or not seen:
                 continue
-            truth = final_value(pts, first, end) if not metric.startswith(("eval", "tau")) else pts[-1][1]
+            truth = (
+                final_value(pts, first, end)
+                if not metric.startswith(("eval", "tau"))
+                else pts[-1][1]
+            )
             start_value = binned([p[0] for p in pts], [p[1] for p in pts], basis="").values[0]
             change = abs(start_value - truth)
             if change <= 1e-12:
@@ -232,10 +248,15 @@ def backtest_log(name: str, log: ParsedLog, cuts=CUTS,
             m = fc.metrics.get(metric)
             last_value = binned([p[0] for p in seen], [p[1] for p in seen], basis="").values[-1]
             line = straight_line(seen, end)
-            case = Case(source=name, metric=metric, cut=cut, error=None,
-                        last_error=abs(last_value - truth) / change,
-                        line_error=abs(line - truth) / change if line is not None else None,
-                        covered=None)
+            case = Case(
+                source=name,
+                metric=metric,
+                cut=cut,
+                error=None,
+                last_error=abs(last_value - truth) / change,
+                line_error=abs(line - truth) / change if line is not None else None,
+                covered=None,
+            )
             if m is not None and m.available:
                 case.error = abs(m.value - truth) / change
                 case.covered = m.low <= truth <= m.high
@@ -264,16 +285,26 @@ def backtest_curve(path: Path, cuts=CUTS) -> tuple[list[Case], list[str]]:
         if not seen:
             notes.append(f"{data['name']} @ {cut}: no point before the cut")
             continue
-        series = Series(tuple(p[0] for p in seen), tuple(p[1] for p in seen), tuple(1 for _ in seen),
-                        f"{len(seen)} posted points")
+        series = Series(
+            tuple(p[0] for p in seen),
+            tuple(p[1] for p in seen),
+            tuple(1 for _ in seen),
+            f"{len(seen)} posted points",
+        )
         timeline = Timeline(RunPlan(end_step=None, end_source=None), (), (), end)
-        m = forecast_series("tau", series, timeline=timeline, target_step=end, higher_is_better=True)
+        m = forecast_series(
+            "tau", series, timeline=timeline, target_step=end, higher_is_better=True
+        )
         line = straight_line(seen, end)
-        case = Case(source=data["name"], metric="tau", cut=cut if cut != "last-but-one" else -1.0,
-                    error=abs(m.value - truth) / change if m.available and change else None,
-                    last_error=abs(seen[-1][1] - truth) / change if change else 0.0,
-                    line_error=abs(line - truth) / change if line is not None and change else None,
-                    covered=(m.low <= truth <= m.high) if m.available else None)
+        case = Case(
+            source=data["name"],
+            metric="tau",
+            cut=cut if cut != "last-but-one" else -1.0,
+            error=abs(m.value - truth) / change if m.available and change else None,
+            last_error=abs(seen[-1][1] - truth) / change if change else 0.0,
+            line_error=abs(line - truth) / change if line is not None and change else None,
+            covered=(m.low <= truth <= m.high) if m.available else None,
+        )
         if not m.available:
             notes.append(f"{data['name']} @ {cut}: {m.reason}")
         cases.append(case)
@@ -286,10 +317,15 @@ def _median(values) -> float | None:
 
 
 def summary(cases: list[Case], title: str) -> list[str]:
-    out = [f"## {title}", "",
-           ("| cut | forecasts | no evidence | median error: forecast | last value | straight line "
-           "| forecast/last | forecast/line | 80% coverage | within-run right |"),
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"## {title}",
+        "",
+        (
+            "| cut | forecasts | no evidence | median error: forecast | last value | straight line "
+            "| forecast/last | forecast/line | 80% coverage | within-run right |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for cut in sorted({c.cut for c in cases}):
         group = [c for c in cases if c.cut == cut]
         made = [c for c in group if c.error is not None]
@@ -306,18 +342,24 @@ def summary(cases: list[Case], title: str) -> list[str]:
             return "-" if a is None or not b else f"{a / b:.2f}x"
 
         label = "last-but-one" if cut < 0 else f"{cut:.0%}"
-        out.append(f"| {label} | {len(made)} | {len(group) - len(made)} | {pct(fc)} | {pct(last)} | "
-                   f"{pct(line)} | {ratio(fc, last)} | {ratio(fc, line)} | "
-                   f"{pct(sum(cov) / len(cov) if cov else None)} ({sum(cov)}/{len(cov)}) | "
-                   f"{pct(sum(right) / len(right) if right else None)} ({sum(right)}/{len(right)}) |")
+        out.append(
+            f"| {label} | {len(made)} | {len(group) - len(made)} | {pct(fc)} | {pct(last)} | "
+            f"{pct(line)} | {ratio(fc, last)} | {ratio(fc, line)} | "
+            f"{pct(sum(cov) / len(cov) if cov else None)} ({sum(cov)}/{len(cov)}) | "
+            f"{pct(sum(right) / len(right) if right else None)} ({sum(right)}/{len(right)}) |"
+        )
     out.append("")
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, default=ROOT / "shared" / "wild",
-                        help="corpus folder with index.csv (default: shared/wild)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT / "shared" / "wild",
+        help="corpus folder with index.csv (default: shared/wild)",
+    )
     parser.add_argument("--runs", type=Path, default=None, help="folder of pipeline runs (*.jsonl)")
     parser.add_argument("--curves", type=Path, default=ROOT / "benchmarks" / "curves")
     parser.add_argument("--verbose", action="store_true", help="one line per case")
@@ -352,19 +394,26 @@ def main() -> int:
                 continue
             run_cases += cases
             notes += skipped
-        lines += summary(run_cases, f"(b) pipeline runs of {args.runs} ({len({c.source for c in run_cases})} runs)")
+        lines += summary(
+            run_cases,
+            f"(b) pipeline runs of {args.runs} ({len({c.source for c in run_cases})} runs)",
+        )
         corpus_cases += run_cases
     curve_cases: list[Case] = []
     for path in sorted(args.curves.glob("*.json")):
         cases, skipped = backtest_curve(path)
         curve_cases += cases
         notes += skipped
-    lines += summary(curve_cases, f"(c) posted tau curves ({len(list(args.curves.glob('*.json')))})")
+    lines += summary(
+        curve_cases, f"(c) posted tau curves ({len(list(args.curves.glob('*.json')))})"
+    )
     print("\n".join(lines))
     if args.verbose:
         for c in corpus_cases + curve_cases:
-            print(f"{c.source:60.60} {c.metric:10} {c.cut:5} fc={c.error} last={c.last_error:.3f} "
-                  f"line={c.line_error} cov={c.covered} within={c.within_right}")
+            print(
+                f"{c.source:60.60} {c.metric:10} {c.cut:5} fc={c.error} last={c.last_error:.3f} "
+                f"line={c.line_error} cov={c.covered} within={c.within_right}"
+            )
     for note in notes:
         print(f"note: {note}")
     print(f"({time.perf_counter() - started:.1f} s)")

@@ -57,11 +57,22 @@ def _record(step: int, tag: str, value: float) -> bytes:
     raw = tag.encode()
     item = b"\x0a" + bytes([len(raw)]) + raw + b"\x15" + struct.pack("<f", value)
     summary = b"\x0a" + bytes([len(item)]) + item
-    event = (b"\x09" + struct.pack("<d", 1.7e9 + step) + b"\x10" + _varint(step) + b"\x2a"
-             + bytes([len(summary)]) + summary)
+    event = (
+        b"\x09"
+        + struct.pack("<d", 1.7e9 + step)
+        + b"\x10"
+        + _varint(step)
+        + b"\x2a"
+        + bytes([len(summary)])
+        + summary
+    )
     header = struct.pack("<Q", len(event))
-    return (header + struct.pack("<I", masked_crc32c(header)) + event
-            + struct.pack("<I", masked_crc32c(event)))
+    return (
+        header
+        + struct.pack("<I", masked_crc32c(header))
+        + event
+        + struct.pack("<I", masked_crc32c(event))
+    )
 
 
 def write_logs(folder: Path, events: int) -> tuple[Path, Path]:
@@ -74,25 +85,37 @@ def write_logs(folder: Path, events: int) -> tuple[Path, Path]:
     header = struct.pack("<Q", len(version))
     from dflash_diag.read.formats.tensorboard import masked_crc32c
 
-    with (runs / "events.out.tfevents.1700000000.bench.1.0").open("wb") as tb, \
-            (folder / "log.jsonl").open("w") as jl:
-        tb.write(header + struct.pack("<I", masked_crc32c(header)) + version
-                 + struct.pack("<I", masked_crc32c(version)))
+    with (
+        (runs / "events.out.tfevents.1700000000.bench.1.0").open("wb") as tb,
+        (folder / "log.jsonl").open("w") as jl,
+    ):
+        tb.write(
+            header
+            + struct.pack("<I", masked_crc32c(header))
+            + version
+            + struct.pack("<I", masked_crc32c(version))
+        )
         for step in range(1, steps + 1):
             values = (2.0 / step**0.3, 0.5 - 0.3 / step**0.3, 1e-4, 1.0 + (step % 7) / 10)
             values = tuple(struct.unpack("<f", struct.pack("<f", v))[0] for v in values)
             tb.write(b"".join(_record(step, t, v) for t, v in zip(TAGS, values)))
             jl.write(json.dumps({"step": step, **dict(zip(JSONL_NAMES, values))}) + "\n")
             if step % 1000 == 0:
-                tb.write(_record(step, "eval/loss", values[0]) + _record(step, "eval/accuracy", 0.3))
-                jl.write(json.dumps({"step": step, "event": "eval", "loss": values[0], "acc": 0.3}) + "\n")
+                tb.write(
+                    _record(step, "eval/loss", values[0]) + _record(step, "eval/accuracy", 0.3)
+                )
+                jl.write(
+                    json.dumps({"step": step, "event": "eval", "loss": values[0], "acc": 0.3})
+                    + "\n"
+                )
     return runs, folder / "log.jsonl"
 
 
 def run(path: Path) -> tuple[float, int, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", READ, str(path)], capture_output=True, text=True,
-                         env=env, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", READ, str(path)], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
     return float(out[0]), int(out[1]), float(out[2])
 
 
@@ -104,19 +127,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs, jsonl = write_logs(Path(tmp), args.events)
         tb_bytes = sum(p.stat().st_size for p in runs.iterdir())
-        print(f"{args.events:,} scalar events: TensorBoard {tb_bytes / 2**20:.1f} MiB, "
-              f"JSONL {jsonl.stat().st_size / 2**20:.1f} MiB (load {os.getloadavg()[0]:.1f})")
+        print(
+            f"{args.events:,} scalar events: TensorBoard {tb_bytes / 2**20:.1f} MiB, "
+            f"JSONL {jsonl.stat().st_size / 2**20:.1f} MiB (load {os.getloadavg()[0]:.1f})"
+        )
         best: dict[str, tuple[float, int, float]] = {}
         for round_no in range(args.repeat):
             for name, path in (("jsonl", jsonl), ("tensorboard", runs)):
                 cpu, rows, rss = run(path)
                 if name not in best or cpu < best[name][0]:
                     best[name] = (cpu, rows, rss)
-                print(f"  round {round_no + 1} {name:<12} cpu {cpu:6.2f} s  records {rows:,}  "
-                      f"peak {rss:,.0f} MiB")
+                print(
+                    f"  round {round_no + 1} {name:<12} cpu {cpu:6.2f} s  records {rows:,}  "
+                    f"peak {rss:,.0f} MiB"
+                )
         ratio = best["tensorboard"][0] / best["jsonl"][0]
-        print(f"best cpu: jsonl {best['jsonl'][0]:.2f} s, tensorboard {best['tensorboard'][0]:.2f} s"
-              f" -> ratio {ratio:.2f} (target <= 1.5)")
+        print(
+            f"best cpu: jsonl {best['jsonl'][0]:.2f} s, tensorboard {best['tensorboard'][0]:.2f} s"
+            f" -> ratio {ratio:.2f} (target <= 1.5)"
+        )
 
 
 if __name__ == "__main__":

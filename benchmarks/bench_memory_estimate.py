@@ -41,9 +41,15 @@ def measure(budget: int, steps: int, anchors: int) -> dict:
 
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp()
-    cfg = TrainConfig(token_budget=budget, max_steps=steps + 1, check_memory=False,
-                      log=f"{tmp}/l.jsonl", ckpt_dir=f"{tmp}/ck", progress=False,
-                      drafter={**CPU_DRAFTER, "num_anchors": anchors})
+    cfg = TrainConfig(
+        token_budget=budget,
+        max_steps=steps + 1,
+        check_memory=False,
+        log=f"{tmp}/l.jsonl",
+        ckpt_dir=f"{tmp}/ck",
+        progress=False,
+        drafter={**CPU_DRAFTER, "num_anchors": anchors},
+    )
     setup = build_setup(cfg)
     dataset = setup.loader.dataset
     est = estimate_for_run(cfg, setup.drafter.config, setup.target.config, dataset)
@@ -51,14 +57,19 @@ def measure(budget: int, steps: int, anchors: int) -> dict:
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     before = _status_kb("VmRSS")
     for k, batch in enumerate(batches, start=1):
-        out = compute_loss_and_metrics(setup.drafter, setup.target, batch,
-                                       anchor_generator(0, k, 0))
+        out = compute_loss_and_metrics(
+            setup.drafter, setup.target, batch, anchor_generator(0, k, 0)
+        )
         out.loss_sum.backward()
         apply_update(setup.drafter, setup.optimizer, 1e-4, 1.0, float(out.loss), 1.0)
     peak = _status_kb("VmHWM")
-    return {"budget": budget, "estimate": est.total, "parts": est.parts,
-            "measured": (peak - before) * 1024,
-            "tokens": int(sum(int(b["attention_mask"].sum()) for b in batches) / steps)}
+    return {
+        "budget": budget,
+        "estimate": est.total,
+        "parts": est.parts,
+        "measured": (peak - before) * 1024,
+        "tokens": int(sum(int(b["attention_mask"].sum()) for b in batches) / steps),
+    }
 
 
 def main() -> None:
@@ -72,17 +83,36 @@ def main() -> None:
         print(json.dumps(measure(args.one, args.steps, int(args.anchors))))
         return
     print(f"load average {os.getloadavg()[0]:.1f}; bundled target and data, sync step, CPU")
-    print(f"{'budget':>8} {'anchors':>7} {'estimate MiB':>13} {'measured MiB':>13} "
-          f"{'measured/est':>13}  largest term")
-    for b, a in [(int(x), int(y)) for x in args.budgets.split(",") for y in args.anchors.split(",")]:
-        out = subprocess.run([sys.executable, __file__, "--one", str(b), "--steps", str(args.steps),
-                              "--anchors", str(a)],
-                             cwd=ROOT, capture_output=True, text=True, check=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+    print(
+        f"{'budget':>8} {'anchors':>7} {'estimate MiB':>13} {'measured MiB':>13} "
+        f"{'measured/est':>13}  largest term"
+    )
+    for b, a in [
+        (int(x), int(y)) for x in args.budgets.split(",") for y in args.anchors.split(",")
+    ]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                str(b),
+                "--steps",
+                str(args.steps),
+                "--anchors",
+                str(a),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         top = max(r["parts"], key=r["parts"].get)
-        print(f"{b:>8} {a:>7} {r['estimate'] / 2**20:>13.0f} {r['measured'] / 2**20:>13.0f} "
-              f"{r['measured'] / r['estimate']:>13.2f}  {top} ({r['parts'][top] / 2**20:.0f} MiB)")
+        print(
+            f"{b:>8} {a:>7} {r['estimate'] / 2**20:>13.0f} {r['measured'] / 2**20:>13.0f} "
+            f"{r['measured'] / r['estimate']:>13.2f}  {top} ({r['parts'][top] / 2**20:.0f} MiB)"
+        )
 
 
 if __name__ == "__main__":

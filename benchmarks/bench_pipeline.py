@@ -50,12 +50,26 @@ from pipelines.sync_trainer import run_sync
 #: Randomly initialised Qwen3 targets for measuring at a realistic size without downloading
 #: weights (the bundled data's token ids fit any of these vocabularies).
 RANDOM_TARGETS = {
-    "qwen3-1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
-                       "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-                       "vocab_size": 151936, "tie_word_embeddings": True},
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
-                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 4096,
-                 "tie_word_embeddings": True},
+    "qwen3-1.7b": {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 4096,
+        "tie_word_embeddings": True,
+    },
 }
 
 
@@ -80,31 +94,47 @@ def metric_records(log: Path) -> list[dict]:
     return [r for r in map(json.loads, log.read_text().splitlines()) if "event" not in r]
 
 
-def run_one(program: str, args: argparse.Namespace, threads: int, workdir: Path,
-            tokens: list[int]) -> dict:
+def run_one(
+    program: str, args: argparse.Namespace, threads: int, workdir: Path, tokens: list[int]
+) -> dict:
     """Run one program once; return its tokens/s (and the pipeline's stage busy fractions)."""
     torch.set_num_threads(threads)
     tag = f"{program}-{threads}t-{time.monotonic_ns()}"
-    common = {"target": args.target, "data": args.data, "device": args.device, "seed": args.seed,
-                  "token_budget": args.token_budget, "log": str(workdir / f"{tag}.jsonl"),
-                  "ckpt_dir": str(workdir / tag), "ckpt_every": 0, "progress": False,
-                  "drafter": {"num_anchors": args.num_anchors, "block_size": args.block_size},
-                  "dtype": args.dtype, "torch_threads": 1 if threads == 1 else 0}
+    common = {
+        "target": args.target,
+        "data": args.data,
+        "device": args.device,
+        "seed": args.seed,
+        "token_budget": args.token_budget,
+        "log": str(workdir / f"{tag}.jsonl"),
+        "ckpt_dir": str(workdir / tag),
+        "ckpt_every": 0,
+        "progress": False,
+        "drafter": {"num_anchors": args.num_anchors, "block_size": args.block_size},
+        "dtype": args.dtype,
+        "torch_threads": 1 if threads == 1 else 0,
+    }
     ga = args.grad_accum
     if program == "sync":
         res = run_sync(TrainConfig(max_steps=args.steps * ga, **common))
         per_step = 1
     else:
-        res = run_pipeline(PipelineConfig(max_steps=args.steps, grad_accum=ga, eval_every=0,
-                                          target_devices=args.target_devices or [args.device],
-                                          **common))
+        res = run_pipeline(
+            PipelineConfig(
+                max_steps=args.steps,
+                grad_accum=ga,
+                eval_every=0,
+                target_devices=args.target_devices or [args.device],
+                **common,
+            )
+        )
         per_step = ga
     if res.exit_code != 0:
         raise SystemExit(f"{program} failed: {res.error or res.reason}")
     recs = metric_records(workdir / f"{tag}.jsonl")
     first, last = recs[0], recs[-1]
     # Tokens of the micro-batches consumed after the first record, up to the last one.
-    n_tok = sum(tokens[first["step"] * per_step: last["step"] * per_step])
+    n_tok = sum(tokens[first["step"] * per_step : last["step"] * per_step])
     out = {"tok_per_sec": n_tok / (last["time"] - first["time"])}
     if program == "pipeline":
         busy = [r["stage_busy"] for r in recs[1:]]
@@ -115,8 +145,19 @@ def run_one(program: str, args: argparse.Namespace, threads: int, workdir: Path,
 def run_isolated(argv: list[str], program: str, target: str, threads: int, workdir: Path) -> dict:
     """:func:`run_one` in a fresh process, so no run inherits another's thread pools, allocator
     state or torch thread setting (start-up is excluded from the figures anyway)."""
-    cmd = [sys.executable, __file__, *argv, "--target", target, "--one", program,
-           "--threads", str(threads), "--workdir", str(workdir)]
+    cmd = [
+        sys.executable,
+        __file__,
+        *argv,
+        "--target",
+        target,
+        "--one",
+        program,
+        "--threads",
+        str(threads),
+        "--workdir",
+        str(workdir),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{program} run failed:\n{out.stderr[-2000:]}")
@@ -137,8 +178,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--num-anchors", type=int, default=None, help="drafter blocks per sequence")
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--target", default=BUNDLED)
-    p.add_argument("--random-target", choices=sorted(RANDOM_TARGETS), default=None,
-                   help="use a randomly initialised Qwen3 of this size as the target")
+    p.add_argument(
+        "--random-target",
+        choices=sorted(RANDOM_TARGETS),
+        default=None,
+        help="use a randomly initialised Qwen3 of this size as the target",
+    )
     p.add_argument("--data", default=BUNDLED)
     p.add_argument("--device", default="cpu")
     p.add_argument("--target-devices", type=lambda s: s.split(","), default=None)
@@ -158,18 +203,21 @@ def main(argv: list[str] | None = None) -> None:
         args.block_size = defaults.get("block_size", 16)
 
     if args.one:
-        tokens = micro_batch_tokens(args.data, args.token_budget, args.seed,
-                                    (args.steps + 1) * args.grad_accum)
+        tokens = micro_batch_tokens(
+            args.data, args.token_budget, args.seed, (args.steps + 1) * args.grad_accum
+        )
         print(json.dumps(run_one(args.one, args, args.threads, args.workdir, tokens)))
         return
 
     whole = torch.get_num_threads()
     settings = {"a": 1, "b": whole}
     chosen = [s for s in args.settings.split(",") if s]
-    print(f"# bench_pipeline: {args.steps} pipeline steps x grad_accum {args.grad_accum} "
-          f"(= {args.steps * args.grad_accum} sync steps), budget {args.token_budget}, "
-          f"anchors {args.num_anchors}, block {args.block_size}, rounds {args.rounds}, "
-          f"torch default threads {whole}, cpus {os.cpu_count()}")
+    print(
+        f"# bench_pipeline: {args.steps} pipeline steps x grad_accum {args.grad_accum} "
+        f"(= {args.steps * args.grad_accum} sync steps), budget {args.token_budget}, "
+        f"anchors {args.num_anchors}, block {args.block_size}, rounds {args.rounds}, "
+        f"torch default threads {whole}, cpus {os.cpu_count()}"
+    )
     print(f"# load average before: {os.getloadavg()}")
     results: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
@@ -181,13 +229,17 @@ def main(argv: list[str] | None = None) -> None:
                 for program in ("sync", "pipeline") if rnd % 2 == 0 else ("pipeline", "sync"):
                     r = run_isolated(argv, program, args.target, settings[s], Path(tmp))
                     results.setdefault((s, program), []).append(r)
-                    print(f"  round {rnd} setting ({s}) {program:8s} {r['tok_per_sec']:9.0f} tok/s",
-                          flush=True)
+                    print(
+                        f"  round {rnd} setting ({s}) {program:8s} {r['tok_per_sec']:9.0f} tok/s",
+                        flush=True,
+                    )
     print(f"# load average after: {os.getloadavg()}")
     names = {"a": "(a) one thread per stage", "b": "(b) whole machine"}
     for s in chosen:
         runs = results[(s, "pipeline")]
-        busy = {k: statistics.fmean(r["stage_busy"][k] for r in runs) for k in runs[0]["stage_busy"]}
+        busy = {
+            k: statistics.fmean(r["stage_busy"][k] for r in runs) for k in runs[0]["stage_busy"]
+        }
         bound = overlap_bound(busy)
         print(f"{names[s]}:")
         # Median: typical; best: least disturbed by other processes on a shared machine
@@ -196,11 +248,14 @@ def main(argv: list[str] | None = None) -> None:
             sync = pick(r["tok_per_sec"] for r in results[(s, "sync")])
             pipe = pick(r["tok_per_sec"] for r in runs)
             ratio = pipe / sync
-            print(f"    {label:6s} sync {sync:7,.0f} tok/s  pipeline {pipe:7,.0f} tok/s  "
-                  f"ratio {ratio:.2f}x  = {ratio / bound:.0%} of the ideal overlap bound "
-                  f"{bound:.2f}x")
-        print("    stage busy (pipeline, mean): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in busy.items()))
+            print(
+                f"    {label:6s} sync {sync:7,.0f} tok/s  pipeline {pipe:7,.0f} tok/s  "
+                f"ratio {ratio:.2f}x  = {ratio / bound:.0%} of the ideal overlap bound "
+                f"{bound:.2f}x"
+            )
+        print(
+            "    stage busy (pipeline, mean): " + ", ".join(f"{k} {v:.2f}" for k, v in busy.items())
+        )
 
 
 if __name__ == "__main__":

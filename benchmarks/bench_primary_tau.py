@@ -37,9 +37,13 @@ def primary_at_evals(path: Path, window: int, all_evals: bool = False) -> list[d
         step, epoch = ev["step"], epoch_at.get(ev["step"])
         if epoch is None or (epoch <= 1 and not all_evals):
             continue
-        kept = [r for r in records if r.get("event") != "eval"
-                and not ("event" not in r and r["step"] > step)
-                and not (r.get("event") in ("checkpoint", "stop") and r["step"] > step)]
+        kept = [
+            r
+            for r in records
+            if r.get("event") != "eval"
+            and not ("event" not in r and r["step"] > step)
+            and not (r.get("event") in ("checkpoint", "stop") and r["step"] > step)
+        ]
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
             f.write("".join(json.dumps(r) + "\n" for r in kept))
         try:
@@ -47,9 +51,17 @@ def primary_at_evals(path: Path, window: int, all_evals: bool = False) -> list[d
         finally:
             Path(f.name).unlink()
         a = report.acceptance
-        rows.append({"run": path.parent.name, "step": step, "epoch": epoch,
-                     "measured": ev["tau"], "primary": a.tau, "estimator": a.estimator,
-                     "error": a.tau / ev["tau"] - 1})
+        rows.append(
+            {
+                "run": path.parent.name,
+                "step": step,
+                "epoch": epoch,
+                "measured": ev["tau"],
+                "primary": a.tau,
+                "estimator": a.estimator,
+                "error": a.tau / ev["tau"] - 1,
+            }
+        )
     return rows
 
 
@@ -61,16 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logs = args.logs or sorted((REPO / "tests" / "fixtures" / "runs").glob("*/train.jsonl"))
     rows = [row for log in logs for row in primary_at_evals(log, args.window, args.all_evals)]
-    print(f"{'run':<20} {'step':>5} {'epoch':>6} {'measured':>9} {'primary':>8} "
-          f"{'estimator':<10} {'error':>7}")
+    print(
+        f"{'run':<20} {'step':>5} {'epoch':>6} {'measured':>9} {'primary':>8} "
+        f"{'estimator':<10} {'error':>7}"
+    )
     for r in rows:
-        print(f"{r['run']:<20} {r['step']:>5} {r['epoch']:>6.2f} {r['measured']:>9.3f} "
-              f"{r['primary']:>8.3f} {r['estimator']:<10} {r['error']:>+7.1%}")
+        print(
+            f"{r['run']:<20} {r['step']:>5} {r['epoch']:>6.2f} {r['measured']:>9.3f} "
+            f"{r['primary']:>8.3f} {r['estimator']:<10} {r['error']:>+7.1%}"
+        )
     if rows:
         errors = [abs(r["error"]) for r in rows]
         within = sum(e <= 0.10 for e in errors)
-        print(f"\n{len(rows)} evals: |error| median {statistics.median(errors):.1%}, max "
-              f"{max(errors):.1%}; within 10%: {within}/{len(rows)}")
+        print(
+            f"\n{len(rows)} evals: |error| median {statistics.median(errors):.1%}, max "
+            f"{max(errors):.1%}; within 10%: {within}/{len(rows)}"
+        )
     return 0
 
 

@@ -47,8 +47,13 @@ MEMBER_BYTES = 16 * 2**20  # zeros per gzip member
 
 
 def records(first: int, last: int) -> bytes:
-    return b"".join(json.dumps({"step": s, "loss": 3 - s / 1000, "acc": s / 2000, "lr": 1e-3,
-                                "time": float(s)}).encode() + b"\n" for s in range(first, last))
+    return b"".join(
+        json.dumps(
+            {"step": s, "loss": 3 - s / 1000, "acc": s / 2000, "lr": 1e-3, "time": float(s)}
+        ).encode()
+        + b"\n"
+        for s in range(first, last)
+    )
 
 
 def write_bomb(path: Path, gigabytes: float) -> int:
@@ -84,16 +89,27 @@ def _tb_framed(event: bytes, length: int | None = None) -> bytes:
     from dflash_diag.read.formats.tensorboard import masked_crc32c
 
     header = struct.pack("<Q", len(event) if length is None else length)
-    return (header + struct.pack("<I", masked_crc32c(header)) + event
-            + struct.pack("<I", masked_crc32c(event)))
+    return (
+        header
+        + struct.pack("<I", masked_crc32c(header))
+        + event
+        + struct.pack("<I", masked_crc32c(event))
+    )
 
 
 def _tb_scalar(step: int, tag: str, value: float) -> bytes:
     raw = tag.encode()
     item = b"\x0a" + _varint(len(raw)) + raw + b"\x15" + struct.pack("<f", value)
     summary = b"\x0a" + _varint(len(item)) + item
-    return _tb_framed(b"\x09" + struct.pack("<d", 1.7e9 + step) + b"\x10" + _varint(step)
-                      + b"\x2a" + _varint(len(summary)) + summary)
+    return _tb_framed(
+        b"\x09"
+        + struct.pack("<d", 1.7e9 + step)
+        + b"\x10"
+        + _varint(step)
+        + b"\x2a"
+        + _varint(len(summary))
+        + summary
+    )
 
 
 def write_tb_claim(folder: Path, megabytes: float) -> Path:
@@ -117,13 +133,17 @@ def write_tb_claim(folder: Path, megabytes: float) -> Path:
 
 
 def _wandb_history(step: int) -> bytes:
-    row = {"train/loss": 3 - step / 1000, "train/acc": step / 2000, "_step": step,
-           "_timestamp": 1.7e9 + step}
-    items = b"".join(_field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
-                     for k, v in row.items())
+    row = {
+        "train/loss": 3 - step / 1000,
+        "train/acc": step / 2000,
+        "_step": step,
+        "_timestamp": 1.7e9 + step,
+    }
+    items = b"".join(
+        _field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
+        for k, v in row.items()
+    )
     return _varint(1 << 3) + _varint(step) + _field(2, items)
-
-
 
 
 def write_wandb(folder: Path, megabytes: float) -> Path:
@@ -136,7 +156,7 @@ def write_wandb(folder: Path, megabytes: float) -> Path:
         zeros = bytes(MEMBER_BYTES)
         left = int(megabytes * 1e6) - out.tell()
         while left > 0:
-            out.write(zeros[:min(left, len(zeros))])
+            out.write(zeros[: min(left, len(zeros))])
             left -= len(zeros)
         out.write(b"\x00" * (-out.tell() % 32768))
         out.write(frame_records([_wandb_history(s) for s in range(301, 601)], out.tell()))
@@ -152,8 +172,9 @@ def write_mlflow_lines(folder: Path, lines: int) -> Path:
         step = 0
         while step < lines:
             stop = min(lines, step + 100_000)
-            out.write("".join(f"{1700000000000 + s} {3 - s * 1e-7:.6f} {s}\n"
-                              for s in range(step, stop)))
+            out.write(
+                "".join(f"{1700000000000 + s} {3 - s * 1e-7:.6f} {s}\n" for s in range(step, stop))
+            )
             step = stop
     return run.parent.parent
 
@@ -179,8 +200,13 @@ def write_trainer_state(folder: Path, megabytes: float) -> Path:
         out.write('{"global_step": 0, "max_steps": 0, "log_history": [')
         step = 1
         while out.tell() < megabytes * 1e6:
-            out.write(",".join(entry.format(s=s, l=3 - s * 1e-8, e=s * 1e-6)
-                               for s in range(step, step + 10_000)) + ",")
+            out.write(
+                ",".join(
+                    entry.format(s=s, l=3 - s * 1e-8, e=s * 1e-6)
+                    for s in range(step, step + 10_000)
+                )
+                + ","
+            )
             step += 10_000
         out.write(entry.format(s=step, l=1.0, e=1.0) + "]}")
     return path
@@ -191,10 +217,23 @@ def write_acc_pos(folder: Path, elements: int, lists: int = 1) -> Path:
     path = folder / "train.jsonl"
     with open(path, "w") as out:
         out.write(json.dumps({"event": "run_start", "block_size": 8}) + "\n")
-        out.writelines(json.dumps({"step": s, "loss": 3 - s / 1000, "acc": 0.5,
-                                  "acc_pos": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]}) + "\n" for s in range(1, 201))
+        out.writelines(
+            json.dumps(
+                {
+                    "step": s,
+                    "loss": 3 - s / 1000,
+                    "acc": 0.5,
+                    "acc_pos": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3],
+                }
+            )
+            + "\n"
+            for s in range(1, 201)
+        )
         big = "[" + ",".join(["0.5"] * elements) + "]"
-        out.writelines(f'{{"step": {s}, "loss": 2.7, "acc": 0.5, "acc_pos": {big}}}\n' for s in range(201, 201 + lists))
+        out.writelines(
+            f'{{"step": {s}, "loss": 2.7, "acc": 0.5, "acc_pos": {big}}}\n'
+            for s in range(201, 201 + lists)
+        )
     return path
 
 
@@ -221,10 +260,14 @@ CASES = ("gzip-bomb", "tb-claim", "wandb", "mlflow-lines", "csv-wide", "trainer-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=CASES + ("all",), default="all")
+    parser.add_argument("--case", choices=(*CASES, "all"), default="all")
     parser.add_argument("--gb", type=float, default=10.0, help="GB of zeros in the gzip bomb")
-    parser.add_argument("--mb", type=float, default=1024.0,
-                        help="MB of the tb-claim and wandb files (trainer-state: 300)")
+    parser.add_argument(
+        "--mb",
+        type=float,
+        default=1024.0,
+        help="MB of the tb-claim and wandb files (trainer-state: 300)",
+    )
     parser.add_argument("--lines", type=int, default=10_000_000, help="mlflow-lines: lines")
     parser.add_argument("--columns", type=int, default=100_000, help="csv-wide: columns")
     parser.add_argument("--elements", type=int, default=1_000_000, help="acc-pos: list length")
@@ -236,8 +279,10 @@ def main() -> None:
         clean = Path(tmp) / "clean.jsonl.gz"
         clean.write_bytes(gzip.compress(records(1, 601)))
         base_mb, base_s, base_rc, _ = peak_rss([cli, "converge", str(clean), "-f", "json"])
-        print(f"{'clean log (600 records)':34} peak RSS {base_mb:7.1f} MB  {base_s:6.1f} s  "
-              f"exit {base_rc}")
+        print(
+            f"{'clean log (600 records)':34} peak RSS {base_mb:7.1f} MB  {base_s:6.1f} s  "
+            f"exit {base_rc}"
+        )
         for case in cases:
             folder = Path(tmp) / case
             folder.mkdir()

@@ -54,38 +54,51 @@ def _pipeline(path: Path, lines: int) -> None:
 def _mixed(path: Path, lines: int, seed: int = 1) -> None:
     """Issue 21's shape: 30% plain records, then 70% pipeline records with one acc_pos list."""
     rng = random.Random(seed)
-    positions = ["[" + ", ".join(f"{rng.uniform(0.02, 0.6):.5f}" for _ in range(15)) + "]"
-                 for _ in range(256)]
+    positions = [
+        "[" + ", ".join(f"{rng.uniform(0.02, 0.6):.5f}" for _ in range(15)) + "]"
+        for _ in range(256)
+    ]
     plain = lines * 3 // 10
     t = 1.767e9
     with path.open("w") as out:
         for step in range(1, lines + 1):
             t += 0.9
             acc = 0.15 + 0.1 * step / lines + rng.gauss(0, 0.01)
-            head = (f'{{"step": {step}, "loss": {3.1 - acc:.4f}, "acc": {acc:.4f}, '
-                    f'"lr": {6e-4 * min(1.0, step / 20000):.6e}, "time": {t:.3f}, '
-                    f'"epoch": {step / 5000:.4f}')
+            head = (
+                f'{{"step": {step}, "loss": {3.1 - acc:.4f}, "acc": {acc:.4f}, '
+                f'"lr": {6e-4 * min(1.0, step / 20000):.6e}, "time": {t:.3f}, '
+                f'"epoch": {step / 5000:.4f}'
+            )
             if step <= plain:
                 out.write(head + "}\n")
             else:
-                out.write(head + f', "tok_per_sec": {16000 + rng.random() * 500:.1f}, '
-                          f'"acc_pos": {positions[step % 256]}}}\n')
+                out.write(
+                    head + f', "tok_per_sec": {16000 + rng.random() * 500:.1f}, '
+                    f'"acc_pos": {positions[step % 256]}}}\n'
+                )
 
 
 def hf_values(lines: int, seed: int = 2):
     """The HF Trainer's logging calls: (step, loss, grad_norm, learning_rate, epoch)."""
     rng = random.Random(seed)
     for step in range(1, lines + 1):
-        yield (step, 2.0 / step**0.3 + rng.gauss(0, 0.01), 1.0 + rng.random(),
-               2e-4 * (1 - step / (lines + 1)), step / 5000)
+        yield (
+            step,
+            2.0 / step**0.3 + rng.gauss(0, 0.01),
+            1.0 + rng.random(),
+            2e-4 * (1 - step / (lines + 1)),
+            step / 5000,
+        )
 
 
 def _hf(path: Path, lines: int) -> None:
     """``{"loss", "grad_norm", "learning_rate", "epoch", "step"}``, step last (HF's order)."""
     with path.open("w") as out:
         for step, loss, grad_norm, lr, epoch in hf_values(lines):
-            out.write(f'{{"loss": {loss:.4f}, "grad_norm": {grad_norm:.4f}, '
-                      f'"learning_rate": {lr:.6e}, "epoch": {epoch:.4f}, "step": {step}}}\n')
+            out.write(
+                f'{{"loss": {loss:.4f}, "grad_norm": {grad_norm:.4f}, '
+                f'"learning_rate": {lr:.6e}, "epoch": {epoch:.4f}, "step": {step}}}\n'
+            )
 
 
 def _nested(path: Path, lines: int, seed: int = 3) -> None:
@@ -95,9 +108,11 @@ def _nested(path: Path, lines: int, seed: int = 3) -> None:
         for step in range(lines):
             acc = 0.2 + 0.3 * step / lines + rng.gauss(0, 0.01)
             pos = ", ".join(f'"position_{k}_acc": {acc * 0.9**k:.4f}' for k in range(1, 8))
-            out.write(f'{{"global_step": {step}, "lr": {2e-4 * (1 - step / (lines + 1)):.6e}, '
-                      f'"train": {{"loss": {3.0 - acc:.4f}, "full_acc": {acc:.4f}, '
-                      f'"eal": {1.5 + acc:.4f}, {pos}}}}}\n')
+            out.write(
+                f'{{"global_step": {step}, "lr": {2e-4 * (1 - step / (lines + 1)):.6e}, '
+                f'"train": {{"loss": {3.0 - acc:.4f}, "full_acc": {acc:.4f}, '
+                f'"eal": {1.5 + acc:.4f}, {pos}}}}}\n'
+            )
 
 
 def _tensorboard(folder: Path, lines: int) -> None:
@@ -112,39 +127,98 @@ def _tensorboard(folder: Path, lines: int) -> None:
     version = b"\x09" + struct.pack("<d", 1.7e9) + b"\x1a\x0dbrain.Event:2"
     header = struct.pack("<Q", len(version))
     with (folder / "events.out.tfevents.1700000000.bench.1.0").open("wb") as tb:
-        tb.write(header + struct.pack("<I", masked_crc32c(header)) + version
-                 + struct.pack("<I", masked_crc32c(version)))
+        tb.write(
+            header
+            + struct.pack("<I", masked_crc32c(header))
+            + version
+            + struct.pack("<I", masked_crc32c(version))
+        )
         for step, loss, grad_norm, lr, epoch in hf_values(lines):
-            tb.write(_record(step, "loss", loss) + _record(step, "grad_norm", grad_norm)
-                     + _record(step, "learning_rate", lr) + _record(step, "epoch", epoch))
+            tb.write(
+                _record(step, "loss", loss)
+                + _record(step, "grad_norm", grad_norm)
+                + _record(step, "learning_rate", lr)
+                + _record(step, "epoch", epoch)
+            )
 
 
 def _trainer_state(path: Path, lines: int) -> None:
     """The HF values as a ``trainer_state.json`` ``log_history``."""
-    history = [{"loss": round(loss, 4), "grad_norm": round(g, 4), "learning_rate": lr,
-                "epoch": round(epoch, 4), "step": step}
-               for step, loss, g, lr, epoch in hf_values(lines)]
-    path.write_text(json.dumps({"global_step": lines, "max_steps": lines * 2,
-                                "log_history": history}))
+    history = [
+        {
+            "loss": round(loss, 4),
+            "grad_norm": round(g, 4),
+            "learning_rate": lr,
+            "epoch": round(epoch, 4),
+            "step": step,
+        }
+        for step, loss, g, lr, epoch in hf_values(lines)
+    ]
+    path.write_text(
+        json.dumps({"global_step": lines, "max_steps": lines * 2, "log_history": history})
+    )
 
 
-_PIPELINE_SCAN = {"step": "Float64", "time": "Float64", "epoch": "Float64", "loss": "Float64",
-                  "acc": "Float64", "lr": "Float64", "tok_per_sec": "Float64",
-                  "n_pred": "Float64", "event": "String"}
-_HF_SCAN = {"loss": "Float64", "grad_norm": "Float64", "learning_rate": "Float64",
-            "epoch": "Float64", "step": "Float64"}
+_PIPELINE_SCAN = {
+    "step": "Float64",
+    "time": "Float64",
+    "epoch": "Float64",
+    "loss": "Float64",
+    "acc": "Float64",
+    "lr": "Float64",
+    "tok_per_sec": "Float64",
+    "n_pred": "Float64",
+    "event": "String",
+}
+_HF_SCAN = {
+    "loss": "Float64",
+    "grad_norm": "Float64",
+    "learning_rate": "Float64",
+    "epoch": "Float64",
+    "step": "Float64",
+}
 
-SHAPES: dict[str, Shape] = {s.name: s for s in (
-    Shape("pipeline", _pipeline, "train.jsonl", _PIPELINE_SCAN, "step", "acc"),
-    Shape("mixed", _mixed, "train.jsonl",
-          {"step": "Float64", "loss": "Float64", "acc": "Float64", "lr": "Float64",
-           "time": "Float64", "tok_per_sec": "Float64"}, "step", "acc"),
-    Shape("hf", _hf, "train.jsonl", _HF_SCAN, "step", "loss"),
-    Shape("nested", _nested, "metrics.jsonl",
-          {"global_step": "Float64", "lr": "Float64",
-           "train": {"loss": "Float64", "full_acc": "Float64", "eal": "Float64"}},
-          "global_step", "train.full_acc"),
-    Shape("tensorboard", _tensorboard, "runs", _HF_SCAN, "step", "loss", scan_of="hf"),
-    Shape("trainer_state", _trainer_state, "trainer_state.json", _HF_SCAN, "step", "loss",
-          scan_of="hf"),
-)}
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("pipeline", _pipeline, "train.jsonl", _PIPELINE_SCAN, "step", "acc"),
+        Shape(
+            "mixed",
+            _mixed,
+            "train.jsonl",
+            {
+                "step": "Float64",
+                "loss": "Float64",
+                "acc": "Float64",
+                "lr": "Float64",
+                "time": "Float64",
+                "tok_per_sec": "Float64",
+            },
+            "step",
+            "acc",
+        ),
+        Shape("hf", _hf, "train.jsonl", _HF_SCAN, "step", "loss"),
+        Shape(
+            "nested",
+            _nested,
+            "metrics.jsonl",
+            {
+                "global_step": "Float64",
+                "lr": "Float64",
+                "train": {"loss": "Float64", "full_acc": "Float64", "eal": "Float64"},
+            },
+            "global_step",
+            "train.full_acc",
+        ),
+        Shape("tensorboard", _tensorboard, "runs", _HF_SCAN, "step", "loss", scan_of="hf"),
+        Shape(
+            "trainer_state",
+            _trainer_state,
+            "trainer_state.json",
+            _HF_SCAN,
+            "step",
+            "loss",
+            scan_of="hf",
+        ),
+    )
+}

@@ -39,8 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--walk-every", type=int, default=None)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    over = {k: v for k, v in {"walk_seqs": args.walk_seqs, "walk_every": args.walk_every}.items()
-            if v is not None}
+    over = {
+        k: v
+        for k, v in {"walk_seqs": args.walk_seqs, "walk_every": args.walk_every}.items()
+        if v is not None
+    }
     cfg = PipelineConfig(target=args.target, data=args.data, progress=False, **over)
     torch.set_num_threads(args.threads)
     setup = build_setup(cfg)
@@ -52,33 +55,47 @@ def main(argv: list[str] | None = None) -> int:
         for micro in range(cfg.grad_accum):
             batch = setup.loader.next_batch()
             t1 = time.perf_counter()
-            feats = target.forward(batch["input_ids"], layer_ids, batch["attention_mask"],
-                                   logits=False).features
+            feats = target.forward(
+                batch["input_ids"], layer_ids, batch["attention_mask"], logits=False
+            ).features
             t_target += time.perf_counter() - t1
-            out = compute_loss_and_metrics(drafter, target, batch,
-                                           anchor_generator(cfg.seed, r, micro), features=feats)
+            out = compute_loss_and_metrics(
+                drafter, target, batch, anchor_generator(cfg.seed, r, micro), features=feats
+            )
             out.loss_sum.backward()
-        apply_update(drafter, setup.optimizer, cfg.peak_lr, cfg.grad_clip, 0.0,
-                     1.0 / max(out.metrics.weight_sum, 1.0))
+        apply_update(
+            drafter,
+            setup.optimizer,
+            cfg.peak_lr,
+            cfg.grad_clip,
+            0.0,
+            1.0 / max(out.metrics.weight_sum, 1.0),
+        )
         t_step = time.perf_counter() - t0
         t2 = time.perf_counter()
-        w = walk_batch(drafter, target, batch, feats, horizon=setup.horizon,
-                       max_seqs=cfg.walk_seqs)
+        w = walk_batch(drafter, target, batch, feats, horizon=setup.horizon, max_seqs=cfg.walk_seqs)
         t_walk = time.perf_counter() - t2
         if r:
             steps.append(t_step)
             drafter_parts.append(t_step - t_target)
             walks.append(t_walk)
-        print(f"round {r}: step {t_step:.3f}s (target {t_target:.3f}s), walk {t_walk:.3f}s "
-              f"({w.steps} steps, tau_walk {w.tau:.2f}), load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"round {r}: step {t_step:.3f}s (target {t_target:.3f}s), walk {t_walk:.3f}s "
+            f"({w.steps} steps, tau_walk {w.tau:.2f}), load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     step, dpart, walk = (statistics.median(x) for x in (steps, drafter_parts, walks))
     every = cfg.log_every * cfg.walk_every
-    print(f"\nmedians over {args.rounds} rounds: step {step:.3f}s, drafter part {dpart:.3f}s, "
-          f"walk ({cfg.walk_seqs} seqs, horizon {setup.horizon}) {walk:.3f}s = "
-          f"{walk / step:.1%} of one step")
-    print(f"walked every {every} steps (log_every {cfg.log_every} x walk_every {cfg.walk_every}): "
-          f"{walk / (every * step):.2%} of the step time, "
-          f"{walk / (every * dpart):.2%} of the drafter stage's time")
+    print(
+        f"\nmedians over {args.rounds} rounds: step {step:.3f}s, drafter part {dpart:.3f}s, "
+        f"walk ({cfg.walk_seqs} seqs, horizon {setup.horizon}) {walk:.3f}s = "
+        f"{walk / step:.1%} of one step"
+    )
+    print(
+        f"walked every {every} steps (log_every {cfg.log_every} x walk_every {cfg.walk_every}): "
+        f"{walk / (every * step):.2%} of the step time, "
+        f"{walk / (every * dpart):.2%} of the drafter stage's time"
+    )
     return 0
 
 

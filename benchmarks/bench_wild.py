@@ -40,8 +40,9 @@ def share(part: int, whole: int) -> str:
     return f"{part}/{whole} ({100 * part / whole:.1f}%)" if whole else "0/0"
 
 
-def bench(root: Path, expectations_file: Path, timeout: float, draft: Path | None,
-          verbose: bool) -> bool:
+def bench(
+    root: Path, expectations_file: Path, timeout: float, draft: Path | None, verbose: bool
+) -> bool:
     expectations = load_expectations(expectations_file)
     items = indexed(root) or discover(root)
     holding = read_ok = others = clear = tracebacks = timeouts = 0
@@ -53,8 +54,11 @@ def bench(root: Path, expectations_file: Path, timeout: float, draft: Path | Non
         kinds = result.kinds()
         tracebacks += "traceback" in kinds
         timeouts += "timeout" in kinds
-        expect = expectation.expect if expectation else (
-            "read" if reads_with_no_flags(result) else "error")
+        expect = (
+            expectation.expect
+            if expectation
+            else ("read" if reads_with_no_flags(result) else "error")
+        )
         if expectation is None:
             unrecorded.append(item)
             drafts.append(draft_entry(result))
@@ -68,16 +72,24 @@ def bench(root: Path, expectations_file: Path, timeout: float, draft: Path | Non
         if issues:
             differing.append((item, issues))
         if verbose:
-            print(f"  {item}: {sorted(kinds)} windows={result.windows} "
-                  f"metrics={list(result.metrics)}", flush=True)
+            print(
+                f"  {item}: {sorted(kinds)} windows={result.windows} "
+                f"metrics={list(result.metrics)}",
+                flush=True,
+            )
     seconds = time.perf_counter() - start
     print(f"{root}: {len(items)} logs in {seconds:.0f} s")
-    print(f"  hold a per-step loss or acc: {holding}; read with no flags: {share(read_ok, holding)}")
+    print(
+        f"  hold a per-step loss or acc: {holding}; read with no flags: {share(read_ok, holding)}"
+    )
     print(f"  others: {others}; one clear line: {share(clear, others)}")
     print(f"  tracebacks: {tracebacks}; timeouts: {timeouts}")
     if unrecorded:
-        print(f"  without a recorded expectation ({len(unrecorded)}; classified by outcome): "
-              + ", ".join(unrecorded[:20]) + (" ..." if len(unrecorded) > 20 else ""))
+        print(
+            f"  without a recorded expectation ({len(unrecorded)}; classified by outcome): "
+            + ", ".join(unrecorded[:20])
+            + (" ..." if len(unrecorded) > 20 else "")
+        )
     for item, issues in differing:
         print(f"  DIFFERS {item}: " + "; ".join(issues))
     if draft is not None and drafts:
@@ -89,23 +101,42 @@ def bench(root: Path, expectations_file: Path, timeout: float, draft: Path | Non
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT / "shared" / "wild")
-    parser.add_argument("--expectations", type=Path, default=None,
-                        help="default: tests/diag/wild_expectations.toml for shared/wild, "
-                             "tests/diag/wild_heldout_expectations.toml for the held-out set")
-    parser.add_argument("--fetched", type=Path, default=None,
-                        help="also run the locally fetched binary logs below this folder")
+    parser.add_argument(
+        "--expectations",
+        type=Path,
+        default=None,
+        help="default: tests/diag/wild_expectations.toml for shared/wild, "
+        "tests/diag/wild_heldout_expectations.toml for the held-out set",
+    )
+    parser.add_argument(
+        "--fetched",
+        type=Path,
+        default=None,
+        help="also run the locally fetched binary logs below this folder",
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per command")
-    parser.add_argument("--draft", type=Path, default=None,
-                        help="write TOML entries for the logs without an expectation")
+    parser.add_argument(
+        "--draft",
+        type=Path,
+        default=None,
+        help="write TOML entries for the logs without an expectation",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     expectations = args.expectations or (
         EXPECTATIONS.with_name("wild_heldout_expectations.toml")
-        if "heldout" in args.root.name else EXPECTATIONS)
+        if "heldout" in args.root.name
+        else EXPECTATIONS
+    )
     ok = bench(args.root, expectations, args.timeout, args.draft, args.verbose)
     if args.fetched is not None:
-        ok &= bench(args.fetched, EXPECTATIONS.with_name("wild_fetched_expectations.toml"),
-                    args.timeout, None, args.verbose)
+        ok &= bench(
+            args.fetched,
+            EXPECTATIONS.with_name("wild_fetched_expectations.toml"),
+            args.timeout,
+            None,
+            args.verbose,
+        )
     return 0 if ok else 1
 
 

@@ -32,8 +32,18 @@ RUNS: dict[str, list[str]] = {
 
 #: What every run shares: about 24 optimizer steps an epoch on the 384-example data (352
 #: trained on), 80 steps (3.3 epochs), an eval every 8 steps (10%).
-COMMON = ["--max-steps", "80", "--grad-accum", "2", "--eval-every", "8", "--ckpt-every", "0",
-          "--progress-every", "8"]
+COMMON = [
+    "--max-steps",
+    "80",
+    "--grad-accum",
+    "2",
+    "--eval-every",
+    "8",
+    "--ckpt-every",
+    "0",
+    "--progress-every",
+    "8",
+]
 TOML = """eval_new_tokens = 40
 eval_prompts = 8
 walk_every = 1
@@ -74,9 +84,22 @@ def main(argv: list[str] | None = None) -> int:
         log.parent.mkdir(parents=True, exist_ok=True)
         if log.exists():
             log.unlink()
-        cmd = [sys.executable, "-m", "pipelines.cli", "pipeline", "--config", str(toml),
-               "--data", str(data), "--log", str(log), "--ckpt-dir", str(args.work / name),
-               *COMMON, *RUNS[name]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "pipeline",
+            "--config",
+            str(toml),
+            "--data",
+            str(data),
+            "--log",
+            str(log),
+            "--ckpt-dir",
+            str(args.work / name),
+            *COMMON,
+            *RUNS[name],
+        ]
         print(" ".join(cmd), flush=True)
         if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:
             return 1

@@ -14,14 +14,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "checkpoint": ["LoadedCheckpoint", "capture_rng", "is_complete_checkpoint", "latest_checkpoint",
-                   "load_checkpoint", "load_drafter", "restore_rng", "save_checkpoint"],
+    "checkpoint": [
+        "LoadedCheckpoint",
+        "capture_rng",
+        "is_complete_checkpoint",
+        "latest_checkpoint",
+        "load_checkpoint",
+        "load_drafter",
+        "restore_rng",
+        "save_checkpoint",
+    ],
     "config": ["DFlashConfig", "decay_weights", "default_target_layer_ids"],
     "metrics": ["StepMetrics"],
     "model": ["DFlashDraftModel"],
     "objective": ["ObjectiveOutput", "compute_loss_and_metrics", "sample_anchors"],
-    "spec_decode": ["GreedyOracleDrafter", "SpecOutput", "TauResult", "evaluate_tau",
-                    "spec_generate", "speculative_accept"],
+    "spec_decode": [
+        "GreedyOracleDrafter",
+        "SpecOutput",
+        "TauResult",
+        "evaluate_tau",
+        "spec_generate",
+        "speculative_accept",
+    ],
     "target": ["TargetModel", "TargetOutput"],
     "walk": ["WalkResult", "walk_accepted", "walk_batch"],
 }

@@ -66,14 +66,18 @@ class CheckpointError(ValueError):
 def _short(error: BaseException, limit: int = 200) -> str:
     """An exception's text on one line, cut to ``limit`` characters (torch's are paragraphs)."""
     text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _damaged(path: Path, file: str, error: BaseException) -> CheckpointError:
     """The error for a file that exists but cannot be parsed (torn copy, disk error, tampering)."""
     detail = _short(error)
-    return CheckpointError(path, f"damaged or not a checkpoint file ({type(error).__name__}: "
-                                 f"{detail}); use another checkpoint", file)
+    return CheckpointError(
+        path,
+        f"damaged or not a checkpoint file ({type(error).__name__}: "
+        f"{detail}); use another checkpoint",
+        file,
+    )
 
 
 def read_json_object(path: Path, file: str) -> dict[str, Any]:
@@ -87,8 +91,11 @@ def read_json_object(path: Path, file: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise _damaged(path, file, e) from None
     if not isinstance(obj, dict):
-        raise CheckpointError(path, f"must hold a JSON object, found {type(obj).__name__}; "
-                                    "use another checkpoint", file)
+        raise CheckpointError(
+            path,
+            f"must hold a JSON object, found {type(obj).__name__}; use another checkpoint",
+            file,
+        )
     return obj
 
 
@@ -111,8 +118,9 @@ class LoadedCheckpoint:
     target: dict[str, Any]
 
 
-def _save_tensors(tensors: dict[str, torch.Tensor], path: Path,
-                  metadata: dict[str, str] | None = None) -> None:
+def _save_tensors(
+    tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None
+) -> None:
     """save_file, with its I/O failures (a full disk) raised as OSError like every other write."""
     try:
         save_file(tensors, str(path), metadata=metadata)
@@ -133,7 +141,9 @@ def _write_json(path: Path, obj: Any) -> None:
         os.fsync(f.fileno())
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _optimizer_tensors(
+    optimizer: torch.optim.Optimizer,
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Flattens ``optimizer.state_dict()`` into safetensors keys plus JSON metadata."""
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
@@ -163,8 +173,11 @@ def _optimizer_state_dict(path: Path, device: torch.device | str) -> dict[str, A
                 state.setdefault(int(idx), {})[name] = f.get_tensor(key)
         scalars = json.loads(meta.get("scalars", "{}"))
         groups = json.loads(meta["param_groups"])
-        if not isinstance(scalars, dict) or not isinstance(groups, list) or \
-                not all(isinstance(g, dict) for g in groups):
+        if (
+            not isinstance(scalars, dict)
+            or not isinstance(groups, list)
+            or not all(isinstance(g, dict) for g in groups)
+        ):
             raise ValueError("metadata 'scalars'/'param_groups' of the wrong JSON type")
         for idx, values in scalars.items():
             if not isinstance(values, dict):
@@ -186,8 +199,9 @@ def capture_rng(generators: Mapping[str, torch.Generator] | None = None) -> dict
     return rng
 
 
-def restore_rng(rng: Mapping[str, torch.Tensor],
-                generators: Mapping[str, torch.Generator] | None = None) -> None:
+def restore_rng(
+    rng: Mapping[str, torch.Tensor], generators: Mapping[str, torch.Generator] | None = None
+) -> None:
     """Puts back what :func:`capture_rng` saved (missing entries are left alone)."""
     if "torch" in rng:
         torch.set_rng_state(rng["torch"])
@@ -201,11 +215,14 @@ def restore_rng(rng: Mapping[str, torch.Tensor],
             g.set_state(rng[f"gen.{name}"])
 
 
-def save_checkpoint(path: str | os.PathLike, model: nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None,
-                    state: Mapping[str, Any] | None = None,
-                    rng: Mapping[str, torch.Tensor] | None = None,
-                    target: Mapping[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    state: Mapping[str, Any] | None = None,
+    rng: Mapping[str, torch.Tensor] | None = None,
+    target: Mapping[str, Any] | None = None,
+) -> Path:
     """Writes a checkpoint atomically (temporary directory, then rename into place).
 
     Args:
@@ -227,17 +244,21 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
     try:
         weights = {k: v.detach().cpu().contiguous() for k, v in drafter.state_dict().items()}
         _save_tensors(weights, tmp / MODEL_FILE, metadata={"format": "pt"})
-        _write_json(tmp / CONFIG_FILE, {
-            "format": FORMAT_VERSION,
-            "dflash_config": cfg.to_dict(),
-            "target": dict(target) if target is not None else {"name": cfg.target_name},
-        })
+        _write_json(
+            tmp / CONFIG_FILE,
+            {
+                "format": FORMAT_VERSION,
+                "dflash_config": cfg.to_dict(),
+                "target": dict(target) if target is not None else {"name": cfg.target_name},
+            },
+        )
         if optimizer is not None:
             tensors, meta = _optimizer_tensors(optimizer)
             _save_tensors(tensors, tmp / OPTIMIZER_FILE, metadata=meta)
         if rng:
-            _save_tensors({k: v.detach().cpu().contiguous() for k, v in rng.items()},
-                          tmp / RNG_FILE)
+            _save_tensors(
+                {k: v.detach().cpu().contiguous() for k, v in rng.items()}, tmp / RNG_FILE
+            )
         # Last: its presence says every other file is complete.
         _write_json(tmp / STATE_FILE, {"format": FORMAT_VERSION, **dict(state or {})})
         if dest.exists():
@@ -287,8 +308,10 @@ class Leftovers:
         """One line for the user."""
         parts = []
         if self.removed:
-            parts.append(f"removed {len(self.removed)} leftover temporary checkpoint "
-                         f"director{'y' if len(self.removed) == 1 else 'ies'} of interrupted saves")
+            parts.append(
+                f"removed {len(self.removed)} leftover temporary checkpoint "
+                f"director{'y' if len(self.removed) == 1 else 'ies'} of interrupted saves"
+            )
         if self.restored:
             names = ", ".join(p.name for p in self.restored)
             parts.append(f"restored {names} (its overwrite was interrupted)")
@@ -317,7 +340,11 @@ def clean_checkpoint_leftovers(root: str | os.PathLike) -> Leftovers:
         if m is None or not entry.is_dir() or entry.is_symlink() or _pid_alive(int(m["pid"])):
             continue
         dest = root / m["name"]
-        if m["kind"] == "old" and is_complete_checkpoint(entry) and not is_complete_checkpoint(dest):
+        if (
+            m["kind"] == "old"
+            and is_complete_checkpoint(entry)
+            and not is_complete_checkpoint(dest)
+        ):
             try:
                 if dest.exists():  # half of something under the final name: never loadable
                     shutil.rmtree(dest)
@@ -370,16 +397,24 @@ def read_checkpoint_config(path: str | os.PathLike) -> tuple[DFlashConfig, dict[
         raise CheckpointError(p, "no checkpoint directory there")
     if not is_complete_checkpoint(p):
         missing = [f for f in (MODEL_FILE, CONFIG_FILE, STATE_FILE) if not (p / f).is_file()]
-        raise CheckpointError(p, f"incomplete checkpoint (no {', '.join(missing)}: the save was "
-                                 "interrupted or this is not a checkpoint); use another one")
+        raise CheckpointError(
+            p,
+            f"incomplete checkpoint (no {', '.join(missing)}: the save was "
+            "interrupted or this is not a checkpoint); use another one",
+        )
     meta = read_json_object(p, CONFIG_FILE)
     fmt = meta.get("format")
     if type(fmt) is not int or fmt != FORMAT_VERSION:
-        raise CheckpointError(p, f"format is {fmt!r}, expected {FORMAT_VERSION} (written by "
-                                 "another version, or edited)", CONFIG_FILE)
+        raise CheckpointError(
+            p,
+            f"format is {fmt!r}, expected {FORMAT_VERSION} (written by another version, or edited)",
+            CONFIG_FILE,
+        )
     dcfg, target = meta.get("dflash_config"), meta.get("target", {})
     if not isinstance(dcfg, dict):
-        raise CheckpointError(p, f"'dflash_config' must be an object, got {dcfg!r:.60}", CONFIG_FILE)
+        raise CheckpointError(
+            p, f"'dflash_config' must be an object, got {dcfg!r:.60}", CONFIG_FILE
+        )
     if not isinstance(target, dict):
         raise CheckpointError(p, f"'target' must be an object, got {target!r:.60}", CONFIG_FILE)
     try:
@@ -391,9 +426,12 @@ def read_checkpoint_config(path: str | os.PathLike) -> tuple[DFlashConfig, dict[
     return cfg, target
 
 
-def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
-                    optimizer: torch.optim.Optimizer | None = None,
-                    map_location: torch.device | str = "cpu") -> LoadedCheckpoint:
+def load_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    map_location: torch.device | str = "cpu",
+) -> LoadedCheckpoint:
     """Loads a checkpoint into ``model`` (and ``optimizer``) in place.
 
     Args:
@@ -414,15 +452,20 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
         drafter = unwrap_drafter(model)
         diff = drafter.config.mismatches(cfg)
         if diff:
-            detail = ", ".join(f"{f}: checkpoint {getattr(cfg, f)!r} vs model {getattr(drafter.config, f)!r}"
-                               for f in diff)
+            detail = ", ".join(
+                f"{f}: checkpoint {getattr(cfg, f)!r} vs model {getattr(drafter.config, f)!r}"
+                for f in diff
+            )
             raise CheckpointError(p, f"does not match the model config ({detail})", CONFIG_FILE)
         weights = _load_tensors(p, MODEL_FILE)
         try:
             drafter.load_state_dict(weights, strict=True)
         except RuntimeError as e:  # missing, unexpected or misshapen tensors
-            raise CheckpointError(p, f"does not hold this drafter's weights ({_short(e)}); use another "
-                                     "checkpoint", MODEL_FILE) from None
+            raise CheckpointError(
+                p,
+                f"does not hold this drafter's weights ({_short(e)}); use another checkpoint",
+                MODEL_FILE,
+            ) from None
     if optimizer is not None:
         if not (p / OPTIMIZER_FILE).is_file():
             raise CheckpointError(p, f"checkpoint has no optimizer state ({OPTIMIZER_FILE})")
@@ -435,18 +478,28 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
         params = [q for group in optimizer.param_groups for q in group["params"]]
         for idx, values in sd["state"].items():
             if not 0 <= idx < len(params):
-                raise CheckpointError(p, f"holds state of parameter {idx}, the optimizer has "
-                                         f"{len(params)}", OPTIMIZER_FILE)
+                raise CheckpointError(
+                    p,
+                    f"holds state of parameter {idx}, the optimizer has {len(params)}",
+                    OPTIMIZER_FILE,
+                )
             for name, t in values.items():
                 if isinstance(t, torch.Tensor) and t.dim() and t.shape != params[idx].shape:
-                    raise CheckpointError(p, f"{name} of parameter {idx} has shape "
-                                             f"{tuple(t.shape)}, expected "
-                                             f"{tuple(params[idx].shape)}", OPTIMIZER_FILE)
+                    raise CheckpointError(
+                        p,
+                        f"{name} of parameter {idx} has shape "
+                        f"{tuple(t.shape)}, expected "
+                        f"{tuple(params[idx].shape)}",
+                        OPTIMIZER_FILE,
+                    )
         try:
             optimizer.load_state_dict(sd)
         except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise CheckpointError(p, f"does not fit this optimizer ({_short(e)}); use another "
-                                     "checkpoint", OPTIMIZER_FILE) from None
+            raise CheckpointError(
+                p,
+                f"does not fit this optimizer ({_short(e)}); use another checkpoint",
+                OPTIMIZER_FILE,
+            ) from None
     rng = _load_tensors(p, RNG_FILE) if (p / RNG_FILE).is_file() else {}
     state = read_json_object(p, STATE_FILE)
     fmt = state.pop("format", FORMAT_VERSION)
@@ -455,8 +508,9 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None,
     return LoadedCheckpoint(path=p, config=cfg, state=state, rng=rng, target=target)
 
 
-def load_drafter(path: str | os.PathLike, device: torch.device | str = "cpu",
-                 dtype: torch.dtype | None = None) -> DFlashDraftModel:
+def load_drafter(
+    path: str | os.PathLike, device: torch.device | str = "cpu", dtype: torch.dtype | None = None
+) -> DFlashDraftModel:
     """A drafter built from a checkpoint's own config, with its weights (for evaluation)."""
     cfg, _ = read_checkpoint_config(path)
     model = DFlashDraftModel(cfg)

@@ -65,7 +65,7 @@ class DFlashConfig:
     """Token id embedded at the B-1 predicted positions. Targets rarely have a mask token: any id
     works because the drafter learns its embedding's role; `for_target` picks the pad id, else the
     last vocabulary id. Must be in [0, vocab_size)."""
-    loss_decay_gamma: float | None | str = AUTO
+    loss_decay_gamma: float | str | None = AUTO
     """gamma of w_k = exp(-(k-1)/gamma); "auto" = paper value for B (7 for 16, 5 for 10, 4 for 8);
     None switches decay off (all positions weigh 1)."""
     num_anchors: int = 512
@@ -90,26 +90,45 @@ class DFlashConfig:
         if isinstance(self.target_layer_ids, list):
             self.target_layer_ids = tuple(self.target_layer_ids)
         # bool is an int in Python; a config saying `"block_size": true` is a damaged one.
-        for name in ("block_size", "num_draft_layers", "num_anchors", "mask_token_id",
-                     "hidden_size", "intermediate_size", "num_attention_heads",
-                     "num_key_value_heads", "head_dim", "vocab_size", "num_target_layers",
-                     "max_position_embeddings"):
+        for name in (
+            "block_size",
+            "num_draft_layers",
+            "num_anchors",
+            "mask_token_id",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+            "num_target_layers",
+            "max_position_embeddings",
+        ):
             if isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")  # noqa: TRY004 - a damaged file
         if not isinstance(self.max_position_embeddings, int) or self.max_position_embeddings < 1:
-            raise ValueError(f"max_position_embeddings must be an int >= 1, "
-                             f"got {self.max_position_embeddings!r}")
+            raise ValueError(
+                f"max_position_embeddings must be an int >= 1, got {self.max_position_embeddings!r}"
+            )
         for name in ("rms_norm_eps", "rope_theta"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v <= 0
+            ):
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
         for name in ("hidden_act", "target_name"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")  # noqa: TRY004 - a damaged file
         if self.target_layer_ids is not None and (
-                not isinstance(self.target_layer_ids, tuple)
-                or not all(type(i) is int for i in self.target_layer_ids)):
-            raise ValueError(f"target_layer_ids must be a list of ints, got {self.target_layer_ids!r}")
+            not isinstance(self.target_layer_ids, tuple)
+            or not all(type(i) is int for i in self.target_layer_ids)
+        ):
+            raise ValueError(
+                f"target_layer_ids must be a list of ints, got {self.target_layer_ids!r}"
+            )
         if not isinstance(self.block_size, int) or self.block_size < 2:
             raise ValueError(f"block_size must be an int >= 2, got {self.block_size!r}")
         if not isinstance(self.num_draft_layers, int) or self.num_draft_layers < 1:
@@ -120,11 +139,20 @@ class DFlashConfig:
             self.loss_decay_gamma = default_gamma(self.block_size)
         if self.loss_decay_gamma is not None:
             g = self.loss_decay_gamma
-            if isinstance(g, (str, bool)) or not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
+            if isinstance(g, (str, bool)) or not (
+                isinstance(g, (int, float)) and math.isfinite(g) and g > 0
+            ):
                 raise ValueError(f"loss_decay_gamma must be > 0, None or 'auto', got {g!r}")
             self.loss_decay_gamma = float(g)
-        for name in ("hidden_size", "intermediate_size", "num_attention_heads",
-                     "num_key_value_heads", "head_dim", "vocab_size", "num_target_layers"):
+        for name in (
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+            "num_target_layers",
+        ):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -154,13 +182,23 @@ class DFlashConfig:
     @property
     def is_resolved(self) -> bool:
         """True when every size is known, so a model can be built."""
-        return None not in (self.hidden_size, self.intermediate_size, self.num_attention_heads,
-                            self.num_key_value_heads, self.head_dim, self.vocab_size,
-                            self.num_target_layers, self.target_layer_ids, self.mask_token_id)
+        return None not in (
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_attention_heads,
+            self.num_key_value_heads,
+            self.head_dim,
+            self.vocab_size,
+            self.num_target_layers,
+            self.target_layer_ids,
+            self.mask_token_id,
+        )
 
     def require_resolved(self) -> None:
         if not self.is_resolved:
-            raise ValueError("DFlashConfig has unset sizes: build it with DFlashConfig.for_target(...)")
+            raise ValueError(
+                "DFlashConfig has unset sizes: build it with DFlashConfig.for_target(...)"
+            )
 
     @property
     def num_context_features(self) -> int:
@@ -202,11 +240,15 @@ class DFlashConfig:
             "target_name": getattr(tc, "_name_or_path", "") or "",
         }
         if overrides.get("target_layer_ids") is None:
-            sizes["target_layer_ids"] = default_target_layer_ids(tc.num_hidden_layers, num_draft_layers)
+            sizes["target_layer_ids"] = default_target_layer_ids(
+                tc.num_hidden_layers, num_draft_layers
+            )
         if overrides.get("mask_token_id") is None:
             pad = getattr(tc, "pad_token_id", None)
             sizes["mask_token_id"] = pad if isinstance(pad, int) and 0 <= pad < vocab else vocab - 1
-        sizes.update({k: v for k, v in overrides.items() if v is not None or k == "loss_decay_gamma"})
+        sizes.update(
+            {k: v for k, v in overrides.items() if v is not None or k == "loss_decay_gamma"}
+        )
         return cls(**sizes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -225,8 +267,11 @@ class DFlashConfig:
 
     def mismatches(self, other: DFlashConfig) -> list[str]:
         """Names of the fields (other than target_name) whose values differ."""
-        return [f.name for f in dataclasses.fields(self)
-                if f.compare and getattr(self, f.name) != getattr(other, f.name)]
+        return [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.compare and getattr(self, f.name) != getattr(other, f.name)
+        ]
 
 
 def decay_weights(block_size: int, gamma: float | None) -> list[float]:

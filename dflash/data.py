@@ -55,8 +55,9 @@ class Example:
 class Dataset:
     """Examples stored as one flat token tensor plus offsets (cheap to hold and to slice)."""
 
-    def __init__(self, tokens: torch.Tensor, offsets: torch.Tensor, response_starts: torch.Tensor,
-                 meta: dict):
+    def __init__(
+        self, tokens: torch.Tensor, offsets: torch.Tensor, response_starts: torch.Tensor, meta: dict
+    ):
         if offsets.ndim != 1 or offsets.numel() != response_starts.numel() + 1:
             raise ValueError("offsets must have one more entry than response_starts")
         if int(offsets[0]) != 0 or int(offsets[-1]) != tokens.numel():
@@ -87,9 +88,15 @@ class Dataset:
         """The examples at ``indices``, in that order, as a dataset of their own (same meta)."""
         examples = [self[i] for i in indices]
         flat = torch.cat([e.input_ids for e in examples]) if examples else self.tokens[:0]
-        offsets = torch.tensor([0, *torch.tensor([e.input_ids.numel() for e in examples],
-                                                 dtype=torch.long).cumsum(0).tolist()],
-                               dtype=torch.long)
+        offsets = torch.tensor(
+            [
+                0,
+                *torch.tensor([e.input_ids.numel() for e in examples], dtype=torch.long)
+                .cumsum(0)
+                .tolist(),
+            ],
+            dtype=torch.long,
+        )
         starts = torch.tensor([e.response_start for e in examples], dtype=torch.long)
         return Dataset(flat.to(self.tokens.dtype), offsets, starts, self.meta)
 
@@ -105,8 +112,12 @@ class Dataset:
             starts.append(len(prompt))
             offsets.append(len(flat))
         # int32 holds any real vocabulary and halves the file against int64.
-        return cls(torch.tensor(flat, dtype=torch.int32), torch.tensor(offsets, dtype=torch.long),
-                   torch.tensor(starts, dtype=torch.long), meta)
+        return cls(
+            torch.tensor(flat, dtype=torch.int32),
+            torch.tensor(offsets, dtype=torch.long),
+            torch.tensor(starts, dtype=torch.long),
+            meta,
+        )
 
 
 def held_out_indices(n_examples: int, n_held: int, seed: int) -> list[int]:
@@ -126,9 +137,15 @@ def save_dataset(directory: Path, dataset: Dataset, eval_prompts: list[list[int]
     """Write ``train.safetensors`` and ``eval_prompts.jsonl`` into ``directory``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file({"tokens": dataset.tokens.contiguous(), "offsets": dataset.offsets.contiguous(),
-               "response_starts": dataset.response_starts.contiguous()},
-              str(directory / TRAIN_FILE), metadata={"meta": json.dumps(dataset.meta)})
+    save_file(
+        {
+            "tokens": dataset.tokens.contiguous(),
+            "offsets": dataset.offsets.contiguous(),
+            "response_starts": dataset.response_starts.contiguous(),
+        },
+        str(directory / TRAIN_FILE),
+        metadata={"meta": json.dumps(dataset.meta)},
+    )
     with open(directory / EVAL_FILE, "w") as f:
         f.writelines(json.dumps({"input_ids": list(map(int, ids))}) + "\n" for ids in eval_prompts)
 
@@ -149,19 +166,29 @@ def load_dataset(directory: Path | str = DEFAULT_DATA_DIR) -> Dataset:
             meta = json.loads((f.metadata() or {}).get("meta", "{}"))
         t = load_file(str(path))
         dataset = Dataset(t["tokens"], t["offsets"], t["response_starts"], meta)
-    except (SafetensorError, OSError, json.JSONDecodeError, KeyError, ValueError,
-            RuntimeError) as e:
+    except (
+        SafetensorError,
+        OSError,
+        json.JSONDecodeError,
+        KeyError,
+        ValueError,
+        RuntimeError,
+    ) as e:
         detail = " ".join(str(e).split())[:200]
-        raise ValueError(f"dataset {path} is damaged or not a dataset ({type(e).__name__}: "
-                         f"{detail}); regenerate it (python -m pipelines.make_data)") from None
+        raise ValueError(
+            f"dataset {path} is damaged or not a dataset ({type(e).__name__}: "
+            f"{detail}); regenerate it (python -m pipelines.make_data)"
+        ) from None
     if len(dataset) == 0:
-        raise ValueError(f"dataset {path} holds no examples; regenerate it "
-                         "(python -m pipelines.make_data)")
+        raise ValueError(
+            f"dataset {path} holds no examples; regenerate it (python -m pipelines.make_data)"
+        )
     return dataset
 
 
-def load_eval_prompts(directory: Path | str = DEFAULT_DATA_DIR, n: int | None = None
-                      ) -> list[list[int]]:
+def load_eval_prompts(
+    directory: Path | str = DEFAULT_DATA_DIR, n: int | None = None
+) -> list[list[int]]:
     """The held-out evaluation prompts as lists of token ids (the first ``n`` if given)."""
     path = Path(directory) / EVAL_FILE
     if not path.is_file():
@@ -197,8 +224,7 @@ def epoch_order(lengths: list[int], seed: int, epoch: int, chunk_size: int) -> l
     flips = torch.randint(0, 2, ((len(perm) + chunk_size - 1) // chunk_size,), generator=gen)
     order: list[int] = []
     for c, lo in enumerate(range(0, len(perm), chunk_size)):
-        chunk = sorted(perm[lo:lo + chunk_size], key=lambda i: lengths[i],
-                       reverse=bool(flips[c]))
+        chunk = sorted(perm[lo : lo + chunk_size], key=lambda i: lengths[i], reverse=bool(flips[c]))
         order.extend(chunk)
     return order
 
@@ -226,7 +252,7 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
         length = e.input_ids.numel()
         input_ids[row, :length] = e.input_ids
         attention_mask[row, :length] = 1
-        loss_mask[row, e.response_start:length] = True
+        loss_mask[row, e.response_start : length] = True
     return {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask}
 
 
@@ -248,9 +274,18 @@ class TokenBudgetLoader:
         ValueError: a bad argument, or an example longer than ``token_budget``.
     """
 
-    def __init__(self, dataset: Dataset, token_budget: int, *, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, chunk_size: int = 256, even_batches: bool = True,
-                 cursor: Cursor | None = None):
+    def __init__(
+        self,
+        dataset: Dataset,
+        token_budget: int,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        chunk_size: int = 256,
+        even_batches: bool = True,
+        cursor: Cursor | None = None,
+    ):
         if len(dataset) == 0:
             raise ValueError("the dataset is empty")
         if world_size < 1 or not 0 <= rank < world_size:
@@ -259,8 +294,10 @@ class TokenBudgetLoader:
             raise ValueError("chunk_size must be >= 1")
         longest = max(dataset.lengths)
         if token_budget < longest:
-            raise ValueError(f"token_budget {token_budget} is smaller than the longest example "
-                             f"({longest} tokens)")
+            raise ValueError(
+                f"token_budget {token_budget} is smaller than the longest example "
+                f"({longest} tokens)"
+            )
         self.dataset = dataset
         self.token_budget = token_budget
         self.seed = seed

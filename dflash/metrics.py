@@ -50,25 +50,41 @@ class StepMetrics:
             self.correct_pos = [0] * (self.block_size - 1)
         if not self.accept_pos:
             self.accept_pos = [0] * (self.block_size - 1)
-        if len(self.correct_pos) != self.block_size - 1 or len(self.accept_pos) != self.block_size - 1:
+        if (
+            len(self.correct_pos) != self.block_size - 1
+            or len(self.accept_pos) != self.block_size - 1
+        ):
             raise ValueError("correct_pos and accept_pos must have block_size - 1 entries")
 
     @classmethod
-    def from_correctness(cls, correct: torch.Tensor, *, loss_sum: float = 0.0,
-                         weight_sum: float = 0.0, n_tokens: int = 0) -> StepMetrics:
+    def from_correctness(
+        cls,
+        correct: torch.Tensor,
+        *,
+        loss_sum: float = 0.0,
+        weight_sum: float = 0.0,
+        n_tokens: int = 0,
+    ) -> StepMetrics:
         """Metrics of M fully supervised blocks from their [M, B-1] correctness matrix."""
         correct = correct.bool()
         M, Bm1 = correct.shape
         return cls(
-            block_size=Bm1 + 1, loss_sum=float(loss_sum), weight_sum=float(weight_sum),
-            n_correct=int(correct.sum()), n_pred=M * Bm1, n_blocks=M, n_tokens=int(n_tokens),
+            block_size=Bm1 + 1,
+            loss_sum=float(loss_sum),
+            weight_sum=float(weight_sum),
+            n_correct=int(correct.sum()),
+            n_pred=M * Bm1,
+            n_blocks=M,
+            n_tokens=int(n_tokens),
             correct_pos=[int(c) for c in correct.sum(0)],
             accept_pos=[int(c) for c in prefix_accept(correct).sum(0)],
         )
 
     def __add__(self, other: StepMetrics) -> StepMetrics:
         if other.block_size != self.block_size:
-            raise ValueError(f"cannot add metrics of block sizes {self.block_size} and {other.block_size}")
+            raise ValueError(
+                f"cannot add metrics of block sizes {self.block_size} and {other.block_size}"
+            )
         return StepMetrics(
             block_size=self.block_size,
             loss_sum=self.loss_sum + other.loss_sum,
@@ -87,8 +103,16 @@ class StepMetrics:
 
     def as_tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """A float64 vector for ``dist.all_reduce(SUM)``; float64 keeps counts exact to 2**53."""
-        vals = [self.loss_sum, self.weight_sum, self.n_correct, self.n_pred, self.n_blocks,
-                self.n_tokens, *self.correct_pos, *self.accept_pos]
+        vals = [
+            self.loss_sum,
+            self.weight_sum,
+            self.n_correct,
+            self.n_pred,
+            self.n_blocks,
+            self.n_tokens,
+            *self.correct_pos,
+            *self.accept_pos,
+        ]
         return torch.tensor(vals, dtype=torch.float64, device=device)
 
     @classmethod
@@ -99,9 +123,17 @@ class StepMetrics:
         if len(v) != 6 + 2 * k:
             raise ValueError(f"metrics tensor has {len(v)} entries, expected {6 + 2 * k}")
         ints = [round(x) for x in v[2:]]
-        return cls(block_size=block_size, loss_sum=v[0], weight_sum=v[1], n_correct=ints[0],
-                   n_pred=ints[1], n_blocks=ints[2], n_tokens=ints[3],
-                   correct_pos=ints[4:4 + k], accept_pos=ints[4 + k:4 + 2 * k])
+        return cls(
+            block_size=block_size,
+            loss_sum=v[0],
+            weight_sum=v[1],
+            n_correct=ints[0],
+            n_pred=ints[1],
+            n_blocks=ints[2],
+            n_tokens=ints[3],
+            correct_pos=ints[4 : 4 + k],
+            accept_pos=ints[4 + k : 4 + 2 * k],
+        )
 
     # -- derived values ---------------------------------------------------------------------
     @property

@@ -75,9 +75,15 @@ class DFlashAttention(nn.Module):
         """Keys/values of the (already projected and normed) context, [N, g, Tc, d] each."""
         return self._kv(ctx, cos, sin)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                ctx_k: torch.Tensor, ctx_v: torch.Tensor,
-                attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx_k: torch.Tensor,
+        ctx_v: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         """x [R, S, H] block hidden (R rows of S block positions); ctx_k/ctx_v [R, g, Tc, d];
         attn_mask [R, 1, S, Tc+S] bool over [context ; blocks] (True = visible) or None (all
         visible). Returns [R, S, H]."""
@@ -87,8 +93,9 @@ class DFlashAttention(nn.Module):
         k_blk, v_blk = self._kv(x, cos, sin)
         k = torch.cat([ctx_k, k_blk], dim=2)
         v = torch.cat([ctx_v, v_blk], dim=2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             enable_gqa=self.h != self.g)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, enable_gqa=self.h != self.g
+        )
         return self.o_proj(out.transpose(1, 2).reshape(R, S, self.h * self.d))
 
 
@@ -125,8 +132,9 @@ class DFlashDraftModel(nn.Module):
         H = config.hidden_size
         self.fc = nn.Linear(config.num_context_features, H, bias=False)
         self.hidden_norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
-        self.layers = nn.ModuleList(DFlashDecoderLayer(config, qcfg)
-                                    for _ in range(config.num_draft_layers))
+        self.layers = nn.ModuleList(
+            DFlashDecoderLayer(config, qcfg) for _ in range(config.num_draft_layers)
+        )
         self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(qcfg)
         self.apply(self._init_weights)
@@ -152,11 +160,17 @@ class DFlashDraftModel(nn.Module):
         cos, sin = self.rotary_emb(ctx, positions)
         return [layer.self_attn.context_kv(ctx, cos, sin) for layer in self.layers]
 
-    def forward(self, block_embeds: torch.Tensor, block_positions: torch.Tensor,
-                ctx_features: torch.Tensor | None = None, ctx_positions: torch.Tensor | None = None,
-                ctx_mask: torch.Tensor | None = None, seq_idx: torch.Tensor | None = None,
-                ctx_kv: ContextKV | None = None,
-                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        block_embeds: torch.Tensor,
+        block_positions: torch.Tensor,
+        ctx_features: torch.Tensor | None = None,
+        ctx_positions: torch.Tensor | None = None,
+        ctx_mask: torch.Tensor | None = None,
+        seq_idx: torch.Tensor | None = None,
+        ctx_kv: ContextKV | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Hidden states of the block positions (final-normed; apply the target's lm_head).
 
         The context comes either as target features (projected here, in this call, so that a

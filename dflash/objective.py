@@ -39,18 +39,19 @@ def valid_anchor_mask(loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
     N, T = loss_mask.shape
     span = block_size - 1
     valid = torch.zeros(N, T, dtype=torch.bool, device=loss_mask.device)
-    if T <= span:
+    if span >= T:
         return valid
     lm = loss_mask.to(torch.int64)
     # Count of supervised tokens in the window a+1 .. a+span, via a cumulative sum.
     csum = torch.cat([torch.zeros(N, 1, dtype=torch.int64, device=lm.device), lm.cumsum(1)], dim=1)
-    window = csum[:, 1 + span:] - csum[:, 1:T - span + 1]  # a = 0 .. T-span-1
+    window = csum[:, 1 + span :] - csum[:, 1 : T - span + 1]  # a = 0 .. T-span-1
     valid[:, : T - span] = (window == span) & loss_mask[:, : T - span].bool()
     return valid
 
 
-def sample_anchors(loss_mask: torch.Tensor, block_size: int, num_anchors: int,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_anchors(
+    loss_mask: torch.Tensor, block_size: int, num_anchors: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random anchors, without replacement, among the valid positions of each sequence.
 
     Args:
@@ -82,8 +83,9 @@ def context_visibility(positions: torch.Tensor, anchors: torch.Tensor) -> torch.
     return positions[None, :] < anchors[:, None]
 
 
-def block_labels(input_ids: torch.Tensor, seq_idx: torch.Tensor, anchors: torch.Tensor,
-                 block_size: int) -> torch.Tensor:
+def block_labels(
+    input_ids: torch.Tensor, seq_idx: torch.Tensor, anchors: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """[M, B-1] labels: block position k predicts x_{a+k} (k = 1..B-1), same-position."""
     offs = torch.arange(1, block_size, device=input_ids.device)
     return input_ids[seq_idx[:, None], anchors[:, None] + offs]
@@ -93,8 +95,9 @@ LAYOUTS = ("auto", "per_block", "per_sequence")
 DEFAULT_LOGITS_BUDGET = 1 << 27  # 128M elements: 512 MB of float32 logits
 
 
-def _sequence_layout(seq_idx: torch.Tensor, anchors: torch.Tensor, n_seq: int, block_size: int,
-                     n_ctx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sequence_layout(
+    seq_idx: torch.Tensor, anchors: torch.Tensor, n_seq: int, block_size: int, n_ctx: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Places the M blocks row by row, all blocks of sequence n in row n.
 
     Returns:
@@ -128,18 +131,31 @@ def _sequence_layout(seq_idx: torch.Tensor, anchors: torch.Tensor, n_seq: int, b
     return rows_cols, positions, mask
 
 
-def draft_block_logits(drafter: DFlashDraftModel, target: TargetModel, input_ids: torch.Tensor,
-                       features: torch.Tensor, seq_idx: torch.Tensor,
-                       anchors: torch.Tensor, layout: str = "auto") -> torch.Tensor:
+def draft_block_logits(
+    drafter: DFlashDraftModel,
+    target: TargetModel,
+    input_ids: torch.Tensor,
+    features: torch.Tensor,
+    seq_idx: torch.Tensor,
+    anchors: torch.Tensor,
+    layout: str = "auto",
+) -> torch.Tensor:
     """[M, B-1, V] logits of the predicted positions: the target's lm_head over
     :func:`draft_block_hidden`."""
-    return target.lm_head(draft_block_hidden(drafter, target, input_ids, features, seq_idx,
-                                             anchors, layout))
+    return target.lm_head(
+        draft_block_hidden(drafter, target, input_ids, features, seq_idx, anchors, layout)
+    )
 
 
-def draft_block_hidden(drafter: DFlashDraftModel, target: TargetModel, input_ids: torch.Tensor,
-                       features: torch.Tensor, seq_idx: torch.Tensor,
-                       anchors: torch.Tensor, layout: str = "auto") -> torch.Tensor:
+def draft_block_hidden(
+    drafter: DFlashDraftModel,
+    target: TargetModel,
+    input_ids: torch.Tensor,
+    features: torch.Tensor,
+    seq_idx: torch.Tensor,
+    anchors: torch.Tensor,
+    layout: str = "auto",
+) -> torch.Tensor:
     """Drafter hidden states of the B-1 predicted positions of M packed blocks, in one pass.
 
     Args:
@@ -174,16 +190,27 @@ def draft_block_hidden(drafter: DFlashDraftModel, target: TargetModel, input_ids
     ctx = features[:, :Tc]
     # One call through the (possibly DDP-wrapped) drafter: context projection included.
     if layout == "per_block":
-        hidden = drafter(embeds, block_pos, ctx_features=ctx, ctx_positions=pos[None],
-                         ctx_mask=context_visibility(pos, anchors), seq_idx=seq_idx)
+        hidden = drafter(
+            embeds,
+            block_pos,
+            ctx_features=ctx,
+            ctx_positions=pos[None],
+            ctx_mask=context_visibility(pos, anchors),
+            seq_idx=seq_idx,
+        )
     else:
         N = input_ids.shape[0]
         rows_cols, positions, mask = _sequence_layout(seq_idx, anchors, N, B, Tc)
         S = positions.shape[1]
         grid = embeds.new_zeros(N * S, embeds.shape[-1])
         grid[rows_cols.reshape(-1)] = embeds.reshape(M * B, -1)
-        out = drafter(grid.view(N, S, -1), positions, ctx_features=ctx, ctx_positions=pos[None],
-                      attn_mask=mask)
+        out = drafter(
+            grid.view(N, S, -1),
+            positions,
+            ctx_features=ctx,
+            ctx_positions=pos[None],
+            attn_mask=mask,
+        )
         hidden = out.reshape(N * S, -1)[rows_cols]  # back to [M, B, H]
     return hidden[:, 1:]
 
@@ -200,12 +227,16 @@ class ObjectiveOutput:
     metrics: StepMetrics
 
 
-def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
-                             batch: dict[str, torch.Tensor], generator: torch.Generator,
-                             features: torch.Tensor | None = None,
-                             anchors: tuple[torch.Tensor, torch.Tensor] | None = None,
-                             layout: str = "auto",
-                             logits_budget: int = DEFAULT_LOGITS_BUDGET) -> ObjectiveOutput:
+def compute_loss_and_metrics(
+    drafter: DFlashDraftModel,
+    target: TargetModel,
+    batch: dict[str, torch.Tensor],
+    generator: torch.Generator,
+    features: torch.Tensor | None = None,
+    anchors: tuple[torch.Tensor, torch.Tensor] | None = None,
+    layout: str = "auto",
+    logits_budget: int = DEFAULT_LOGITS_BUDGET,
+) -> ObjectiveOutput:
     """The DFlash loss and metrics of one token-budget batch.
 
     Args:
@@ -231,8 +262,9 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
     loss_mask = batch["loss_mask"].bool() & batch["attention_mask"].bool()
     n_tokens = int(batch["attention_mask"].sum())
     if features is None:
-        features = target.forward(input_ids, cfg.target_layer_ids, batch["attention_mask"],
-                                  logits=False).features
+        features = target.forward(
+            input_ids, cfg.target_layer_ids, batch["attention_mask"], logits=False
+        ).features
     if anchors is None:
         seq_idx, anchor_pos = sample_anchors(loss_mask, B, cfg.num_anchors, generator)
     else:
@@ -244,8 +276,12 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
         # parameter used, as on the other ranks.
         device = input_ids.device
         embeds = target.embed_tokens(input_ids[:1, :1]).expand(1, B, -1).to(features.dtype)
-        hidden = drafter(embeds, torch.arange(B, device=device)[None], ctx_features=features[:1, :1],
-                         ctx_positions=torch.zeros(1, 1, dtype=torch.long, device=device))
+        hidden = drafter(
+            embeds,
+            torch.arange(B, device=device)[None],
+            ctx_features=features[:1, :1],
+            ctx_positions=torch.zeros(1, 1, dtype=torch.long, device=device),
+        )
         zero = hidden.sum() * 0.0
         return ObjectiveOutput(zero, zero, StepMetrics(block_size=B, n_tokens=n_tokens))
 
@@ -261,16 +297,19 @@ def compute_loss_and_metrics(drafter: DFlashDraftModel, target: TargetModel,
 
     V = cfg.vocab_size
     chunk = max(1, logits_budget // ((B - 1) * V))
-    if M <= chunk:
+    if chunk >= M:
         loss_sum, correct = head_loss(hidden, labels)
     else:
         # [M, B-1, V] logits would not fit the budget: compute them chunk by chunk and recompute
         # each chunk in backward (activation checkpointing), so only one chunk lives at a time.
-        parts = [checkpoint(head_loss, hidden[i:i + chunk], labels[i:i + chunk], use_reentrant=False)
-                 for i in range(0, M, chunk)]
+        parts = [
+            checkpoint(head_loss, hidden[i : i + chunk], labels[i : i + chunk], use_reentrant=False)
+            for i in range(0, M, chunk)
+        ]
         loss_sum = torch.stack([p[0] for p in parts]).sum()
         correct = torch.cat([p[1] for p in parts])
     weight_sum = float(w.sum()) * M
-    metrics = StepMetrics.from_correctness(correct.cpu(), loss_sum=float(loss_sum.detach()),
-                                           weight_sum=weight_sum, n_tokens=n_tokens)
+    metrics = StepMetrics.from_correctness(
+        correct.cpu(), loss_sum=float(loss_sum.detach()), weight_sum=weight_sum, n_tokens=n_tokens
+    )
     return ObjectiveOutput(loss=loss_sum / weight_sum, loss_sum=loss_sum, metrics=metrics)

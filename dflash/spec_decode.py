@@ -47,8 +47,10 @@ class DFlashSession:
         if self.ctx_kv is None:
             self.ctx_kv = new
         else:
-            self.ctx_kv = [(torch.cat([k, k2], dim=2), torch.cat([v, v2], dim=2))
-                           for (k, v), (k2, v2) in zip(self.ctx_kv, new)]
+            self.ctx_kv = [
+                (torch.cat([k, k2], dim=2), torch.cat([v, v2], dim=2))
+                for (k, v), (k2, v2) in zip(self.ctx_kv, new)
+            ]
 
     @property
     def _dtype(self) -> torch.dtype:
@@ -72,7 +74,9 @@ class GreedyOracleDrafter:
     An upper-bound and test device: it reruns the target without a cache, slowly.
     """
 
-    def __init__(self, target: TargetModel, block_size: int, target_layer_ids: Sequence[int] = (0,)):
+    def __init__(
+        self, target: TargetModel, block_size: int, target_layer_ids: Sequence[int] = (0,)
+    ):
         self.target, self.block_size = target, block_size
         self.target_layer_ids = tuple(target_layer_ids)
 
@@ -89,7 +93,7 @@ class _OracleSession:
         self.tokens = self.tokens[:start] + tokens.tolist()
 
     def draft_logits(self, anchor: int, position: int) -> torch.Tensor:
-        seq = self.tokens[:position] + [anchor]
+        seq = [*self.tokens[:position], anchor]
         out = torch.full((self.block_size - 1, self.target.config.vocab_size), -1e4)
         for k in range(self.block_size - 1):
             ids = torch.tensor([seq], device=self.target.device)
@@ -120,8 +124,9 @@ def _sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
-def speculative_accept(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor,
-                       generator: torch.Generator | None) -> tuple[int, int]:
+def speculative_accept(
+    p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: torch.Generator | None
+) -> tuple[int, int]:
     """Speculative sampling's accept/reject rule over one block.
 
     Args:
@@ -158,10 +163,15 @@ class SpecOutput:
 
 
 @torch.no_grad()
-def spec_generate(target: TargetModel, drafter: Any, input_ids: torch.Tensor | Sequence[int],
-                  max_new_tokens: int, temperature: float = 0.0,
-                  stop_token_ids: Iterable[int] | None = None,
-                  generator: torch.Generator | None = None) -> SpecOutput:
+def spec_generate(
+    target: TargetModel,
+    drafter: Any,
+    input_ids: torch.Tensor | Sequence[int],
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    stop_token_ids: Iterable[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> SpecOutput:
     """Generates up to ``max_new_tokens`` after one prompt with speculative decoding.
 
     Args:
@@ -227,7 +237,7 @@ def spec_generate(target: TargetModel, drafter: Any, input_ids: torch.Tensor | S
         if rejected:
             cache.crop(-rejected)  # transformers 5: a negative count removes that many tokens
         session.observe(block[: n + 1], v.features[0, : n + 1], pos)
-        new = draft[:n].tolist() + [extra]
+        new = [*draft[:n].tolist(), extra]
         gained = 0
         for t in new:
             tokens.append(int(t))
@@ -260,15 +270,27 @@ class TauResult:
 
     def to_log_dict(self, step: int | None = None) -> dict[str, Any]:
         """{"event": "eval", "step", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature"}."""
-        return {"event": "eval", "step": step, "tau": self.tau, "tau_hist": list(self.tau_hist),
-                "n_prompts": self.n_prompts, "new_tokens": self.new_tokens,
-                "temperature": self.temperature}
+        return {
+            "event": "eval",
+            "step": step,
+            "tau": self.tau,
+            "tau_hist": list(self.tau_hist),
+            "n_prompts": self.n_prompts,
+            "new_tokens": self.new_tokens,
+            "temperature": self.temperature,
+        }
 
 
 @torch.no_grad()
-def evaluate_tau(target: TargetModel, drafter: Any, prompts: Sequence[torch.Tensor | Sequence[int]],
-                 max_new_tokens: int, temperature: float = 0.0,
-                 stop_token_ids: Iterable[int] | None = None, seed: int = 0) -> TauResult:
+def evaluate_tau(
+    target: TargetModel,
+    drafter: Any,
+    prompts: Sequence[torch.Tensor | Sequence[int]],
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    stop_token_ids: Iterable[int] | None = None,
+    seed: int = 0,
+) -> TauResult:
     """Real speculative decoding on held-out prompts: the measured tau.
 
     Args:
@@ -288,8 +310,9 @@ def evaluate_tau(target: TargetModel, drafter: Any, prompts: Sequence[torch.Tens
     per_prompt = []
     try:
         for prompt in prompts:
-            out = spec_generate(target, drafter, prompt, max_new_tokens, temperature,
-                                stop_token_ids, generator)
+            out = spec_generate(
+                target, drafter, prompt, max_new_tokens, temperature, stop_token_ids, generator
+            )
             for n in out.accept_lengths:
                 hist[n - 1] += 1
             new_tokens += len(out.tokens)
@@ -300,5 +323,12 @@ def evaluate_tau(target: TargetModel, drafter: Any, prompts: Sequence[torch.Tens
             drafter.train()
     steps = sum(hist)
     tau = sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else float("nan")
-    return TauResult(tau=tau, tau_hist=hist, n_prompts=len(prompts), new_tokens=new_tokens,
-                     temperature=float(temperature), n_steps=steps, per_prompt_tau=per_prompt)
+    return TauResult(
+        tau=tau,
+        tau_hist=hist,
+        n_prompts=len(prompts),
+        new_tokens=new_tokens,
+        temperature=float(temperature),
+        n_steps=steps,
+        per_prompt_tau=per_prompt,
+    )

@@ -65,8 +65,12 @@ class TargetModel:
         self.name = name or getattr(model.config, "_name_or_path", "") or ""
 
     @classmethod
-    def from_pretrained(cls, path_or_id: str, device: str | torch.device = "cpu",
-                        dtype: torch.dtype | str = torch.float32) -> TargetModel:
+    def from_pretrained(
+        cls,
+        path_or_id: str,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+    ) -> TargetModel:
         """Loads a causal LM from a local directory (no network needed) or a hub id.
 
         Weights are read from safetensors files only: a pickle (``pytorch_model.bin``) can run
@@ -84,23 +88,31 @@ class TargetModel:
         # A local directory never touches the network; anything else is a hub id.
         local = Path(str(path_or_id)).is_dir()
         if local and not any(Path(path_or_id).glob("*.safetensors")):
-            pickles = sorted(f.name for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt")
-                             for f in Path(path_or_id).glob(pattern))
+            pickles = sorted(
+                f.name
+                for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt")
+                for f in Path(path_or_id).glob(pattern)
+            )
             if pickles:
-                raise ValueError(f"target model {path_or_id!r} holds only pickle weights "
-                                 f"({', '.join(pickles[:3])}): safetensors only (a pickle can run "
-                                 "code when loaded); convert it to model.safetensors first")
+                raise ValueError(
+                    f"target model {path_or_id!r} holds only pickle weights "
+                    f"({', '.join(pickles[:3])}): safetensors only (a pickle can run "
+                    "code when loaded); convert it to model.safetensors first"
+                )
         try:
             with _quiet_load_report() as report:
-                model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype,
-                                                             local_files_only=local,
-                                                             use_safetensors=True)
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(path_or_id), dtype=dtype, local_files_only=local, use_safetensors=True
+                )
         except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:
             # transformers' own report (a table with ANSI codes) was held back: name its first
             # mismatching weight instead, on the one line.
             mismatch = next((line for line in report if "MISMATCH" in line), None)
-            detail = (f"weights do not match config.json: {mismatch}" if mismatch
-                      else " ".join(str(e).split()))
+            detail = (
+                f"weights do not match config.json: {mismatch}"
+                if mismatch
+                else " ".join(str(e).split())
+            )
             raise ValueError(f"cannot load target model {path_or_id!r}: {detail[:300]}") from e
         return cls(model.to(device), name=str(path_or_id))
 
@@ -118,8 +130,9 @@ class TargetModel:
             return AutoConfig.from_pretrained(str(path_or_id), local_files_only=local)
         except Exception as e:
             detail = " ".join(str(e).split())[:300]
-            raise ValueError(f"cannot load target model {path_or_id!r}: its config: "
-                             f"{detail}") from e
+            raise ValueError(
+                f"cannot load target model {path_or_id!r}: its config: {detail}"
+            ) from e
 
     @property
     def config(self):
@@ -148,10 +161,17 @@ class TargetModel:
         return self.model.get_output_embeddings()
 
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, layer_ids: Sequence[int],
-                attention_mask: torch.Tensor | None = None, *, logits: bool = True,
-                cache: object | None = None, use_cache: bool = False,
-                position_ids: torch.Tensor | None = None) -> TargetOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        layer_ids: Sequence[int],
+        attention_mask: torch.Tensor | None = None,
+        *,
+        logits: bool = True,
+        cache: object | None = None,
+        use_cache: bool = False,
+        position_ids: torch.Tensor | None = None,
+    ) -> TargetOutput:
         """One forward pass returning logits and the concatenated hidden states of ``layer_ids``.
 
         Layer id i means the output of decoder layer i, which is HF ``hidden_states[i + 1]``
@@ -168,8 +188,13 @@ class TargetModel:
             position_ids: [N, T] explicit positions (defaults to continuing the cache).
         """
         use_cache = use_cache or cache is not None
-        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True,
-                      "use_cache": use_cache, "position_ids": position_ids}
+        kwargs = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "output_hidden_states": True,
+            "use_cache": use_cache,
+            "position_ids": position_ids,
+        }
         if cache is not None:
             kwargs["cache"] = cache
         if logits:
@@ -184,7 +209,8 @@ class TargetModel:
         if bad:
             raise ValueError(f"target layer ids {bad} outside 0..{n - 1}")
         features = torch.cat([hs[i + 1] for i in layer_ids], dim=-1)
-        return TargetOutput(logits=lg, features=features,
-                            cache=getattr(out, "cache", None) if use_cache else None)
+        return TargetOutput(
+            logits=lg, features=features, cache=getattr(out, "cache", None) if use_cache else None
+        )
 
     __call__ = forward

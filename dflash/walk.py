@@ -55,8 +55,12 @@ class WalkResult:
     def __add__(self, other: WalkResult) -> WalkResult:
         if other.block_size != self.block_size:
             raise ValueError("cannot add walks of different block sizes")
-        return WalkResult(self.block_size, self.tokens + other.tokens, self.steps + other.steps,
-                          [a + b for a, b in zip(self.hist, other.hist)])
+        return WalkResult(
+            self.block_size,
+            self.tokens + other.tokens,
+            self.steps + other.steps,
+            [a + b for a, b in zip(self.hist, other.hist)],
+        )
 
     @property
     def tau(self) -> float:
@@ -103,8 +107,9 @@ def accepted_prefix(correct: torch.Tensor) -> torch.Tensor:
     return torch.cumprod(correct.to(torch.int64), dim=1).sum(1)
 
 
-def _accepted_lengths(lm_head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
-                      ok: torch.Tensor) -> torch.Tensor:
+def _accepted_lengths(
+    lm_head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, ok: torch.Tensor
+) -> torch.Tensor:
     """Accepted prefix of each block: [M, B-1, D] hidden states, [M, B-1] labels and in-range
     flags -> [M] long.
 
@@ -125,9 +130,15 @@ def _accepted_lengths(lm_head: torch.nn.Module, hidden: torch.Tensor, labels: to
 
 
 @torch.no_grad()
-def walk_batch(drafter: torch.nn.Module, target: TargetModel, batch: dict[str, torch.Tensor],
-               features: torch.Tensor, horizon: int | None = None, max_seqs: int | None = None,
-               layout: str = "auto") -> WalkResult:
+def walk_batch(
+    drafter: torch.nn.Module,
+    target: TargetModel,
+    batch: dict[str, torch.Tensor],
+    features: torch.Tensor,
+    horizon: int | None = None,
+    max_seqs: int | None = None,
+    layout: str = "auto",
+) -> WalkResult:
     """The walked tau of the first ``max_seqs`` sequences of a training batch.
 
     One drafter pass (no gradients, no target forward: ``features`` are the batch's own) on every
@@ -178,6 +189,6 @@ def walk_batch(drafter: torch.nn.Module, target: TargetModel, batch: dict[str, t
         drafter.train(was_training)
     i = 0
     for _, _, h in spans:
-        total = total + walk_accepted(accepted[i:i + h - 1], h, B)
+        total = total + walk_accepted(accepted[i : i + h - 1], h, B)
         i += h - 1
     return total

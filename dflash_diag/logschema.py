@@ -46,7 +46,13 @@ METRIC_LISTS: tuple[str, ...] = ("acc_pos", "accept_pos")
 METRIC_MAPS: tuple[str, ...] = ("stage_busy", "queue_fill")
 #: The pipeline trainer's fields on top of the legacy ones: all present, or none.
 PIPELINE_METRICS: tuple[str, ...] = (
-    "tok_per_sec", "n_tokens", "n_blocks", "n_pred", *METRIC_LISTS, "tau_train", "grad_norm",
+    "tok_per_sec",
+    "n_tokens",
+    "n_blocks",
+    "n_pred",
+    *METRIC_LISTS,
+    "tau_train",
+    "grad_norm",
     *METRIC_MAPS,
 )
 #: Fields of per-rank logs only (``--log-all-ranks``), on top of the pipeline fields.
@@ -63,8 +69,15 @@ WALK_LISTS: tuple[str, ...] = ("walk_hist",)
 #: Scalar numbers of a metric record that the diagnostics parse into their frame (``step`` is read
 #: as a float, since some writers emit ``15000.0``, and cast to an integer afterwards).
 METRIC_NUMBERS: tuple[str, ...] = (
-    *LEGACY_METRICS, "tok_per_sec", "n_tokens", "n_blocks", "n_pred", "tau_train", "grad_norm",
-    "walk_tokens", "walk_steps",
+    *LEGACY_METRICS,
+    "tok_per_sec",
+    "n_tokens",
+    "n_blocks",
+    "n_pred",
+    "tau_train",
+    "grad_norm",
+    "walk_tokens",
+    "walk_steps",
 )
 
 # -- every record kind --------------------------------------------------------------------------
@@ -73,8 +86,16 @@ METRIC_NUMBERS: tuple[str, ...] = (
 REQUIRED: dict[str, tuple[str, ...]] = {
     "metrics": LEGACY_METRICS,
     "run_start": (
-        "event", "schema", "script", "time", "config", "schedule", "block_size", "steps_per_epoch",
-        "world_size", "resumed_from",
+        "event",
+        "schema",
+        "script",
+        "time",
+        "config",
+        "schedule",
+        "block_size",
+        "steps_per_epoch",
+        "world_size",
+        "resumed_from",
     ),
     "eval": ("event", "step", "time", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature"),
     "checkpoint": ("event", "step", "time", "path"),
@@ -100,9 +121,24 @@ EVENT_KINDS: tuple[str, ...] = tuple(kind for kind in RECORD_KINDS if kind != "m
 #: whole, so every other field stays available in the event as written. These names (with the
 #: metric numbers and lists) are the ones a ``--field`` map may rename.
 EVENT_FIELDS: tuple[str, ...] = (
-    "event", "script", "schema", "tau", "tau_hist", "n_prompts", "new_tokens", "temperature",
-    "block_size", "steps_per_epoch", "world_size", "schedule", "resumed_from", "config", "path",
-    "reason", "resume_schedule", "walk_held_out",
+    "event",
+    "script",
+    "schema",
+    "tau",
+    "tau_hist",
+    "n_prompts",
+    "new_tokens",
+    "temperature",
+    "block_size",
+    "steps_per_epoch",
+    "world_size",
+    "schedule",
+    "resumed_from",
+    "config",
+    "path",
+    "reason",
+    "resume_schedule",
+    "walk_held_out",
 )
 
 

@@ -85,8 +85,9 @@ def target_workers(setup: Setup, devices: list[str]) -> list[TargetModel]:
     for dev in devices:
         if dev not in by_device:
             # Checked against this device's memory before it is built, as the first copy was.
-            by_device[dev] = load_target(cfg.target, dev, dtype_of(cfg.dtype),
-                                         check_memory=cfg.check_memory)
+            by_device[dev] = load_target(
+                cfg.target, dev, dtype_of(cfg.dtype), check_memory=cfg.check_memory
+            )
     return [by_device[dev] for dev in devices]
 
 
@@ -106,8 +107,9 @@ def cpu_threads_per_stage(cfg: PipelineConfig, cores: int | None = None) -> int:
     return max(1, (cores or 1) // on_cpu)
 
 
-def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
-                 inject: FaultHook | None = None) -> RunResult:
+def run_pipeline(
+    cfg: PipelineConfig, stop: StopRequest | None = None, inject: FaultHook | None = None
+) -> RunResult:
     """Train with the CSP stage graph until ``cfg.max_steps``, a stop request or a failure.
 
     Args:
@@ -132,15 +134,17 @@ def run_pipeline(cfg: PipelineConfig, stop: StopRequest | None = None,
         shutdown_data_parallel(dp)
 
 
-def _run(cfg: PipelineConfig, stop: StopRequest, inject: FaultHook,
-         dp: DataParallel, started_at: float) -> RunResult:
+def _run(
+    cfg: PipelineConfig, stop: StopRequest, inject: FaultHook, dp: DataParallel, started_at: float
+) -> RunResult:
     setup = build_setup(cfg, dp)
     with setup.lock:  # the checkpoint directory and the log are this launch's until it ends
         return _train(setup, stop, inject, dp, started_at)
 
 
-def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
-           dp: DataParallel, started_at: float) -> RunResult:
+def _train(
+    setup: Setup, stop: StopRequest, inject: FaultHook, dp: DataParallel, started_at: float
+) -> RunResult:
     cfg = setup.cfg  # max_steps resolved from --epochs
     if not cfg.torch_threads:
         torch.set_num_threads(cpu_threads_per_stage(cfg))
@@ -161,8 +165,11 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
         while True:
             inject("loader", seq, None)
             batch = loader.next_batch()
-            ch_batches.put(MicroBatch(seq=seq, batch=batch, cursor=loader.state_dict(),
-                                      epoch=loader.epoch_float))
+            ch_batches.put(
+                MicroBatch(
+                    seq=seq, batch=batch, cursor=loader.state_dict(), epoch=loader.epoch_float
+                )
+            )
             seq += 1
 
     def make_target_stage(name: str, target: TargetModel, device: str) -> Callable[[], None]:
@@ -177,6 +184,7 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
                 feats = target.forward(ids, layer_ids, mask, logits=False).features
                 item.features = feats.to(cfg.device)
                 ch_features.put(item)
+
         return target_stage
 
     def drafter_stage() -> None:
@@ -217,8 +225,9 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
                     last = micro == cfg.grad_accum - 1
                     with dp.grad_sync(setup.model, last=last):
                         with precision:
-                            out = compute_loss_and_metrics(setup.model, setup.target, batch,
-                                                           anchors, features=item.features)
+                            out = compute_loss_and_metrics(
+                                setup.model, setup.target, batch, anchors, features=item.features
+                            )
                         # Backpropagate the unnormalised sum; scaling the accumulated gradient by
                         # world_size / the step's total loss weight below gives the exact
                         # per-token mean over the step (not a mean of micro-batch means) without
@@ -238,13 +247,23 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
                     with precision:
                         if setup.held_out is not None:
                             walk = setup.held_out.walk(
-                                drafter, setup.target, layer_ids, setup.horizon,
+                                drafter,
+                                setup.target,
+                                layer_ids,
+                                setup.horizon,
                                 record=k // (cfg.log_every * cfg.walk_every) - 1,
-                                n=cfg.walk_seqs, device=cfg.device)
+                                n=cfg.walk_seqs,
+                                device=cfg.device,
+                            )
                         else:
-                            walk = walk_batch(drafter, setup.target, batch, item.features,
-                                              horizon=setup.horizon,
-                                              max_seqs=cfg.walk_seqs).to_log_dict()
+                            walk = walk_batch(
+                                drafter,
+                                setup.target,
+                                batch,
+                                item.features,
+                                horizon=setup.horizon,
+                                max_seqs=cfg.walk_seqs,
+                            ).to_log_dict()
                 local, m = m, reduce_step(dp, m)
                 lr = setup.schedule.lr_at(k)
                 scale = grad_scale_for(dp, m)
@@ -263,17 +282,28 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
                 t_last = now
                 if k % cfg.log_every == 0:
                     busy, fill = graph.sample()
-                    runlog.write(Metrics(
-                        step=k, time=time.time(), epoch=epoch, lr=lr, tok_per_sec=tok_per_sec,
-                        grad_norm=upd.grad_norm, stage_busy=busy, queue_fill=fill,
-                        **m.to_log_dict(), **walk,
-                    ))
-                    runlog.rank_metrics(k, epoch, lr, local, upd.grad_norm, step_time, sync_wait,
-                                        busy, fill)
+                    runlog.write(
+                        Metrics(
+                            step=k,
+                            time=time.time(),
+                            epoch=epoch,
+                            lr=lr,
+                            tok_per_sec=tok_per_sec,
+                            grad_norm=upd.grad_norm,
+                            stage_busy=busy,
+                            queue_fill=fill,
+                            **m.to_log_dict(),
+                            **walk,
+                        )
+                    )
+                    runlog.rank_metrics(
+                        k, epoch, lr, local, upd.grad_norm, step_time, sync_wait, busy, fill
+                    )
                 bar.update(k, m, step_time)
                 if cfg.eval_every and k % cfg.eval_every == 0 and dp.is_main:
-                    runlog.write(run_eval(drafter, setup.target, setup.eval_prompts,
-                                          setup.horizon, step=k))
+                    runlog.write(
+                        run_eval(drafter, setup.target, setup.eval_prompts, setup.horizon, step=k)
+                    )
                     drafter.train()
                     t_last = time.perf_counter()  # keep eval time out of tok/s
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:
@@ -289,8 +319,14 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
     stages = [Stage("loader", loader_stage, outputs=[ch_batches])]
     for i, (dev, target) in enumerate(zip(cfg.target_devices, workers)):
         name = f"target{i}"
-        stages.append(Stage(name, make_target_stage(name, target, dev),
-                            inputs=[ch_batches], outputs=[ch_features]))
+        stages.append(
+            Stage(
+                name,
+                make_target_stage(name, target, dev),
+                inputs=[ch_batches],
+                outputs=[ch_features],
+            )
+        )
     stages.append(Stage("drafter", drafter_stage, inputs=[ch_features]))
     graph = Graph(stages)
     try:
@@ -298,16 +334,23 @@ def _train(setup: Setup, stop: StopRequest, inject: FaultHook,
     except StageError as e:
         runlog.stop(outcome.step, "error", str(e))
         runlog.close()
-        return RunResult(step=outcome.step, reason="error", exit_code=1, error=str(e),
-                         summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, "error",
-                                           str(e)))
+        return RunResult(
+            step=outcome.step,
+            reason="error",
+            exit_code=1,
+            error=str(e),
+            summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, "error", str(e)),
+        )
     except BaseException as e:  # KeyboardInterrupt from a second signal: stages already stopped
         runlog.stop(outcome.step, "signal", f"{type(e).__name__}: interrupted twice, no checkpoint")
         runlog.close()
         raise
     runlog.stop(outcome.step, outcome.reason, outcome.error)
     runlog.close()
-    return RunResult(step=outcome.step, reason=outcome.reason,
-                     exit_code=exit_code_for(outcome.reason, stop.signum), error=outcome.error,
-                     summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, outcome.reason,
-                                       outcome.error))
+    return RunResult(
+        step=outcome.step,
+        reason=outcome.reason,
+        exit_code=exit_code_for(outcome.reason, stop.signum),
+        error=outcome.error,
+        summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, outcome.reason, outcome.error),
+    )

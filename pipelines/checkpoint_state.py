@@ -49,6 +49,7 @@ def _int_at_least(low: int, high: int | None = None) -> Callable[[Any], str | No
             bound = f"in [{low}, {high})" if high is not None else f">= {low}"
             return f"an integer {bound}, got {v}"
         return None
+
     return check
 
 
@@ -69,8 +70,9 @@ def _schedule(v: Any) -> str | None:
     keys = {"peak_lr", "warmup_steps", "total_steps", "min_lr", "kind"}
     # start_step: only in a schedule restarted at a resume (--resume-schedule restart)
     if not isinstance(v, dict) or not keys <= set(v) <= keys | {"start_step"}:
-        return (f"an object with {', '.join(sorted(keys))} (and optionally start_step), "
-                f"got {v!r:.60}")
+        return (
+            f"an object with {', '.join(sorted(keys))} (and optionally start_step), got {v!r:.60}"
+        )
     for key in ("warmup_steps", "total_steps", "start_step"):
         if key in v and type(v[key]) is not int:
             return f"{key} an integer, got {v[key]!r:.40}"
@@ -129,13 +131,21 @@ def validate_training_state(state: dict[str, Any], path: str | Path) -> dict[str
     for name, (required, check) in STATE_FIELDS.items():
         if name not in state:
             if required:
-                raise CheckpointError(path, f"records no {name!r}: not a training checkpoint, or "
-                                            "damaged; use another checkpoint", STATE_FILE)
+                raise CheckpointError(
+                    path,
+                    f"records no {name!r}: not a training checkpoint, or "
+                    "damaged; use another checkpoint",
+                    STATE_FILE,
+                )
             continue
         problem = check(state[name])
         if problem is not None:
-            raise CheckpointError(path, f"{name!r} must be {problem}; the file is damaged or was "
-                                        "edited: use another checkpoint", STATE_FILE)
+            raise CheckpointError(
+                path,
+                f"{name!r} must be {problem}; the file is damaged or was "
+                "edited: use another checkpoint",
+                STATE_FILE,
+            )
     return state
 
 
@@ -147,6 +157,10 @@ def check_cursor_fits(state: dict[str, Any], path: str | Path, n_examples: int) 
     """
     cursor = state.get("cursor")
     if cursor is not None and cursor["position"] > n_examples:
-        raise CheckpointError(path, f"data cursor position {cursor['position']} lies beyond the "
-                                    f"{n_examples} examples of the data: the checkpoint was trained "
-                                    "on other data, or the file was edited", STATE_FILE)
+        raise CheckpointError(
+            path,
+            f"data cursor position {cursor['position']} lies beyond the "
+            f"{n_examples} examples of the data: the checkpoint was trained "
+            "on other data, or the file was edited",
+            STATE_FILE,
+        )

@@ -35,9 +35,13 @@ def step_dir(ckpt_dir: str | Path, step: int) -> Path:
     return Path(ckpt_dir) / STEP_DIR_FORMAT.format(step)
 
 
-def save_training_checkpoint(ckpt_dir: str | Path, step: int, drafter: torch.nn.Module,
-                             optimizer: torch.optim.Optimizer | None,
-                             state: dict[str, Any]) -> Path:
+def save_training_checkpoint(
+    ckpt_dir: str | Path,
+    step: int,
+    drafter: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict[str, Any],
+) -> Path:
     """Write ``ckpt_dir/step-NNNNNN`` atomically and return its path."""
     return save_checkpoint(step_dir(ckpt_dir, step), drafter, optimizer=optimizer, state=state)
 
@@ -57,9 +61,12 @@ def checkpoint_config(path: str | Path) -> DFlashConfig:
     return cfg
 
 
-def restore_training_checkpoint(path: str | Path, drafter: torch.nn.Module,
-                                optimizer: torch.optim.Optimizer | None,
-                                device: str | torch.device = "cpu") -> dict[str, Any]:
+def restore_training_checkpoint(
+    path: str | Path,
+    drafter: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
     """Load weights (and optimizer state) in place; return the JSON state (step, cursor, ...).
 
     Raises:

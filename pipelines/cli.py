@@ -35,6 +35,7 @@ from .errors import shorten_words
 
 PROG = "dflash-train"
 
+
 class _Group(FlagHelp, TyperGroup):
     pass
 
@@ -44,7 +45,10 @@ class _Command(FlagHelp, TyperCommand):
 
 
 app = typer.Typer(
-    name=PROG, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    name=PROG,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Train a DFlash drafter: lock-step (sync) or CSP pipeline; measure a checkpoint (eval).",
     cls=_Group,
 )
@@ -86,61 +90,175 @@ class Flag:
 
 #: What a None default means, for the help (a None default is never shown as "None").
 NONE_MEANS = {
-    "resume": "none", "warmup_steps": "warmup_ratio of the schedule",
-    "epochs": "none: --max-steps ends the run", "target_devices": "the drafter's device",
+    "resume": "none",
+    "warmup_steps": "warmup_ratio of the schedule",
+    "epochs": "none: --max-steps ends the run",
+    "target_devices": "the drafter's device",
     "progress": "a bar on a terminal, lines elsewhere",
 }
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("target", "target", ("--target",), str, "Target model: local HF directory, hub id, or "
-         "bundled (the tiny target)."),
-    Flag("data", "data", ("--data",), str, "Training data directory (bundled: the tiny target's "
-         "dataset)."),
+    Flag(
+        "target",
+        "target",
+        ("--target",),
+        str,
+        "Target model: local HF directory, hub id, or bundled (the tiny target).",
+    ),
+    Flag(
+        "data",
+        "data",
+        ("--data",),
+        str,
+        "Training data directory (bundled: the tiny target's dataset).",
+    ),
     Flag("device", "device", ("--device",), str, "Drafter device: cpu, cuda, cuda:N."),
-    Flag("max_steps", "max_steps", ("--max-steps",), int, "Train until this optimizer step "
-         "(absolute; resumed runs continue)."),
-    Flag("epochs", "epochs", ("--epochs",), float, "Train until this many data epochs instead "
-         "(absolute, like --max-steps)."),
-    Flag("log", "log", ("--log", "--log-file"), str, "JSONL log to append to. Under torchrun "
-         "write --log-file: torchrun takes --log for its own options."),
+    Flag(
+        "max_steps",
+        "max_steps",
+        ("--max-steps",),
+        int,
+        "Train until this optimizer step (absolute; resumed runs continue).",
+    ),
+    Flag(
+        "epochs",
+        "epochs",
+        ("--epochs",),
+        float,
+        "Train until this many data epochs instead (absolute, like --max-steps).",
+    ),
+    Flag(
+        "log",
+        "log",
+        ("--log", "--log-file"),
+        str,
+        "JSONL log to append to. Under torchrun "
+        "write --log-file: torchrun takes --log for its own options.",
+    ),
     Flag("ckpt_dir", "ckpt_dir", ("--ckpt-dir",), str, "Where step-NNNNNN/ checkpoints go."),
-    Flag("ckpt_every", "ckpt_every", ("--ckpt-every",), int, "Checkpoint every N steps (0: only "
-         "at the end)."),
-    Flag("resume", "resume", ("--resume",), str, "Checkpoint directory to continue from "
-         "(written by either program)."),
-    Flag("resume_schedule", "resume_schedule", ("--resume-schedule",), str, "With --resume: "
-         "continue the checkpoint's lr schedule where it stopped, or restart this run's schedule "
-         "(warmup included) from the resumed step. AdamW moments are kept either way.",
-         metavar="|".join(RESUME_SCHEDULE_MODES)),
+    Flag(
+        "ckpt_every",
+        "ckpt_every",
+        ("--ckpt-every",),
+        int,
+        "Checkpoint every N steps (0: only at the end).",
+    ),
+    Flag(
+        "resume",
+        "resume",
+        ("--resume",),
+        str,
+        "Checkpoint directory to continue from (written by either program).",
+    ),
+    Flag(
+        "resume_schedule",
+        "resume_schedule",
+        ("--resume-schedule",),
+        str,
+        "With --resume: "
+        "continue the checkpoint's lr schedule where it stopped, or restart this run's schedule "
+        "(warmup included) from the resumed step. AdamW moments are kept either way.",
+        metavar="|".join(RESUME_SCHEDULE_MODES),
+    ),
     Flag("seed", "seed", ("--seed",), int, "Seed for data order, anchors and initialisation."),
-    Flag("token_budget", "token_budget", ("--token-budget",), int, "Tokens (padding included) "
-         "per micro-batch."),
-    Flag("lr", "peak_lr", ("--lr",), float, "Peak learning rate (AdamW), reached at the end of "
-         "the warmup (config key peak_lr)."),
-    Flag("min_lr", "min_lr", ("--min-lr",), float, "Floor the decay reaches at the end of the "
-         "schedule."),
+    Flag(
+        "token_budget",
+        "token_budget",
+        ("--token-budget",),
+        int,
+        "Tokens (padding included) per micro-batch.",
+    ),
+    Flag(
+        "lr",
+        "peak_lr",
+        ("--lr",),
+        float,
+        "Peak learning rate (AdamW), reached at the end of the warmup (config key peak_lr).",
+    ),
+    Flag(
+        "min_lr",
+        "min_lr",
+        ("--min-lr",),
+        float,
+        "Floor the decay reaches at the end of the schedule.",
+    ),
     Flag("warmup_steps", "warmup_steps", ("--warmup-steps",), int, "Warmup length in steps."),
-    Flag("schedule", "schedule", ("--schedule",), str, "Shape of the lr decay after the warmup.",
-         metavar="|".join(SCHEDULE_KINDS)),
-    Flag("block_size", "drafter.block_size", ("--block-size",), int, "Drafter block size "
-         "(drafter table: block_size; a resumed run keeps its checkpoint's)."),
-    Flag("draft_layers", "drafter.num_draft_layers", ("--draft-layers",), int, "Drafter decoder "
-         "layers (drafter table: num_draft_layers; a resumed run keeps its checkpoint's)."),
-    Flag("log_all_ranks", "log_all_ranks", ("--log-all-ranks/--no-log-all-ranks",), bool,
-         "Every rank also writes <log stem>.rank{N}.jsonl beside the log, with its own "
-         "throughput (torchrun runs)."),
-    Flag("progress", "progress", ("--progress/--no-progress",), bool, "Force the progress bar, "
-         "or silence progress (the closing summary stays)."),
-    Flag("progress_every", "progress_every", ("--progress-every",), int, "Off a terminal: a "
-         "progress line every N steps (0: by time only)..."),
-    Flag("progress_seconds", "progress_seconds", ("--progress-seconds",), float, "... or every "
-         "T seconds, whichever comes first (0: by steps only)."),
-    Flag("grad_accum", "grad_accum", ("--grad-accum",), int, "Micro-batches per optimizer step.",
-         pipeline_only=True),
-    Flag("target_devices", "target_devices", ("--target-devices",), str, "Comma-separated "
-         "devices, one target worker each.", pipeline_only=True),
-    Flag("eval_every", "eval_every", ("--eval-every",), int, "Measure real tau every N steps "
-         "(0: never).", pipeline_only=True),
+    Flag(
+        "schedule",
+        "schedule",
+        ("--schedule",),
+        str,
+        "Shape of the lr decay after the warmup.",
+        metavar="|".join(SCHEDULE_KINDS),
+    ),
+    Flag(
+        "block_size",
+        "drafter.block_size",
+        ("--block-size",),
+        int,
+        "Drafter block size (drafter table: block_size; a resumed run keeps its checkpoint's).",
+    ),
+    Flag(
+        "draft_layers",
+        "drafter.num_draft_layers",
+        ("--draft-layers",),
+        int,
+        "Drafter decoder "
+        "layers (drafter table: num_draft_layers; a resumed run keeps its checkpoint's).",
+    ),
+    Flag(
+        "log_all_ranks",
+        "log_all_ranks",
+        ("--log-all-ranks/--no-log-all-ranks",),
+        bool,
+        "Every rank also writes <log stem>.rank{N}.jsonl beside the log, with its own "
+        "throughput (torchrun runs).",
+    ),
+    Flag(
+        "progress",
+        "progress",
+        ("--progress/--no-progress",),
+        bool,
+        "Force the progress bar, or silence progress (the closing summary stays).",
+    ),
+    Flag(
+        "progress_every",
+        "progress_every",
+        ("--progress-every",),
+        int,
+        "Off a terminal: a progress line every N steps (0: by time only)...",
+    ),
+    Flag(
+        "progress_seconds",
+        "progress_seconds",
+        ("--progress-seconds",),
+        float,
+        "... or every T seconds, whichever comes first (0: by steps only).",
+    ),
+    Flag(
+        "grad_accum",
+        "grad_accum",
+        ("--grad-accum",),
+        int,
+        "Micro-batches per optimizer step.",
+        pipeline_only=True,
+    ),
+    Flag(
+        "target_devices",
+        "target_devices",
+        ("--target-devices",),
+        str,
+        "Comma-separated devices, one target worker each.",
+        pipeline_only=True,
+    ),
+    Flag(
+        "eval_every",
+        "eval_every",
+        ("--eval-every",),
+        int,
+        "Measure real tau every N steps (0: never).",
+        pipeline_only=True,
+    ),
 )
 
 
@@ -154,10 +272,13 @@ def _parameter(cls: type, flag: Flag) -> inspect.Parameter:
     show: bool | str = True if default is not None else NONE_MEANS[flag.field]
     if isinstance(default, list):  # target_devices given in the file: shown as on the command line
         default = ",".join(default)
-    metavar = "" if flag.type is bool and flag.metavar is None else flag.metavar  # a flag: no <bool>
+    metavar = (
+        "" if flag.type is bool and flag.metavar is None else flag.metavar
+    )  # a flag: no <bool>
     option = typer.Option(default, *flag.decls, help=flag.help, show_default=show, metavar=metavar)
-    return inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                             annotation=flag.type | None)
+    return inspect.Parameter(
+        flag.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=flag.type | None
+    )
 
 
 def given_flags(ctx: typer.Context, program: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -175,13 +296,23 @@ def _training_command(program: str, cls: type, doc: str) -> Callable[..., None]:
     def command(ctx: typer.Context, config: Path | None = None, **params: Any) -> None:
         _run(program, _build(cls, config, given_flags(ctx, program, params)))
 
-    config = inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
-                               default=typer.Option(None, "--config", help="TOML file of config "
-                                                    "values (flags override it)."))
+    config = inspect.Parameter(
+        "config",
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=Path | None,
+        default=typer.Option(
+            None, "--config", help="TOML file of config values (flags override it)."
+        ),
+    )
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                           annotation=typer.Context), config,
-         *(_parameter(cls, f) for f in flags_of(program))])
+        [
+            inspect.Parameter(
+                "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+            ),
+            config,
+            *(_parameter(cls, f) for f in flags_of(program)),
+        ]
+    )
     command.__doc__ = doc
     command.__name__ = program
     return command
@@ -200,8 +331,9 @@ def _build(cls: type, config: Path | None, flags: dict[str, Any]):
 
             try:
                 check_path_name(cfg.resume, "--resume")
-                check_resume_drafter(cfg.resume, checkpoint_config(cfg.resume),
-                                     requested_drafter(cls, config, flags))
+                check_resume_drafter(
+                    cfg.resume, checkpoint_config(cfg.resume), requested_drafter(cls, config, flags)
+                )
             except TrainingError as e:
                 raise UsageFailure(str(e)) from None
         return cfg
@@ -241,8 +373,11 @@ def _run(program: str, cfg: Any) -> None:
     # The last line says how it ended and where to resume from.
     where = ""
     if summary is not None and result.reason != "max_steps":
-        where = (f"; last good checkpoint: {summary.checkpoint}" if summary.checkpoint
-                 else "; no checkpoint to resume from")
+        where = (
+            f"; last good checkpoint: {summary.checkpoint}"
+            if summary.checkpoint
+            else "; no checkpoint to resume from"
+        )
     if result.error:
         print(shorten_words(f"{PROG}: error: {result.error}{where}"), file=sys.stderr)
     elif result.reason != "max_steps":
@@ -250,38 +385,62 @@ def _run(program: str, cfg: Any) -> None:
     raise typer.Exit(result.exit_code)
 
 
-app.command("sync", cls=_Command)(_training_command(
-    "sync", TrainConfig,
-    "Lock-step trainer: batch, target forward, drafter forward/backward, step; one at a time."))
-app.command("pipeline", cls=_Command)(_training_command(
-    "pipeline", PipelineConfig,
-    "CSP pipeline: loader -> target workers -> drafter, overlapped through bounded channels."))
+app.command("sync", cls=_Command)(
+    _training_command(
+        "sync",
+        TrainConfig,
+        "Lock-step trainer: batch, target forward, drafter forward/backward, step; one at a time.",
+    )
+)
+app.command("pipeline", cls=_Command)(
+    _training_command(
+        "pipeline",
+        PipelineConfig,
+        "CSP pipeline: loader -> target workers -> drafter, overlapped through bounded channels.",
+    )
+)
 
 
 @app.command("eval", cls=_Command)
 def eval_(
     drafter: Annotated[str, typer.Option("--drafter", help="Checkpoint directory to measure.")],
-    target: Annotated[str | None, typer.Option("--target", help="Target model (default: the "
-                                               "bundled tiny target).")] = None,
-    data: Annotated[str | None, typer.Option("--data", help="Directory with eval_prompts.jsonl "
-                                             "(default: the bundled dataset).")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="Target model (default: the bundled tiny target)."),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data", help="Directory with eval_prompts.jsonl (default: the bundled dataset)."
+        ),
+    ] = None,
     device: Annotated[str, typer.Option("--device", help="Device of drafter and target.")] = "cpu",
-    prompts: Annotated[int, typer.Option(
-        "--prompts", help="Prompts decoded from each prompt file (the first N).")]
-    = default_of(TrainConfig, "eval_prompts"),
-    new_tokens: Annotated[int | None, typer.Option(
-        "--new-tokens", help="Horizon: tokens generated per prompt at most.",
-        show_default="the longest training response of --data")]
-    = default_of(TrainConfig, "eval_new_tokens"),
-    prompts_file: Annotated[list[str] | None, typer.Option(
-        "--prompts-file", help="JSONL prompt set ({\"input_ids\": [...], \"benchmark\": ...} per "
-        "line; repeatable: tau is also split by benchmark). Default: the data's eval prompts.",
-        metavar="FILE")]
-    = None,
-    fmt: Annotated[str, typer.Option("-f", "--format", help="text, or json for scripts.",
-                                     metavar="text|json")] = "text",
-    log: Annotated[str | None, typer.Option("--log", help="Also append an eval record to this "
-                                            "JSONL log.")] = None,
+    prompts: Annotated[
+        int, typer.Option("--prompts", help="Prompts decoded from each prompt file (the first N).")
+    ] = default_of(TrainConfig, "eval_prompts"),
+    new_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--new-tokens",
+            help="Horizon: tokens generated per prompt at most.",
+            show_default="the longest training response of --data",
+        ),
+    ] = default_of(TrainConfig, "eval_new_tokens"),
+    prompts_file: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prompts-file",
+            help='JSONL prompt set ({"input_ids": [...], "benchmark": ...} per '
+            "line; repeatable: tau is also split by benchmark). Default: the data's eval prompts.",
+            metavar="FILE",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("-f", "--format", help="text, or json for scripts.", metavar="text|json")
+    ] = "text",
+    log: Annotated[
+        str | None, typer.Option("--log", help="Also append an eval record to this JSONL log.")
+    ] = None,
 ) -> None:
     """Real acceptance length (tau) of a checkpoint, by speculative decoding on held-out prompts."""
     from transformers.utils import logging as hf_logging
@@ -294,9 +453,15 @@ def eval_(
         raise UsageFailure(f"--format must be text or json, got {fmt!r}")
     hf_logging.disable_progress_bar()
     try:
-        req = EvalRequest(drafter=drafter, target=target, data=data, device=device,
-                          prompts=prompts, new_tokens=new_tokens,
-                          prompt_files=list(prompts_file or []))
+        req = EvalRequest(
+            drafter=drafter,
+            target=target,
+            data=data,
+            device=device,
+            prompts=prompts,
+            new_tokens=new_tokens,
+            prompt_files=list(prompts_file or []),
+        )
         report = evaluate_checkpoint(req)
     except (TrainingError, ValueError) as e:
         raise UsageFailure(str(e)) from None

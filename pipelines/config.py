@@ -152,10 +152,25 @@ class TrainConfig:
     A [drafter] table replaces these defaults as a whole."""
 
     def __post_init__(self) -> None:
-        _positive_ints(self, "max_steps", "token_budget", "log_every", "eval_prompts",
-                       "max_nonfinite", "walk_seqs")
-        _non_negative_ints(self, "seed", "ckpt_every", "eval_every", "torch_threads", "walk_every",
-                           "progress_every", "walk_holdout")
+        _positive_ints(
+            self,
+            "max_steps",
+            "token_budget",
+            "log_every",
+            "eval_prompts",
+            "max_nonfinite",
+            "walk_seqs",
+        )
+        _non_negative_ints(
+            self,
+            "seed",
+            "ckpt_every",
+            "eval_every",
+            "torch_threads",
+            "walk_every",
+            "progress_every",
+            "walk_holdout",
+        )
         if self.eval_new_tokens is not None:
             _positive_ints(self, "eval_new_tokens")
         if self.seed >= SEED_LIMIT:
@@ -166,23 +181,44 @@ class TrainConfig:
             _non_negative_ints(self, "warmup_steps")
             # With epochs, max_steps is known only once the data is loaded (the schedule checks).
             if self.epochs is None and self.warmup_steps > self.schedule_total_steps:
-                raise ValueError(f"warmup_steps ({self.warmup_steps}) exceeds the schedule's "
-                                 f"{self.schedule_total_steps} steps")
+                raise ValueError(
+                    f"warmup_steps ({self.warmup_steps}) exceeds the schedule's "
+                    f"{self.schedule_total_steps} steps"
+                )
         if self.schedule not in SCHEDULE_KINDS:
-            raise ValueError(f"schedule must be one of {', '.join(SCHEDULE_KINDS)}, "
-                             f"got {self.schedule!r}")
+            raise ValueError(
+                f"schedule must be one of {', '.join(SCHEDULE_KINDS)}, got {self.schedule!r}"
+            )
         if self.resume_schedule not in RESUME_SCHEDULE_MODES:
-            raise ValueError(f"resume_schedule must be one of {', '.join(RESUME_SCHEDULE_MODES)}, "
-                             f"got {self.resume_schedule!r}")
+            raise ValueError(
+                f"resume_schedule must be one of {', '.join(RESUME_SCHEDULE_MODES)}, "
+                f"got {self.resume_schedule!r}"
+            )
         if self.epochs is not None:
             e = self.epochs
-            if isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e) or e <= 0:
+            if (
+                isinstance(e, bool)
+                or not isinstance(e, (int, float))
+                or not math.isfinite(e)
+                or e <= 0
+            ):
                 raise ValueError(f"epochs must be a finite number > 0, got {e!r}")
             self.epochs = float(e)
-        for name in ("peak_lr", "min_lr", "weight_decay", "grad_clip", "warmup_ratio",
-                     "progress_seconds"):
+        for name in (
+            "peak_lr",
+            "min_lr",
+            "weight_decay",
+            "grad_clip",
+            "warmup_ratio",
+            "progress_seconds",
+        ):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v < 0
+            ):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
             setattr(self, name, float(v))
         if self.peak_lr <= 0:
@@ -201,7 +237,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
         _check_device(self.device, "device")
         if not isinstance(self.drafter, dict):
-            raise ValueError(f"drafter must be a table of DFlashConfig fields, got {self.drafter!r}")  # noqa: TRY004 - user input
+            raise ValueError(  # noqa: TRY004 - user input
+                f"drafter must be a table of DFlashConfig fields, got {self.drafter!r}"
+            )
         # Validate the drafter overrides now (cheap, no model), not after loading the target.
         from dflash.config import DFlashConfig
 
@@ -247,7 +285,9 @@ class PipelineConfig(TrainConfig):
         if isinstance(self.target_devices, str):
             self.target_devices = parse_device_list(self.target_devices)
         if not isinstance(self.target_devices, list) or not self.target_devices:
-            raise ValueError(f"target_devices must be a non-empty list, got {self.target_devices!r}")
+            raise ValueError(
+                f"target_devices must be a non-empty list, got {self.target_devices!r}"
+            )
         for d in self.target_devices:
             _check_device(d, "target_devices")
 
@@ -262,8 +302,7 @@ def parse_device_list(text: str) -> list[str]:
 
 def _check_device(dev: Any, name: str) -> None:
     ok = isinstance(dev, str) and (
-        dev in ("cpu", "cuda", "mps")
-        or (dev.startswith("cuda:") and dev[5:].isdigit())
+        dev in ("cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())
     )
     if not ok:
         raise ValueError(f"{name}: bad device {dev!r} (expected cpu, cuda or cuda:N)")
@@ -316,8 +355,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 PROGRAM_SECTIONS = ("sync", "pipeline")
 
 
-def build_config(cls: type[C], file: str | Path | None = None,
-                 overrides: dict[str, Any] | None = None) -> C:
+def build_config(
+    cls: type[C], file: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> C:
     """Defaults, then the TOML file (top level, then the program's ``[sync]`` or ``[pipeline]``
     table), then flag overrides (``None`` values mean "not given").
 
@@ -335,9 +375,12 @@ def build_config(cls: type[C], file: str | Path | None = None,
     unknown = sorted(set(values) - known)
     if unknown:
         where = f" in {file}" if file else ""
-        hint = (" (pipeline-only keys belong in a [pipeline] table)"
-                if section == "sync" and set(unknown) & {f.name for f in dataclasses.fields(PipelineConfig)}
-                else "")
+        hint = (
+            " (pipeline-only keys belong in a [pipeline] table)"
+            if section == "sync"
+            and set(unknown) & {f.name for f in dataclasses.fields(PipelineConfig)}
+            else ""
+        )
         raise ValueError(f"unknown config key(s){where}: {', '.join(unknown)}{hint}")
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     # A flag wins over the file, also over the file's way of giving the same thing.
@@ -355,16 +398,19 @@ def build_config(cls: type[C], file: str | Path | None = None,
             raise ValueError(f"unknown config key: {k}")
         values[k] = v
     if "epochs" in values and "max_steps" in values:
-        raise ValueError("max_steps and epochs both given: the run ends at one of them "
-                         "(a flag replaces the file's)")
+        raise ValueError(
+            "max_steps and epochs both given: the run ends at one of them "
+            "(a flag replaces the file's)"
+        )
     try:
         return cls(**values)
     except TypeError as e:  # e.g. a table where a number belongs
         raise ValueError(str(e)) from None
 
 
-def requested_drafter(cls: type[TrainConfig], file: str | Path | None = None,
-                      overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def requested_drafter(
+    cls: type[TrainConfig], file: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The drafter fields the user asked for: the file's ``[drafter]`` table (top level or the
     program's table) and ``--block-size`` / ``--draft-layers``, the built-in defaults left out.
 

@@ -124,7 +124,11 @@ class Channel:
     """
 
     def __init__(
-        self, name: str, capacity: int, *, poll_s: float = DEFAULT_POLL_S,
+        self,
+        name: str,
+        capacity: int,
+        *,
+        poll_s: float = DEFAULT_POLL_S,
         clock: Clock = time.perf_counter,
     ):
         if capacity < 1:
@@ -283,7 +287,10 @@ class Graph:
     """
 
     def __init__(
-        self, stages: Sequence[Stage], *, clock: Clock = time.perf_counter,
+        self,
+        stages: Sequence[Stage],
+        *,
+        clock: Clock = time.perf_counter,
         join_poll_s: float = 0.1,
     ):
         names = [s.name for s in stages]
@@ -377,9 +384,7 @@ class Graph:
             start = max(self._window_start, s.stats.started or now)
             end = s.stats.stopped if s.stats.stopped is not None else now
             active = max(0.0, min(end, now) - start)
-            busy[s.name] = (
-                max(0.0, min(1.0, (active - w_blocked) / span)) if span > 0 else 0.0
-            )
+            busy[s.name] = max(0.0, min(1.0, (active - w_blocked) / span)) if span > 0 else 0.0
             if reset:
                 self._window_blocked[s.name] = blocked
         fill = {ch.name: ch.sample_fill(reset=reset) for ch in self.channels}

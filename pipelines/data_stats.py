@@ -36,10 +36,12 @@ class DataStats:
 
     def line(self) -> str:
         """One human-readable line."""
-        return (f"{self.n_examples} examples, {self.response_tokens} response tokens "
-                f"(mean {self.mean_response_len:.1f}): copyable 4-gram share "
-                f"{self.copyable_share:.1%}, median distinct-token share "
-                f"{self.distinct_share_median:.1%}")
+        return (
+            f"{self.n_examples} examples, {self.response_tokens} response tokens "
+            f"(mean {self.mean_response_len:.1f}): copyable 4-gram share "
+            f"{self.copyable_share:.1%}, median distinct-token share "
+            f"{self.distinct_share_median:.1%}"
+        )
 
 
 def copyable_count(tokens: Sequence[int], response_start: int, n: int = NGRAM) -> int:
@@ -51,7 +53,7 @@ def copyable_count(tokens: Sequence[int], response_start: int, n: int = NGRAM) -
     seen: set[tuple[int, ...]] = set()
     count = 0
     for i in range(n - 1, len(tokens)):
-        gram = tuple(tokens[i - n + 1:i + 1])
+        gram = tuple(tokens[i - n + 1 : i + 1])
         if i >= response_start and gram in seen:
             count += 1
         seen.add(gram)
@@ -75,9 +77,13 @@ def data_stats(examples: Sequence[tuple[Sequence[int], int]]) -> DataStats:
         shares.append(len(set(response)) / len(response))
     if not shares:
         raise ValueError("no example with a response")
-    return DataStats(n_examples=len(shares), response_tokens=total, copyable_share=copyable / total,
-                     distinct_share_median=float(median(shares)),
-                     mean_response_len=total / len(shares))
+    return DataStats(
+        n_examples=len(shares),
+        response_tokens=total,
+        copyable_share=copyable / total,
+        distinct_share_median=float(median(shares)),
+        mean_response_len=total / len(shares),
+    )
 
 
 def dataset_stats(dataset) -> DataStats:

@@ -82,9 +82,11 @@ class DataParallel:
 
         ids = [torch.device(self.device).index] if self.device.startswith("cuda") else None
         # Newer torch renames the option (and deprecates the old name); same meaning here.
-        no_buffer_sync = ({"forward_sync_buffers": False}
-                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-                          else {"broadcast_buffers": False})
+        no_buffer_sync = (
+            {"forward_sync_buffers": False}
+            if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+            else {"broadcast_buffers": False}
+        )
         return DistributedDataParallel(model, device_ids=ids, **no_buffer_sync)
 
     def grad_sync(self, model: torch.nn.Module, last: bool) -> contextlib.AbstractContextManager:
@@ -133,8 +135,10 @@ def launch_env_problem(env: Mapping[str, str]) -> str | None:
         return None
     missing = [k for k in LAUNCH_ENV if k not in env]
     if missing:
-        return (f"partial distributed environment: {', '.join(present)} set but "
-                f"{', '.join(missing)} missing (launch with torchrun --nproc-per-node N ...)")
+        return (
+            f"partial distributed environment: {', '.join(present)} set but "
+            f"{', '.join(missing)} missing (launch with torchrun --nproc-per-node N ...)"
+        )
     try:
         rank, world, local = (int(env[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
         port = int(env["MASTER_PORT"])
@@ -167,8 +171,9 @@ def rank_devices(devices: list[str], local_rank: int) -> list[str]:
     return placed
 
 
-def init_data_parallel(device: str, target_devices: list[str] | None = None,
-                       env: Mapping[str, str] | None = None) -> DataParallel:
+def init_data_parallel(
+    device: str, target_devices: list[str] | None = None, env: Mapping[str, str] | None = None
+) -> DataParallel:
     """Join the process group when started by ``torchrun`` (``WORLD_SIZE`` > 1), else one rank.
 
     Every rank places its drafter and target workers with :func:`rank_devices`.
@@ -194,8 +199,9 @@ def init_data_parallel(device: str, target_devices: list[str] | None = None,
         backend = "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend)
-    return DataParallel(rank=rank, world_size=world, device=device, local_rank=local,
-                        target_devices=tuple(targets))
+    return DataParallel(
+        rank=rank, world_size=world, device=device, local_rank=local, target_devices=tuple(targets)
+    )
 
 
 def shutdown_data_parallel(dp: DataParallel) -> None:

@@ -24,7 +24,7 @@ def shorten(value: str, limit: int = LONGEST_WORD) -> str:
     if len(value) <= limit:
         return value
     head, tail = limit * 2 // 3, limit // 6
-    return f"{value[:head]}…({len(value):,} chars)…{value[len(value) - tail:]}"
+    return f"{value[:head]}…({len(value):,} chars)…{value[len(value) - tail :]}"
 
 
 def shorten_words(line: str) -> str:

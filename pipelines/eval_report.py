@@ -45,8 +45,12 @@ def ratio_tau(prompts: list[PromptResult]) -> float:
     return sum(p.gained for p in prompts) / steps if steps else math.nan
 
 
-def bootstrap_ci(prompts: list[PromptResult], level: float = CI_LEVEL,
-                 resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
+def bootstrap_ci(
+    prompts: list[PromptResult],
+    level: float = CI_LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of :func:`ratio_tau` over prompts; NaNs under 2 prompts."""
     if len(prompts) < 2:
         return math.nan, math.nan
@@ -90,14 +94,24 @@ class TauSummary:
 
     @classmethod
     def of(cls, name: str, prompts: list[PromptResult]) -> TauSummary:
-        return cls(name=name, n_prompts=len(prompts), tau=ratio_tau(prompts),
-                   ci=bootstrap_ci(prompts), verify_steps=sum(p.steps for p in prompts),
-                   new_tokens=sum(p.new_tokens for p in prompts))
+        return cls(
+            name=name,
+            n_prompts=len(prompts),
+            tau=ratio_tau(prompts),
+            ci=bootstrap_ci(prompts),
+            verify_steps=sum(p.steps for p in prompts),
+            new_tokens=sum(p.new_tokens for p in prompts),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "n_prompts": self.n_prompts, "tau": _num(self.tau),
-                "tau_ci": [_num(self.ci[0]), _num(self.ci[1])],
-                "verify_steps": self.verify_steps, "new_tokens": self.new_tokens}
+        return {
+            "name": self.name,
+            "n_prompts": self.n_prompts,
+            "tau": _num(self.tau),
+            "tau_ci": [_num(self.ci[0]), _num(self.ci[1])],
+            "verify_steps": self.verify_steps,
+            "new_tokens": self.new_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -115,8 +129,11 @@ class EvalReport:
     def __post_init__(self) -> None:
         object.__setattr__(self, "overall", TauSummary.of("all", self.prompts))
         names = list(dict.fromkeys(p.benchmark for p in self.prompts))
-        object.__setattr__(self, "benchmarks", [
-            TauSummary.of(n, [p for p in self.prompts if p.benchmark == n]) for n in names])
+        object.__setattr__(
+            self,
+            "benchmarks",
+            [TauSummary.of(n, [p for p in self.prompts if p.benchmark == n]) for n in names],
+        )
 
     @property
     def hist(self) -> list[int]:
@@ -128,14 +145,26 @@ class EvalReport:
         """The ``-f json`` document (NaN as null)."""
         o = self.overall
         return {
-            "step": self.step, "tau": _num(o.tau), "tau_ci": [_num(o.ci[0]), _num(o.ci[1])],
-            "ci_level": CI_LEVEL, "n_prompts": o.n_prompts, "horizon": self.horizon,
-            "new_tokens": o.new_tokens, "verify_steps": o.verify_steps,
-            "temperature": self.temperature, "tau_hist": self.hist,
+            "step": self.step,
+            "tau": _num(o.tau),
+            "tau_ci": [_num(o.ci[0]), _num(o.ci[1])],
+            "ci_level": CI_LEVEL,
+            "n_prompts": o.n_prompts,
+            "horizon": self.horizon,
+            "new_tokens": o.new_tokens,
+            "verify_steps": o.verify_steps,
+            "temperature": self.temperature,
+            "tau_hist": self.hist,
             "benchmarks": [b.to_json() for b in self.benchmarks],
-            "prompts": [{"benchmark": p.benchmark, "tau": _num(ratio_tau([p])),
-                         "verify_steps": p.steps, "new_tokens": p.new_tokens}
-                        for p in self.prompts],
+            "prompts": [
+                {
+                    "benchmark": p.benchmark,
+                    "tau": _num(ratio_tau([p])),
+                    "verify_steps": p.steps,
+                    "new_tokens": p.new_tokens,
+                }
+                for p in self.prompts
+            ],
         }
 
 
@@ -153,13 +182,18 @@ def render_text(report: EvalReport) -> list[str]:
     o = report.overall
     mode = "greedy" if report.temperature == 0 else f"temperature {report.temperature:g}"
     ci = _ci_text(o.ci)
-    interval = (f"{CI_LEVEL:.0%} CI {ci} over prompts" if ci != "n/a"
-                else "no interval from one prompt")
-    out = [f"step {report.step}: tau = {o.tau:.3f} ({interval})",
-           (f"{o.n_prompts} prompt{'' if o.n_prompts == 1 else 's'} x up to {report.horizon} new "
+    interval = (
+        f"{CI_LEVEL:.0%} CI {ci} over prompts" if ci != "n/a" else "no interval from one prompt"
+    )
+    out = [
+        f"step {report.step}: tau = {o.tau:.3f} ({interval})",
+        (
+            f"{o.n_prompts} prompt{'' if o.n_prompts == 1 else 's'} x up to {report.horizon} new "
             f"token{'' if report.horizon == 1 else 's'} each (horizon {report.horizon}; "
             f"{o.new_tokens} generated, {o.verify_steps} verify step{'' if o.verify_steps == 1 else 's'}), "
-            f"{mode}")]
+            f"{mode}"
+        ),
+    ]
     if len(report.benchmarks) > 1:
         width = max(len("benchmark"), *(len(b.name) for b in report.benchmarks))
         out.append("")

@@ -28,15 +28,22 @@ from .log_schema import EvalRecord
 HELD_OUT = "held-out"
 
 
-def run_eval(drafter: torch.nn.Module, target, prompts: list[list[int]], new_tokens: int,
-             step: int) -> EvalRecord:
+def run_eval(
+    drafter: torch.nn.Module, target, prompts: list[list[int]], new_tokens: int, step: int
+) -> EvalRecord:
     """Measure tau of ``drafter`` on ``prompts`` (greedy); the drafter's mode is restored."""
     from dflash import evaluate_tau
 
     res = evaluate_tau(target, drafter, prompts, max_new_tokens=new_tokens, temperature=0.0)
-    return EvalRecord(step=step, time=time.time(), tau=res.tau, tau_hist=list(res.tau_hist),
-                      n_prompts=res.n_prompts, new_tokens=res.new_tokens,
-                      temperature=res.temperature)
+    return EvalRecord(
+        step=step,
+        time=time.time(),
+        tau=res.tau,
+        tau_hist=list(res.tau_hist),
+        n_prompts=res.n_prompts,
+        new_tokens=res.new_tokens,
+        temperature=res.temperature,
+    )
 
 
 @dataclass
@@ -70,8 +77,9 @@ class EvalRequest:
                 raise ValueError(f"--prompts-file: no file at {f}")
 
 
-def load_prompt_sets(files: list[str | Path], n: int,
-                     default_name: str | None = None) -> list[tuple[str, list[int]]]:
+def load_prompt_sets(
+    files: list[str | Path], n: int, default_name: str | None = None
+) -> list[tuple[str, list[int]]]:
     """``(benchmark, token ids)`` of the first ``n`` prompts of each JSONL file.
 
     Raises:
@@ -90,15 +98,16 @@ def load_prompt_sets(files: list[str | Path], n: int,
                 rec = json.loads(line)
                 ids = rec["input_ids"]
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(f"{p} line {i}: expected {{\"input_ids\": [...]}}") from None
+                raise ValueError(f'{p} line {i}: expected {{"input_ids": [...]}}') from None
             if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
                 raise ValueError(f"{p} line {i}: input_ids must be a non-empty list of token ids")
             out.append((str(rec.get("benchmark") or name), ids))
     return out
 
 
-def measure_prompts(drafter: torch.nn.Module, target, prompts: list[tuple[str, list[int]]],
-                    new_tokens: int) -> list[PromptResult]:
+def measure_prompts(
+    drafter: torch.nn.Module, target, prompts: list[tuple[str, list[int]]], new_tokens: int
+) -> list[PromptResult]:
     """Decode each prompt on its own (greedy) and keep its histogram: the interval over prompts
     and the split by benchmark need them one by one."""
     from dflash import evaluate_tau
@@ -106,17 +115,24 @@ def measure_prompts(drafter: torch.nn.Module, target, prompts: list[tuple[str, l
     out = []
     for benchmark, ids in prompts:
         res = evaluate_tau(target, drafter, [ids], max_new_tokens=new_tokens, temperature=0.0)
-        out.append(PromptResult(benchmark=benchmark, hist=list(res.tau_hist),
-                                new_tokens=res.new_tokens))
+        out.append(
+            PromptResult(benchmark=benchmark, hist=list(res.tau_hist), new_tokens=res.new_tokens)
+        )
     return out
 
 
 def eval_record(report: EvalReport) -> EvalRecord:
     """The log's eval record of a report (the same numbers a periodic eval writes)."""
     o = report.overall
-    return EvalRecord(step=report.step, time=time.time(), tau=o.tau, tau_hist=report.hist,
-                      n_prompts=o.n_prompts, new_tokens=o.new_tokens,
-                      temperature=report.temperature)
+    return EvalRecord(
+        step=report.step,
+        time=time.time(),
+        tau=o.tau,
+        tau_hist=report.hist,
+        n_prompts=o.n_prompts,
+        new_tokens=o.new_tokens,
+        temperature=report.temperature,
+    )
 
 
 def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
@@ -137,8 +153,11 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
         if req.prompt_files:
             prompts = load_prompt_sets(req.prompt_files, req.prompts)
         else:
-            prompts = load_prompt_sets([Path(resolve_data(req.data or BUNDLED)) / EVAL_FILE],
-                                       req.prompts, default_name=HELD_OUT)
+            prompts = load_prompt_sets(
+                [Path(resolve_data(req.data or BUNDLED)) / EVAL_FILE],
+                req.prompts,
+                default_name=HELD_OUT,
+            )
         state = read_json_object(Path(req.drafter), STATE_FILE)
         horizon = req.new_tokens
         if horizon is None:
@@ -151,8 +170,14 @@ def evaluate_checkpoint(req: EvalRequest) -> EvalReport:
         raise TrainingError(str(e)) from None
     cfg = drafter.config
     if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
-        raise TrainingError(f"checkpoint {req.drafter} was trained for another target "
-                            f"(hidden {cfg.hidden_size}, vocab {cfg.vocab_size})")
+        raise TrainingError(
+            f"checkpoint {req.drafter} was trained for another target "
+            f"(hidden {cfg.hidden_size}, vocab {cfg.vocab_size})"
+        )
     step = state.get("step", 0)
-    return EvalReport(step=step if type(step) is int and step >= 0 else 0, horizon=horizon,
-                      temperature=0.0, prompts=measure_prompts(drafter, target, prompts, horizon))
+    return EvalReport(
+        step=step if type(step) is int and step >= 0 else 0,
+        horizon=horizon,
+        temperature=0.0,
+        prompts=measure_prompts(drafter, target, prompts, horizon),
+    )

@@ -25,8 +25,17 @@ from dflash_diag import logschema
 from dflash_diag.logschema import SCHEMA_VERSION, SCRIPTS, STOP_REASONS, record_kind
 
 __all__ = [
-    "SCHEMA_VERSION", "SCRIPTS", "STOP_REASONS", "CheckpointRecord", "EvalRecord", "Metrics",
-    "NonFiniteRecord", "RunStart", "StopRecord", "record_kind", "validate_record",
+    "SCHEMA_VERSION",
+    "SCRIPTS",
+    "STOP_REASONS",
+    "CheckpointRecord",
+    "EvalRecord",
+    "Metrics",
+    "NonFiniteRecord",
+    "RunStart",
+    "StopRecord",
+    "record_kind",
+    "validate_record",
 ]
 
 
@@ -185,21 +194,55 @@ class _Spec:
 
 #: The value types of every field, by name (a name means the same in every record kind).
 _TYPES: dict[str, tuple[type, ...]] = {
-    "step": (int,), "time": _NUM, "epoch": _NUM, "loss": _NUM, "acc": _NUM, "lr": _NUM,
-    "tok_per_sec": _NUM, "n_tokens": (int,), "n_blocks": (int,), "n_pred": (int,),
-    "acc_pos": (list,), "accept_pos": (list,), "tau_train": _NUM, "grad_norm": _NUM,
-    "stage_busy": (dict,), "queue_fill": (dict,), "step_time": _NUM, "sync_wait": _NUM,
-    "walk_tokens": (int,), "walk_steps": (int,), "walk_hist": (list,),
-    "event": (str,), "schema": (int,), "script": (str,), "config": (dict,), "schedule": (dict,),
-    "block_size": (int,), "steps_per_epoch": (*_NUM, type(None)), "world_size": (int,),
-    "resumed_from": (dict, type(None)), "rank": (int,), "walk_held_out": (dict,), "tau": _NUM, "tau_hist": (list,),
-    "n_prompts": (int,), "new_tokens": (int,), "temperature": _NUM, "path": (str,),
-    "consecutive": (int,), "reason": (str,), "error": (str,), "resume_schedule": (str,),
+    "step": (int,),
+    "time": _NUM,
+    "epoch": _NUM,
+    "loss": _NUM,
+    "acc": _NUM,
+    "lr": _NUM,
+    "tok_per_sec": _NUM,
+    "n_tokens": (int,),
+    "n_blocks": (int,),
+    "n_pred": (int,),
+    "acc_pos": (list,),
+    "accept_pos": (list,),
+    "tau_train": _NUM,
+    "grad_norm": _NUM,
+    "stage_busy": (dict,),
+    "queue_fill": (dict,),
+    "step_time": _NUM,
+    "sync_wait": _NUM,
+    "walk_tokens": (int,),
+    "walk_steps": (int,),
+    "walk_hist": (list,),
+    "event": (str,),
+    "schema": (int,),
+    "script": (str,),
+    "config": (dict,),
+    "schedule": (dict,),
+    "block_size": (int,),
+    "steps_per_epoch": (*_NUM, type(None)),
+    "world_size": (int,),
+    "resumed_from": (dict, type(None)),
+    "rank": (int,),
+    "walk_held_out": (dict,),
+    "tau": _NUM,
+    "tau_hist": (list,),
+    "n_prompts": (int,),
+    "new_tokens": (int,),
+    "temperature": _NUM,
+    "path": (str,),
+    "consecutive": (int,),
+    "reason": (str,),
+    "error": (str,),
+    "resume_schedule": (str,),
 }
 #: Field names from the shared schema, types from here (a name without a type fails at import).
 _SPECS = {
-    kind: _Spec({name: _TYPES[name] for name in logschema.REQUIRED[kind]},
-                {name: _TYPES[name] for name in logschema.OPTIONAL[kind]})
+    kind: _Spec(
+        {name: _TYPES[name] for name in logschema.REQUIRED[kind]},
+        {name: _TYPES[name] for name in logschema.OPTIONAL[kind]},
+    )
     for kind in logschema.RECORD_KINDS
 }
 _PIPELINE = frozenset(logschema.PIPELINE_METRICS)
@@ -234,26 +277,45 @@ def validate_record(rec: dict[str, Any]) -> str:
         if rec["schema"] != SCHEMA_VERSION or rec["script"] not in SCRIPTS:
             raise ValueError(f"run_start: bad schema/script {rec['schema']}/{rec['script']}")
         keys = set(rec["schedule"])
-        if not set(logschema.SCHEDULE_FIELDS) <= keys <= set(logschema.SCHEDULE_FIELDS) | set(
-                logschema.SCHEDULE_OPTIONAL_FIELDS):
+        if (
+            not set(logschema.SCHEDULE_FIELDS)
+            <= keys
+            <= set(logschema.SCHEDULE_FIELDS) | set(logschema.SCHEDULE_OPTIONAL_FIELDS)
+        ):
             raise ValueError(f"run_start: schedule fields {sorted(rec['schedule'])}")
-        if "resume_schedule" in rec and (rec["resume_schedule"] not in logschema.RESUME_SCHEDULE_MODES
-                                         or rec["resumed_from"] is None):
-            raise ValueError(f"run_start: resume_schedule {rec['resume_schedule']!r} "
-                             f"(one of {logschema.RESUME_SCHEDULE_MODES}, in a resumed launch only)")
-        if rec["resumed_from"] is not None and set(rec["resumed_from"]) != set(logschema.RESUMED_FROM_FIELDS):
+        if "resume_schedule" in rec and (
+            rec["resume_schedule"] not in logschema.RESUME_SCHEDULE_MODES
+            or rec["resumed_from"] is None
+        ):
+            raise ValueError(
+                f"run_start: resume_schedule {rec['resume_schedule']!r} "
+                f"(one of {logschema.RESUME_SCHEDULE_MODES}, in a resumed launch only)"
+            )
+        if rec["resumed_from"] is not None and set(rec["resumed_from"]) != set(
+            logschema.RESUMED_FROM_FIELDS
+        ):
             raise ValueError("run_start: resumed_from must be {path, step}")
-        if "walk_held_out" in rec and set(rec["walk_held_out"]) != set(logschema.WALK_HELD_OUT_FIELDS):
-            raise ValueError(f"run_start: walk_held_out must be {{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}}}")
+        if "walk_held_out" in rec and set(rec["walk_held_out"]) != set(
+            logschema.WALK_HELD_OUT_FIELDS
+        ):
+            raise ValueError(
+                f"run_start: walk_held_out must be {{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}}}"
+            )
         if "rank" in rec and not 0 <= rec["rank"] < rec["world_size"]:
-            raise ValueError(f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}")
+            raise ValueError(
+                f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}"
+            )
     if kind == "metrics":
         present = set(rec) & set(_PIPELINE)
         if present and present != set(_PIPELINE):
-            raise ValueError(f"metrics: partial pipeline fields, missing {set(_PIPELINE) - present}")
+            raise ValueError(
+                f"metrics: partial pipeline fields, missing {set(_PIPELINE) - present}"
+            )
         rank_fields = set(rec) & set(_RANK_METRICS)
         if rank_fields and (rank_fields != set(_RANK_METRICS) or not present):
-            raise ValueError("metrics: step_time and sync_wait come together, with the pipeline fields")
+            raise ValueError(
+                "metrics: step_time and sync_wait come together, with the pipeline fields"
+            )
         for name in ("acc_pos", "accept_pos"):
             if name in rec and not all(isinstance(x, _NUM) for x in rec[name]):
                 raise ValueError(f"metrics: {name} must hold numbers")
@@ -275,15 +337,21 @@ def _check_walk(rec: dict[str, Any], present: set[str], pipeline: bool) -> None:
     """The walk fields come together, on a pipeline record, and add up: the histogram's steps
     and tokens are walk_steps and walk_tokens."""
     if present != set(logschema.WALK_METRICS) or not pipeline:
-        raise ValueError("metrics: walk_tokens, walk_steps and walk_hist come together, "
-                         "with the pipeline fields")
+        raise ValueError(
+            "metrics: walk_tokens, walk_steps and walk_hist come together, with the pipeline fields"
+        )
     hist = rec["walk_hist"]
     if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in hist):
         raise ValueError("metrics: walk_hist must hold counts")
     if len(hist) != len(rec["accept_pos"]) + 1:
-        raise ValueError(f"metrics: walk_hist has {len(hist)} entries, block size is "
-                         f"{len(rec['accept_pos']) + 1}")
-    if sum(hist) != rec["walk_steps"] or sum((k + 1) * c for k, c in enumerate(hist)) != rec["walk_tokens"]:
+        raise ValueError(
+            f"metrics: walk_hist has {len(hist)} entries, block size is "
+            f"{len(rec['accept_pos']) + 1}"
+        )
+    if (
+        sum(hist) != rec["walk_steps"]
+        or sum((k + 1) * c for k, c in enumerate(hist)) != rec["walk_tokens"]
+    ):
         raise ValueError("metrics: walk_hist does not add up to walk_steps / walk_tokens")
 
 

@@ -47,11 +47,13 @@ class LogWriteError(OSError):
 
 def _explain(path: Path, e: OSError, doing: str) -> LogWriteError:
     reason = e.strerror or str(e)
-    hint = {errno.ENOSPC: "free disk space or write the log elsewhere (--log)",
-            errno.EFBIG: "the file is too large for this filesystem or limit: use another --log",
-            errno.EISDIR: "give a file path, not a directory (--log)",
-            errno.EACCES: "choose a writable path (--log)",
-            errno.EROFS: "choose a writable filesystem (--log)"}.get(e.errno, "check the path (--log)")
+    hint = {
+        errno.ENOSPC: "free disk space or write the log elsewhere (--log)",
+        errno.EFBIG: "the file is too large for this filesystem or limit: use another --log",
+        errno.EISDIR: "give a file path, not a directory (--log)",
+        errno.EACCES: "choose a writable path (--log)",
+        errno.EROFS: "choose a writable filesystem (--log)",
+    }.get(e.errno, "check the path (--log)")
     return LogWriteError(f"cannot {doing} log {path}: {reason}; {hint}")
 
 

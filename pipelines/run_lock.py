@@ -91,9 +91,10 @@ def _lock(path: Path, flags: int, what: str, hint: str) -> int:
             os.close(fd)
             pid = flock_holder(path) or (_pid_in(path) if path.name == LOCK_FILE else None)
             holder = f"pid {pid}" if pid is not None else "another process"
-            raise TrainingError(f"{what} {path.parent if path.name == LOCK_FILE else path} is in "
-                                f"use by another run ({holder}): wait for it to end, or {hint}"
-                                ) from None
+            raise TrainingError(
+                f"{what} {path.parent if path.name == LOCK_FILE else path} is in "
+                f"use by another run ({holder}): wait for it to end, or {hint}"
+            ) from None
         except OSError:
             os.close(fd)
             raise
@@ -116,16 +117,26 @@ def acquire_run_lock(ckpt_dir: str | Path, log: str | Path) -> RunLock:
     lock = RunLock()
     ck = Path(ckpt_dir) / LOCK_FILE
     try:
-        fd = _lock(ck, os.O_RDWR | os.O_CREAT, "checkpoint directory",
-                   "choose another directory (--ckpt-dir)")
+        fd = _lock(
+            ck,
+            os.O_RDWR | os.O_CREAT,
+            "checkpoint directory",
+            "choose another directory (--ckpt-dir)",
+        )
         lock.fds.append(fd)
         lock.remove.append(ck)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         log_path = Path(log)
         created = not log_path.exists()
-        lock.fds.append(_lock(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK,
-                              "log", "write the log elsewhere (--log)"))
+        lock.fds.append(
+            _lock(
+                log_path,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK,
+                "log",
+                "write the log elsewhere (--log)",
+            )
+        )
         if created:  # a run that stops before its header leaves no empty log behind
             lock.remove.append(log_path)
     except TrainingError:

@@ -67,8 +67,14 @@ def resolve_data(data: str) -> str:
     return str(DEFAULT_DATA_DIR) if data == BUNDLED else data
 
 
-def load_target(name: str, device: str, dtype: torch.dtype, *, check_memory: bool = True,
-                copies: list[str] | None = None) -> TargetModel:
+def load_target(
+    name: str,
+    device: str,
+    dtype: torch.dtype,
+    *,
+    check_memory: bool = True,
+    copies: list[str] | None = None,
+) -> TargetModel:
     """The target ``name`` (a path, a hub id or "bundled") on ``device``, its declared size
     checked against the memory free first (``copies``: every device that will hold one).
 
@@ -79,8 +85,9 @@ def load_target(name: str, device: str, dtype: torch.dtype, *, check_memory: boo
     try:
         if check_memory:
             config = TargetModel.read_config(path)
-            check_target_fits(name, config, torch.empty(0, dtype=dtype).element_size(),
-                              copies or [device])
+            check_target_fits(
+                name, config, torch.empty(0, dtype=dtype).element_size(), copies or [device]
+            )
         return TargetModel.from_pretrained(path, device=device, dtype=dtype)
     except ValueError as e:
         raise TrainingError(str(e)) from None
@@ -159,8 +166,9 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         check_device_available(dev)
     dtype = dtype_of(cfg.dtype)
     copies = [cfg.device, *(d for d in getattr(cfg, "target_devices", []) if d != cfg.device)]
-    target = load_target(cfg.target, cfg.device, dtype, check_memory=cfg.check_memory,
-                         copies=copies)
+    target = load_target(
+        cfg.target, cfg.device, dtype, check_memory=cfg.check_memory, copies=copies
+    )
     try:
         dataset = load_dataset(resolve_data(cfg.data))
         prompts = load_eval_prompts(resolve_data(cfg.data), n=cfg.eval_prompts)
@@ -168,8 +176,10 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         raise TrainingError(str(e)) from None
     vocab = target.config.vocab_size
     if int(dataset.tokens.max()) >= vocab:
-        raise TrainingError(f"data {cfg.data} holds token ids up to {int(dataset.tokens.max())}: "
-                            f"not made for target {cfg.target} (vocabulary {vocab})")
+        raise TrainingError(
+            f"data {cfg.data} holds token ids up to {int(dataset.tokens.max())}: "
+            f"not made for target {cfg.target} (vocabulary {vocab})"
+        )
 
     if cfg.resume is not None:
         # A resumed run keeps the checkpoint's architecture; it must still fit this target.
@@ -183,8 +193,9 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         dcfg = saved
         # The header records the drafter in force: the checkpoint's, not the config's defaults
         # (any field asked for that differs was refused before anything was loaded).
-        cfg = dataclasses.replace(cfg, drafter={k: getattr(saved, k)
-                                                for k in (*CPU_DRAFTER, *cfg.drafter)})
+        cfg = dataclasses.replace(
+            cfg, drafter={k: getattr(saved, k) for k in (*CPU_DRAFTER, *cfg.drafter)}
+        )
     else:
         overrides = dict(cfg.drafter)
         # The data generator records the tokenizer's mask token; prefer it to for_target's guess.
@@ -199,8 +210,9 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
     torch.manual_seed(cfg.seed)  # drafter initialisation
     # float32 master weights whatever the target's dtype (see compute_precision).
     drafter = DFlashDraftModel(dcfg).to(device=cfg.device)
-    optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.peak_lr,
-                                  weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        drafter.parameters(), lr=cfg.peak_lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
+    )
     start_step, cursor, resumed_from, saved_schedule = 0, None, None, None
     saved_split: dict[str, Any] | None = None
     dp = dp or DataParallel(device=cfg.device)
@@ -227,8 +239,14 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
     except (CheckpointError, KeyError, TypeError, ValueError) as e:
         raise TrainingError(f"cannot resume: {e}") from None
     try:
-        loader = TokenBudgetLoader(dataset, cfg.token_budget, seed=cfg.seed, cursor=cursor,
-                                   rank=dp.rank, world_size=dp.world_size)
+        loader = TokenBudgetLoader(
+            dataset,
+            cfg.token_budget,
+            seed=cfg.seed,
+            cursor=cursor,
+            rank=dp.rank,
+            world_size=dp.world_size,
+        )
     except ValueError as e:
         raise TrainingError(str(e)) from None
     # --epochs: the step count follows from the data (steps per epoch of THIS layout).
@@ -240,10 +258,20 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
     schedule, note = schedule_for(cfg, start_step, saved_schedule)
     if note and dp.is_main:
         print(f"dflash-train: note: {note}", file=sys.stderr)
-    return Setup(cfg=cfg, target=target, drafter=drafter, optimizer=optimizer, loader=loader,
-                 schedule=schedule, start_step=start_step, resumed_from=resumed_from,
-                 eval_prompts=prompts, model=dp.wrap(drafter), held_out=held_out,
-                 horizon=cfg.eval_new_tokens or longest_response(dataset))
+    return Setup(
+        cfg=cfg,
+        target=target,
+        drafter=drafter,
+        optimizer=optimizer,
+        loader=loader,
+        schedule=schedule,
+        start_step=start_step,
+        resumed_from=resumed_from,
+        eval_prompts=prompts,
+        model=dp.wrap(drafter),
+        held_out=held_out,
+        horizon=cfg.eval_new_tokens or longest_response(dataset),
+    )
 
 
 def check_blocks_fit(dataset, block_size: int, name: str) -> None:
@@ -256,10 +284,12 @@ def check_blocks_fit(dataset, block_size: int, name: str) -> None:
     """
     longest = longest_response(dataset)
     if longest < block_size:
-        raise TrainingError(f"data {name}: the longest response is {longest} token"
-                            f"{'s' if longest != 1 else ''}, but a block of the drafter needs "
-                            f"{block_size} (block_size): nothing to train on; regenerate the data "
-                            f"with longer responses or lower --block-size")
+        raise TrainingError(
+            f"data {name}: the longest response is {longest} token"
+            f"{'s' if longest != 1 else ''}, but a block of the drafter needs "
+            f"{block_size} (block_size): nothing to train on; regenerate the data "
+            f"with longer responses or lower --block-size"
+        )
 
 
 def longest_response(dataset) -> int:
@@ -269,8 +299,13 @@ def longest_response(dataset) -> int:
 
 
 #: The config's paths and the flags that set them (checked as names before any is used).
-PATH_FLAGS = {"log": "--log", "ckpt_dir": "--ckpt-dir", "target": "--target", "data": "--data",
-              "resume": "--resume"}
+PATH_FLAGS = {
+    "log": "--log",
+    "ckpt_dir": "--ckpt-dir",
+    "target": "--target",
+    "data": "--data",
+    "resume": "--resume",
+}
 
 
 def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> RunLock:
@@ -299,8 +334,9 @@ def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> RunLock:
             raise
     if cfg.log_all_ranks:
         try:
-            check_writable_file(rank_log_path(cfg.log, dp.rank if dp else 0), "per-rank log",
-                                "--log")
+            check_writable_file(
+                rank_log_path(cfg.log, dp.rank if dp else 0), "per-rank log", "--log"
+            )
         except TrainingError:
             lock.release()
             raise
@@ -309,6 +345,12 @@ def preflight(cfg: TrainConfig, dp: DataParallel | None = None) -> RunLock:
 
 def _drafter_overrides(saved: DFlashConfig) -> dict[str, Any]:
     """The saved drafter's hyper-parameters (a resumed run keeps its architecture)."""
-    keep = ("block_size", "num_draft_layers", "target_layer_ids", "mask_token_id",
-            "loss_decay_gamma", "num_anchors")
+    keep = (
+        "block_size",
+        "num_draft_layers",
+        "target_layer_ids",
+        "mask_token_id",
+        "loss_decay_gamma",
+        "num_anchors",
+    )
     return {k: getattr(saved, k) for k in keep}

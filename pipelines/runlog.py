@@ -33,8 +33,14 @@ class RunLog:
             non-finite steps (their decision must agree).
     """
 
-    def __init__(self, setup: Setup, script: str, steps_per_epoch: float | None,
-                 dp: DataParallel | None = None, clock=time.time) -> None:
+    def __init__(
+        self,
+        setup: Setup,
+        script: str,
+        steps_per_epoch: float | None,
+        dp: DataParallel | None = None,
+        clock=time.time,
+    ) -> None:
         self.setup = setup
         self.cfg = setup.cfg
         self.clock = clock
@@ -42,8 +48,9 @@ class RunLog:
         self.dp = dp
         try:
             self.log = JsonlLog(self.cfg.log) if dp.is_main else None
-            self.rank_log = (JsonlLog(rank_log_path(self.cfg.log, dp.rank))
-                             if self.cfg.log_all_ranks else None)
+            self.rank_log = (
+                JsonlLog(rank_log_path(self.cfg.log, dp.rank)) if self.cfg.log_all_ranks else None
+            )
         except OSError as e:  # LogWriteError: one line naming the file
             raise TrainingError(str(e)) from None
         self.nonfinite_in_a_row = 0
@@ -52,9 +59,13 @@ class RunLog:
         self.last_ckpt_step: int | None = None
         self.last_ckpt_path: Path | None = None
         header = RunStart(
-            script=script, time=clock(), config=self.cfg.to_dict(),
-            schedule=setup.schedule.to_dict(), block_size=setup.block_size,
-            steps_per_epoch=steps_per_epoch, world_size=dp.world_size,
+            script=script,
+            time=clock(),
+            config=self.cfg.to_dict(),
+            schedule=setup.schedule.to_dict(),
+            block_size=setup.block_size,
+            steps_per_epoch=steps_per_epoch,
+            world_size=dp.world_size,
             resumed_from=setup.resumed_from,
             resume_schedule=self.cfg.resume_schedule if setup.resumed_from else None,
             walk_held_out=setup.held_out.to_header() if setup.held_out else None,
@@ -81,27 +92,51 @@ class RunLog:
         if self.rank_log is not None:
             self.rank_log.write(record)
 
-    def rank_metrics(self, step: int, epoch: float, lr: float, local: StepMetrics,
-                     grad_norm: float, step_time: float, sync_wait: float,
-                     stage_busy: dict[str, float] | None = None,
-                     queue_fill: dict[str, float] | None = None) -> None:
+    def rank_metrics(
+        self,
+        step: int,
+        epoch: float,
+        lr: float,
+        local: StepMetrics,
+        grad_norm: float,
+        step_time: float,
+        sync_wait: float,
+        stage_busy: dict[str, float] | None = None,
+        queue_fill: dict[str, float] | None = None,
+    ) -> None:
         """This rank's own view of a step: its local metric sums and its own throughput
         (real tokens / (step time - time waiting for the other ranks))."""
         if self.rank_log is None:
             return
         own = step_time - sync_wait
-        self.write_rank(Metrics(
-            step=step, time=self.clock(), epoch=epoch, lr=lr,
-            tok_per_sec=local.n_tokens / own if own > 0 else 0.0, grad_norm=grad_norm,
-            stage_busy=stage_busy or {}, queue_fill=queue_fill or {},
-            step_time=step_time, sync_wait=sync_wait, **local.to_log_dict(),
-        ))
+        self.write_rank(
+            Metrics(
+                step=step,
+                time=self.clock(),
+                epoch=epoch,
+                lr=lr,
+                tok_per_sec=local.n_tokens / own if own > 0 else 0.0,
+                grad_norm=grad_norm,
+                stage_busy=stage_busy or {},
+                queue_fill=queue_fill or {},
+                step_time=step_time,
+                sync_wait=sync_wait,
+                **local.to_log_dict(),
+            )
+        )
 
     def nonfinite(self, step: int, loss: float, grad_norm: float | None) -> bool:
         """Record a skipped update; True when the run must stop (too many in a row)."""
         self.nonfinite_in_a_row += 1
-        self.write(NonFiniteRecord(step=step, time=self.clock(), loss=loss, grad_norm=grad_norm,
-                                   consecutive=self.nonfinite_in_a_row))
+        self.write(
+            NonFiniteRecord(
+                step=step,
+                time=self.clock(),
+                loss=loss,
+                grad_norm=grad_norm,
+                consecutive=self.nonfinite_in_a_row,
+            )
+        )
         return self.nonfinite_in_a_row >= self.cfg.max_nonfinite
 
     def finite(self) -> None:
@@ -115,8 +150,10 @@ class RunLog:
         ran = step - self.setup.start_step
         if ran <= 0 or self.updates:
             return None
-        return (f"every step of this launch ({ran}) was skipped: the loss or gradient was never "
-                f"finite, so nothing was trained and no checkpoint was written")
+        return (
+            f"every step of this launch ({ran}) was skipped: the loss or gradient was never "
+            f"finite, so nothing was trained and no checkpoint was written"
+        )
 
     def checkpoint(self, step: int, cursor: dict[str, Any], script: str) -> Path | None:
         """Write ``step-NNNNNN/`` atomically (rank 0), then its log record."""
@@ -125,11 +162,20 @@ class RunLog:
             return None
         s = self.setup
         path = save_training_checkpoint(
-            Path(self.cfg.ckpt_dir), step, s.drafter, s.optimizer,
-            state={"step": step, "cursor": cursor, "schedule": s.schedule.to_dict(),
-                   "script": script, "seed": self.cfg.seed, "world_size": self.dp.world_size,
-                   "micro_batches": micro_batches_per_step(self.cfg),
-                   "walk_held_out": s.held_out.to_header() if s.held_out else {}},
+            Path(self.cfg.ckpt_dir),
+            step,
+            s.drafter,
+            s.optimizer,
+            state={
+                "step": step,
+                "cursor": cursor,
+                "schedule": s.schedule.to_dict(),
+                "script": script,
+                "seed": self.cfg.seed,
+                "world_size": self.dp.world_size,
+                "micro_batches": micro_batches_per_step(self.cfg),
+                "walk_held_out": s.held_out.to_header() if s.held_out else {},
+            },
         )
         self.last_ckpt_path = path
         self.write(CheckpointRecord(step=step, time=self.clock(), path=str(path)))

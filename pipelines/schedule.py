@@ -48,7 +48,9 @@ class Schedule:
         if not (math.isfinite(self.min_lr) and 0 <= self.min_lr <= self.peak_lr):
             raise ValueError(f"min_lr must be in [0, peak_lr], got {self.min_lr}")
         if self.total_steps < self.start_step + 1:
-            raise ValueError(f"total_steps must be >= {self.start_step + 1}, got {self.total_steps}")
+            raise ValueError(
+                f"total_steps must be >= {self.start_step + 1}, got {self.total_steps}"
+            )
         if not 0 <= self.warmup_steps <= self.total_steps - self.start_step:
             raise ValueError(
                 f"warmup_steps must be in [0, {self.total_steps - self.start_step}] (the schedule's "
@@ -57,8 +59,13 @@ class Schedule:
 
     @classmethod
     def from_ratio(
-        cls, total_steps: int, peak_lr: float = PEAK_LR, warmup_ratio: float = WARMUP_RATIO,
-        min_lr: float = 0.0, kind: str = "cosine", start_step: int = 0,
+        cls,
+        total_steps: int,
+        peak_lr: float = PEAK_LR,
+        warmup_ratio: float = WARMUP_RATIO,
+        min_lr: float = 0.0,
+        kind: str = "cosine",
+        start_step: int = 0,
         warmup_steps: int | None = None,
     ) -> Schedule:
         """The paper's form: warmup as a fraction of the schedule's length (rounded up, so never
@@ -67,8 +74,14 @@ class Schedule:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio}")
         if warmup_steps is None:
             warmup_steps = math.ceil(warmup_ratio * (total_steps - start_step))
-        return cls(peak_lr=peak_lr, warmup_steps=warmup_steps, total_steps=total_steps,
-                   min_lr=min_lr, kind=kind, start_step=start_step)
+        return cls(
+            peak_lr=peak_lr,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps,
+            min_lr=min_lr,
+            kind=kind,
+            start_step=start_step,
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> Schedule:
@@ -85,8 +98,11 @@ class Schedule:
 
     def describe(self) -> str:
         """One line for people: ``cosine 6.0e-04 -> 6.0e-05, warmup 8 steps, ends at step 200``."""
-        shape = (f"constant {self.peak_lr:.1e}" if self.kind == "constant"
-                 else f"{self.kind} {self.peak_lr:.1e} -> {self.min_lr:.1e}")
+        shape = (
+            f"constant {self.peak_lr:.1e}"
+            if self.kind == "constant"
+            else f"{self.kind} {self.peak_lr:.1e} -> {self.min_lr:.1e}"
+        )
         start = f", from step {self.start_step + 1}" if self.start_step else ""
         end = "" if self.kind == "constant" else f", ends at step {self.total_steps}"
         steps = "step" if self.warmup_steps == 1 else "steps"

@@ -71,8 +71,9 @@ def _train(setup: Setup, stop: StopRequest, dp: DataParallel, started_at: float)
                 batch = {n: t.to(cfg.device) for n, t in loader.next_batch().items()}
                 cursor = loader.state_dict()
                 with precision:
-                    out = compute_loss_and_metrics(model, target, batch,
-                                                   anchor_generator(cfg.seed, k, dp.rank))
+                    out = compute_loss_and_metrics(
+                        model, target, batch, anchor_generator(cfg.seed, k, dp.rank)
+                    )
                 # The unnormalised sum (DDP averages it over the ranks in this backward), scaled
                 # below by world_size / the loss weight of all ranks together.
                 sync_wait = dp.wait_for_others() if runlog.per_rank else 0.0
@@ -90,10 +91,25 @@ def _train(setup: Setup, stop: StopRequest, dp: DataParallel, started_at: float)
                     continue
                 runlog.finite()
                 if k % cfg.log_every == 0:
-                    runlog.write(Metrics(step=k, time=time.time(), epoch=loader.epoch_float,
-                                         loss=m.loss, acc=m.acc, lr=lr))
-                    runlog.rank_metrics(k, loader.epoch_float, lr, out.metrics, upd.grad_norm,
-                                        time.perf_counter() - t_last, sync_wait)
+                    runlog.write(
+                        Metrics(
+                            step=k,
+                            time=time.time(),
+                            epoch=loader.epoch_float,
+                            loss=m.loss,
+                            acc=m.acc,
+                            lr=lr,
+                        )
+                    )
+                    runlog.rank_metrics(
+                        k,
+                        loader.epoch_float,
+                        lr,
+                        out.metrics,
+                        upd.grad_norm,
+                        time.perf_counter() - t_last,
+                        sync_wait,
+                    )
                 bar.update(k, m, time.perf_counter() - t_last)
                 if cfg.ckpt_every and k % cfg.ckpt_every == 0:
                     runlog.checkpoint(k, cursor, SCRIPT)
@@ -105,8 +121,13 @@ def _train(setup: Setup, stop: StopRequest, dp: DataParallel, started_at: float)
         error = f"{type(e).__name__}: {e}"
         runlog.stop(step, "error", error)
         runlog.close()
-        return RunResult(step=step, reason="error", exit_code=1, error=error,
-                         summary=summarize(SCRIPT, setup, runlog, bar, step, "error", error))
+        return RunResult(
+            step=step,
+            reason="error",
+            exit_code=1,
+            error=error,
+            summary=summarize(SCRIPT, setup, runlog, bar, step, "error", error),
+        )
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, without a final checkpoint
         runlog.stop(step, "signal", "interrupted twice: stopped without a final checkpoint")
         runlog.close()
@@ -115,6 +136,10 @@ def _train(setup: Setup, stop: StopRequest, dp: DataParallel, started_at: float)
         reason = "nonfinite"
     runlog.stop(step, reason, failed)
     runlog.close()
-    return RunResult(step=step, reason=reason, exit_code=exit_code_for(reason, stop.signum),
-                     error=failed, summary=summarize(SCRIPT, setup, runlog, bar, step, reason,
-                                                     failed))
+    return RunResult(
+        step=step,
+        reason=reason,
+        exit_code=exit_code_for(reason, stop.signum),
+        error=failed,
+        summary=summarize(SCRIPT, setup, runlog, bar, step, reason, failed),
+    )

@@ -21,8 +21,14 @@ class UpdateResult:
     grad_norm: float
 
 
-def apply_update(drafter: torch.nn.Module, optimizer: torch.optim.Optimizer, lr: float,
-                 grad_clip: float, loss: float, grad_scale: float = 1.0) -> UpdateResult:
+def apply_update(
+    drafter: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    lr: float,
+    grad_clip: float,
+    loss: float,
+    grad_scale: float = 1.0,
+) -> UpdateResult:
     """Scale, clip and apply the accumulated gradients, unless the loss or the norm is not finite.
 
     Args:

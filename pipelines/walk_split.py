@@ -43,8 +43,12 @@ class HeldOutWalk:
 
     def to_header(self) -> dict[str, Any]:
         """The ``walk_held_out`` object of the ``run_start`` header and of ``state.json``."""
-        return {"examples": len(self.indices), "seed": self.seed, "of": self.of,
-                "indices": list(self.indices)}
+        return {
+            "examples": len(self.indices),
+            "seed": self.seed,
+            "of": self.of,
+            "indices": list(self.indices),
+        }
 
     def rows_for(self, record: int, n: int) -> list[int]:
         """The held-out rows walked by walked record number ``record``: ``n`` of them, taking
@@ -53,12 +57,21 @@ class HeldOutWalk:
         return [(record * n + j) % size for j in range(min(n, size))]
 
     @torch.no_grad()
-    def walk(self, drafter: torch.nn.Module, target, layer_ids: list[int], horizon: int,
-             record: int, n: int, device: str) -> dict[str, object]:
+    def walk(
+        self,
+        drafter: torch.nn.Module,
+        target,
+        layer_ids: list[int],
+        horizon: int,
+        record: int,
+        n: int,
+        device: str,
+    ) -> dict[str, object]:
         """The walked tau of record number ``record`` on its held-out rows, as the metric
         record's ``walk_*`` fields (the target forward included: these rows are in no batch)."""
-        batch = collate([self.examples[i] for i in self.rows_for(record, n)],
-                        self.examples.pad_token_id)
+        batch = collate(
+            [self.examples[i] for i in self.rows_for(record, n)], self.examples.pad_token_id
+        )
         batch = {k: v.to(device) for k, v in batch.items()}
         ids = batch["input_ids"].to(target.device)
         mask = batch["attention_mask"].to(target.device)
@@ -66,8 +79,9 @@ class HeldOutWalk:
         return walk_batch(drafter, target, batch, features, horizon=horizon).to_log_dict()
 
 
-def split_for_walk(dataset: Dataset, requested: int, seed: int,
-                   saved: dict[str, Any] | None = None) -> tuple[Dataset, HeldOutWalk | None]:
+def split_for_walk(
+    dataset: Dataset, requested: int, seed: int, saved: dict[str, Any] | None = None
+) -> tuple[Dataset, HeldOutWalk | None]:
     """The training examples and the held-out walk split of a run.
 
     Args:
@@ -92,5 +106,6 @@ def split_for_walk(dataset: Dataset, requested: int, seed: int,
     held = held_out_indices(len(dataset), n, seed)
     chosen = set(held)
     train = dataset.subset([i for i in range(len(dataset)) if i not in chosen])
-    return train, HeldOutWalk(examples=dataset.subset(held), indices=held, seed=seed,
-                              of=len(dataset))
+    return train, HeldOutWalk(
+        examples=dataset.subset(held), indices=held, seed=seed, of=len(dataset)
+    )

@@ -42,7 +42,12 @@ from dflash_diag.analysis.numbers import plural
 from dflash_diag.read.records import LogEvent
 
 MEASURED, WALK, HARMONIC, CHAIN, LINEAR, PREFIX = (
-    "measured", "walk", "harmonic", "chain", "linear", "prefix",
+    "measured",
+    "walk",
+    "harmonic",
+    "chain",
+    "linear",
+    "prefix",
 )
 #: The estimators that can be the primary estimate, strongest evidence first.
 ESTIMATOR_ORDER = (MEASURED, WALK, HARMONIC, CHAIN, LINEAR)
@@ -132,9 +137,13 @@ class TauEstimate:
         return self.name in ESTIMATOR_ORDER and self.held_back is None
 
 
-def walk_held_back(tau: float, se: float | None, n_records: int,
-                   min_records: int = defaults.WALK_MIN_RECORDS,
-                   max_rel_se: float = defaults.WALK_MAX_REL_SE) -> str | None:
+def walk_held_back(
+    tau: float,
+    se: float | None,
+    n_records: int,
+    min_records: int = defaults.WALK_MIN_RECORDS,
+    max_rel_se: float = defaults.WALK_MAX_REL_SE,
+) -> str | None:
     """Why a walked tau may not lead the estimates, or None when its evidence is adequate.
 
     Each walked record walks only a few training sequences, and on looping data a sequence is
@@ -149,8 +158,10 @@ def walk_held_back(tau: float, se: float | None, n_records: int,
         return "walk too noisy to lead: no standard error"
     rel = se / tau
     if rel > max_rel_se:
-        return (f"walk too noisy to lead: ±{rel:.0%} over {plural(n_records, 'record')} "
-                f"(limit ±{max_rel_se:.0%}; more walk_seqs would help)")
+        return (
+            f"walk too noisy to lead: ±{rel:.0%} over {plural(n_records, 'record')} "
+            f"(limit ±{max_rel_se:.0%}; more walk_seqs would help)"
+        )
     return None
 
 
@@ -164,8 +175,10 @@ def walk_in_sample(held_out_named: bool, epoch: float | None) -> str | None:
     """
     if held_out_named or epoch is None or not math.isfinite(epoch) or epoch < 1:
         return None
-    return (f"walk in-sample, unfit to lead: it walks training sequences (no held-out split "
-            f"in the header), trained on since epoch 1; epoch {epoch:.1f} here")
+    return (
+        f"walk in-sample, unfit to lead: it walks training sequences (no held-out split "
+        f"in the header), trained on since epoch 1; epoch {epoch:.1f} here"
+    )
 
 
 def leading(estimates: Sequence[TauEstimate]) -> TauEstimate | None:
@@ -220,9 +233,13 @@ class AcceptanceConfig:
             raise ValueError(f"block size must be >= 2, got {self.block_size}")
         if not (0 < self.target_acc <= 1):
             raise ValueError(f"target accuracy must be in (0, 1], got {self.target_acc}")
-        if self.target_tau is not None and not (self.target_tau > 1 and math.isfinite(self.target_tau)):
+        if self.target_tau is not None and not (
+            self.target_tau > 1 and math.isfinite(self.target_tau)
+        ):
             raise ValueError(f"target tau must be > 1, got {self.target_tau}")
-        if self.baseline_tau is not None and not (self.baseline_tau >= 1 and math.isfinite(self.baseline_tau)):
+        if self.baseline_tau is not None and not (
+            self.baseline_tau >= 1 and math.isfinite(self.baseline_tau)
+        ):
             raise ValueError(f"baseline tau must be >= 1, got {self.baseline_tau}")
 
     @property
@@ -286,24 +303,31 @@ class Acceptance:
 
 
 def _weight(rows: pl.DataFrame) -> pl.Expr:
-    if "n_blocks" in rows.columns and rows["n_blocks"].is_not_null().all() and bool((rows["n_blocks"] > 0).all()):
+    if (
+        "n_blocks" in rows.columns
+        and rows["n_blocks"].is_not_null().all()
+        and bool((rows["n_blocks"] > 0).all())
+    ):
         return pl.col("n_blocks").cast(pl.Float64)
     return pl.lit(1.0)
 
 
-def mean_positions(rows: pl.DataFrame, column: str,
-                   positions: int | None = None) -> list[float] | None:
+def mean_positions(
+    rows: pl.DataFrame, column: str, positions: int | None = None
+) -> list[float] | None:
     """Per-position mean of a list column, weighted by ``n_blocks`` where every row has it;
     the first ``positions`` only (None: all)."""
     if column not in rows.columns or rows.height == 0:
         return None
-    by_window = position_means_by_group(rows.with_columns(pl.lit(0).alias("_g")), column, "_g",
-                                        positions)
+    by_window = position_means_by_group(
+        rows.with_columns(pl.lit(0).alias("_g")), column, "_g", positions
+    )
     return by_window.get(0)
 
 
-def position_means_by_group(rows: pl.DataFrame, column: str, group: str,
-                            positions: int | None = None) -> dict[int, list[float]]:
+def position_means_by_group(
+    rows: pl.DataFrame, column: str, group: str, positions: int | None = None
+) -> dict[int, list[float]]:
     """Per-position means of a list column for each value of ``group`` (one polars query),
     weighted by ``n_blocks`` where every row has it; NaN/Inf elements are left out.
 
@@ -342,14 +366,20 @@ def latest_measurement(evals: Sequence[LogEvent], up_to_step: int | None) -> Log
     return best
 
 
-def measurements(evals: Sequence[LogEvent], up_to_step: int | None = None,
-                 from_step: int | None = None) -> list[LogEvent]:
+def measurements(
+    evals: Sequence[LogEvent], up_to_step: int | None = None, from_step: int | None = None
+) -> list[LogEvent]:
     """The eval records with a step and a finite tau, within the bounds, in step order (for a
     step evaluated twice the later record wins)."""
     by_step: dict[int, LogEvent] = {}
     for event in evals:
         tau = event.fields.get("tau")
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or event.step is None:
+        if (
+            isinstance(tau, bool)
+            or not isinstance(tau, (int, float))
+            or not math.isfinite(tau)
+            or event.step is None
+        ):
             continue
         if up_to_step is not None and event.step > up_to_step:
             continue
@@ -419,7 +449,11 @@ def training_estimates(
     if tau_train is not None and math.isfinite(tau_train):
         out.append(TauEstimate(PREFIX, tau_train, f"tau_train, {where}: size-biased upper view"))
     elif accept:
-        out.append(TauEstimate(PREFIX, prefix_tau(accept), f"1 + sum accept_pos, {where}: size-biased upper view"))
+        out.append(
+            TauEstimate(
+                PREFIX, prefix_tau(accept), f"1 + sum accept_pos, {where}: size-biased upper view"
+            )
+        )
     return out
 
 
@@ -471,24 +505,33 @@ def estimate_acceptance(
         if up_to_step is not None:
             age = max(0, up_to_step - measured.step)
         estimates.append(TauEstimate(MEASURED, float(measured.fields["tau"]), basis))
-    estimates += training_estimates(acc=acc, rows=last_rows, block_size=block_size, tau_walk=tau_walk,
-                                    walk_basis=walk_basis, tau_train=tau_train,
-                                    tau_walk_se=tau_walk_se, walk_n=walk_n,
-                                    in_sample=walk_in_sample)
+    estimates += training_estimates(
+        acc=acc,
+        rows=last_rows,
+        block_size=block_size,
+        tau_walk=tau_walk,
+        walk_basis=walk_basis,
+        tau_train=tau_train,
+        tau_walk_se=tau_walk_se,
+        walk_n=walk_n,
+        in_sample=walk_in_sample,
+    )
 
     warnings: list[str] = []
     calibration = None
     if measured is not None:
         measured_tau = estimates[0].tau
-        estimates = [estimates[0]] + [
-            replace(e, error=e.tau - measured_tau) for e in estimates[1:]
-        ]
+        estimates = [estimates[0]] + [replace(e, error=e.tau - measured_tau) for e in estimates[1:]]
         # Compare with the walked tau (the same predictions walked as decoding walks them), else
         # the harmonic one: both undo the size bias of uniform anchors. Not with prefix or linear,
         # which read well above the measured tau in healthy runs (docs/design.md, "Metrics"). A
         # walk held back as too noisy to lead is too noisy to raise an alarm too.
         promised = next((e for e in estimates if e.name in (WALK, HARMONIC) and e.can_lead), None)
-        if promised is not None and promised.tau > 1 and (measured_tau - 1) < MISMATCH_RATIO * (promised.tau - 1):
+        if (
+            promised is not None
+            and promised.tau > 1
+            and (measured_tau - 1) < MISMATCH_RATIO * (promised.tau - 1)
+        ):
             warnings.append(
                 f"train/serve mismatch? training predictions walked as decoding imply tau "
                 f"{promised.tau:.2f} ({promised.name}) but the measured tau is {measured_tau:.2f}: "

@@ -96,7 +96,9 @@ def value_resolution(values: Sequence[float | None], max_decimals: int = 8) -> f
         finite = finite[:: len(finite) // 2000]
     for d in range(max_decimals + 1):
         scale = 10.0**d
-        if all(abs(v * scale - round(v * scale)) <= 1e-6 * max(1.0, abs(v * scale)) for v in finite):
+        if all(
+            abs(v * scale - round(v * scale)) <= 1e-6 * max(1.0, abs(v * scale)) for v in finite
+        ):
             return 1.0 / scale
     return 0.0
 

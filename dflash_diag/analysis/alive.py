@@ -84,17 +84,29 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
         bad_n = int(frame.select(nonpositive.sum()).item())
         if bad_n:
             frame = frame.with_columns(
-                *(pl.when(nonpositive).then(None).otherwise(pl.col(c)).alias(c)
-                  for c in ("acc", "loss") if c in frame.columns))
-            notes.append(f"{plural(bad_n, 'record')} with n_pred <= 0 left out of the loss and "
-                         "accuracy (no predicted token: no vote)")
+                *(
+                    pl.when(nonpositive).then(None).otherwise(pl.col(c)).alias(c)
+                    for c in ("acc", "loss")
+                    if c in frame.columns
+                )
+            )
+            notes.append(
+                f"{plural(bad_n, 'record')} with n_pred <= 0 left out of the loss and "
+                "accuracy (no predicted token: no vote)"
+            )
     if "acc" in frame.columns:
-        outside = (pl.col("acc").is_finite() & ((pl.col("acc") < 0) | (pl.col("acc") > 1))).fill_null(False)
+        outside = (
+            pl.col("acc").is_finite() & ((pl.col("acc") < 0) | (pl.col("acc") > 1))
+        ).fill_null(False)
         bad_acc = int(frame.select(outside.sum()).item())
         if bad_acc:
-            frame = frame.with_columns(pl.when(outside).then(None).otherwise(pl.col("acc")).alias("acc"))
-            notes.append(f"{plural(bad_acc, 'accuracy value')} outside [0, 1] left out (a percentage? "
-                         "an accuracy is a fraction)")
+            frame = frame.with_columns(
+                pl.when(outside).then(None).otherwise(pl.col("acc")).alias("acc")
+            )
+            notes.append(
+                f"{plural(bad_acc, 'accuracy value')} outside [0, 1] left out (a percentage? "
+                "an accuracy is a fraction)"
+            )
     constant: dict[str, float] = {}
     for name, other in (("acc", "loss"), ("loss", "acc")):
         value = constant_value(frame, name)
@@ -102,8 +114,10 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
             constant[name] = value
     for name, value in constant.items():
         other = "loss" if name == "acc" else "acc"
-        notes.append(f"{name} is constant ({value:.4g}) in every record while the {other} moves: "
-                     f"the {name} is not measured; the verdict judges the {other}")
+        notes.append(
+            f"{name} is constant ({value:.4g}) in every record while the {other} moves: "
+            f"the {name} is not measured; the verdict judges the {other}"
+        )
     return frame, Screening(bad_acc, bad_n, constant, notes)
 
 
@@ -132,7 +146,9 @@ def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int,
         last_nonzero = int(nonzero.arg_true()[-1])
         n = rows.height - 1 - last_nonzero
         if abs(float(rows["loss"][last_nonzero])) < TINY_LOSS:
-            return None  # a loss that decayed to 1e-12 and underflowed: a perfect fit, not a dead run
+            return (
+                None  # a loss that decayed to 1e-12 and underflowed: a perfect fit, not a dead run
+            )
     if n < min_records:
         return None
     return int(rows["step"][rows.height - n]), n
@@ -145,12 +161,16 @@ def broken_reason(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> str | 
     n_loss = _finite(frame, "loss").len()
     if loss is not None and not moving(frame, "acc"):
         what = "exactly 0.0" if loss == 0 else f"constant ({loss:.6g})"
-        return f"loss is {what} in all {plural(n_loss, 'record')}: nothing is being learned or logged"
+        return (
+            f"loss is {what} in all {plural(n_loss, 'record')}: nothing is being learned or logged"
+        )
     zero_since = zero_tail(frame)
     if zero_since is not None:
         step, n = zero_since
-        return (f"loss is exactly 0.0 in the last {plural(n, 'record')} (since step {step}): a "
-                "loss that is exactly zero is not computed (every label masked?), not learned")
+        return (
+            f"loss is exactly 0.0 in the last {plural(n, 'record')} (since step {step}): a "
+            "loss that is exactly zero is not computed (every label masked?), not learned"
+        )
     if moving(frame, "loss"):
         return None
     acc = constant_value(frame, "acc", min_records)

@@ -34,8 +34,12 @@ import numpy as np
 #: Family names, in the order reports list them.
 FAMILIES = ("power-steps", "power-lr", "exp", "schedule-law", "flat")
 #: Bounds of the shape parameter ``b`` per family (log-spaced grid, then a bounded search).
-_B_BOUNDS = {"power-steps": (0.02, 4.0), "power-lr": (0.02, 4.0), "exp": (0.05, 40.0),
-             "schedule-law": (0.02, 4.0)}
+_B_BOUNDS = {
+    "power-steps": (0.02, 4.0),
+    "power-lr": (0.02, 4.0),
+    "exp": (0.05, 40.0),
+    "schedule-law": (0.02, 4.0),
+}
 _GRID = 48
 _FINE = 17
 
@@ -97,8 +101,9 @@ def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
     return np.power(np.maximum(u, 1e-9), -b)
 
 
-def _profile(F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray,
-             floor: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _profile(
+    F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray, floor: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Weighted least squares of ``z`` on ``[1, f, -s2]`` for every row ``f`` of ``F`` at once,
     with ``a >= 0``, ``C >= 0`` and, given a ``floor``, ``c >= floor``: per row
     ``(c, a, C, sse)``.
@@ -175,9 +180,11 @@ def _solve_small(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.where(ok[:, None], np.stack([x0, x1], axis=1), 0.0), ok
 
     def det3(M):
-        return (M[:, 0, 0] * (M[:, 1, 1] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 1])
-                - M[:, 0, 1] * (M[:, 1, 0] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 0])
-                + M[:, 0, 2] * (M[:, 1, 0] * M[:, 2, 1] - M[:, 1, 1] * M[:, 2, 0]))
+        return (
+            M[:, 0, 0] * (M[:, 1, 1] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 1])
+            - M[:, 0, 1] * (M[:, 1, 0] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 0])
+            + M[:, 0, 2] * (M[:, 1, 0] * M[:, 2, 1] - M[:, 1, 1] * M[:, 2, 0])
+        )
 
     det = det3(A)
     scale = np.abs(A).max(axis=(1, 2)) ** 3
@@ -191,8 +198,9 @@ def _solve_small(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(ok[:, None], out, 0.0), ok
 
 
-def fit_family(family: str, p: Progress, z: np.ndarray, w: np.ndarray,
-               floor: float | None = None) -> Fit:
+def fit_family(
+    family: str, p: Progress, z: np.ndarray, w: np.ndarray, floor: float | None = None
+) -> Fit:
     """Fit ``family`` to the oriented values ``z`` with weights ``w`` (variable projection: the
     linear part solved exactly for every ``b`` of a fine log-spaced grid at once, the best kept).
 
@@ -214,8 +222,15 @@ def fit_family(family: str, p: Progress, z: np.ndarray, w: np.ndarray,
     fine = np.geomspace(grid[max(0, i - 1)], grid[min(_GRID - 1, i + 1)], _FINE)
     c, a, C, sse = _profile(shape(family, fine[:, None], p), s2, z, w, floor)
     j = int(np.argmin(sse))
-    return Fit(family=family, c=float(c[j]), a=float(a[j]), b=float(fine[j]), C=float(C[j]),
-               sse=float(sse[j]), floor=floor)
+    return Fit(
+        family=family,
+        c=float(c[j]),
+        a=float(a[j]),
+        b=float(fine[j]),
+        C=float(C[j]),
+        sse=float(sse[j]),
+        floor=floor,
+    )
 
 
 #: The flat curve is the mean of the newest points: this share of the observed step range.

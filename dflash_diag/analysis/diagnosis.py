@@ -113,7 +113,11 @@ class DiagnosisConfig:
             raise ValueError(f"--window must be >= 1, got {self.window}")
         if self.peak_lr is not None and not (self.peak_lr > 0 and math.isfinite(self.peak_lr)):
             raise ValueError(f"--peak-lr must be > 0, got {self.peak_lr}")
-        if self.from_step is not None and self.to_step is not None and self.from_step > self.to_step:
+        if (
+            self.from_step is not None
+            and self.to_step is not None
+            and self.from_step > self.to_step
+        ):
             raise ValueError(f"--from-step {self.from_step} is after --to-step {self.to_step}")
         if not self.spike_factor > 0:
             raise ValueError(f"spike factor must be positive, got {self.spike_factor}")
@@ -180,8 +184,9 @@ def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
     return headers[run]
 
 
-def walked_epoch(frame: pl.DataFrame, window: Window,
-                 steps_per_epoch: float | None) -> float | None:
+def walked_epoch(
+    frame: pl.DataFrame, window: Window, steps_per_epoch: float | None
+) -> float | None:
     """The latest epoch of ``window``'s walked records (from ``epoch``, else the step over the
     header's ``steps_per_epoch``; None when neither is known)."""
     rows = window_rows(frame, window)
@@ -215,8 +220,9 @@ def max_lr_of(frame: pl.DataFrame) -> float | None:
     return float(lr.max()) if lr.len() else None
 
 
-def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,
-             lists: ListLoader | None = None) -> Diagnosis:
+def diagnose(
+    log: ParsedLog, config: DiagnosisConfig | None = None, *, lists: ListLoader | None = None
+) -> Diagnosis:
     """The whole analysis of one log: restarts resolved, phase selected, then :func:`diagnose_frame`.
 
     Args:
@@ -240,13 +246,22 @@ def diagnose(log: ParsedLog, config: DiagnosisConfig | None = None, *,
         bounds = ""
         if config.from_step is not None or config.to_step is not None:
             bounds = f" in steps {config.from_step or '...'}-{config.to_step or '...'}"
-        raise DiagError(f"nothing selected: no {selection.phase} entries{bounds} "
-                        f"({selection.total} metric records in the log)")
+        raise DiagError(
+            f"nothing selected: no {selection.phase} entries{bounds} "
+            f"({selection.total} metric records in the log)"
+        )
     diagnosis = diagnose_frame(
-        selected, selection=selection, restarts=restarts, evals=log.evals,
-        header=governing_header(log, selected), config=config, lists=lists,
-        max_lr=max_lr_of(log.metrics), origin=config.from_step,
-        foreign=log.foreign, presets=log.presets,
+        selected,
+        selection=selection,
+        restarts=restarts,
+        evals=log.evals,
+        header=governing_header(log, selected),
+        config=config,
+        lists=lists,
+        max_lr=max_lr_of(log.metrics),
+        origin=config.from_step,
+        foreign=log.foreign,
+        presets=log.presets,
     )
     diagnosis.notes += block_size_notes(log, selected)
     return diagnosis
@@ -259,8 +274,7 @@ def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, i
     sizes = {header_number(h, "block_size") for h in headers} - {None}
     if len(sizes) < 2 or frame.height == 0 or "run" not in frame.columns:
         return []  # one block size in every header: nothing to look for in the records
-    firsts = (frame.filter(pl.col("run") >= 0).group_by("run").agg(pl.col("step").min())
-              .sort("step"))
+    firsts = frame.filter(pl.col("run") >= 0).group_by("run").agg(pl.col("step").min()).sort("step")
     out, previous = [], None
     for run, step in zip(firsts["run"].to_list(), firsts["step"].to_list()):
         size = header_number(headers[run], "block_size") if run < len(headers) else None
@@ -275,9 +289,11 @@ def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, i
 def block_size_notes(log: ParsedLog, frame: pl.DataFrame) -> list[str]:
     """A note per block-size change: the acceptance estimates use the last header's B, and
     accuracies of different B are different quantities (compare splits the regimes there)."""
-    return [f"block size changes at step {step}: B={before} -> B={after} (run_start headers); "
-            f"the acceptance uses B={after}, and the trend mixes two block sizes (see compare)"
-            for step, before, after in block_size_changes(log, frame)]
+    return [
+        f"block size changes at step {step}: B={before} -> B={after} (run_start headers); "
+        f"the acceptance uses B={after}, and the trend mixes two block sizes (see compare)"
+        for step, before, after in block_size_changes(log, frame)
+    ]
 
 
 def diagnose_frame(
@@ -350,8 +366,10 @@ def diagnose_frame(
     last = windows[-1]
     acc_window = next((w for w in reversed(windows) if w.acc is not None), None)
     if acc_window is not None:
-        acc_basis = (f"mean of the last window, steps {window_label(acc_window, last_step)}, "
-                     f"{plural(acc_window.n, 'entry', 'entries')}")
+        acc_basis = (
+            f"mean of the last window, steps {window_label(acc_window, last_step)}, "
+            f"{plural(acc_window.n, 'entry', 'entries')}"
+        )
     else:
         acc_basis = "no accuracy in the log"
     walk_window = next((w for w in reversed(windows) if w.tau_walk is not None), None)
@@ -359,8 +377,9 @@ def diagnose_frame(
     held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
 
     def in_sample(w: Window) -> str | None:  # a walk of training sequences past epoch 1
-        return walk_in_sample(held_out_named, walked_epoch(
-            frame, w, header_number(header, "steps_per_epoch")))
+        return walk_in_sample(
+            held_out_named, walked_epoch(frame, w, header_number(header, "steps_per_epoch"))
+        )
 
     def estimates_at(step: int) -> list[TauEstimate]:
         index = (step - windows[0].start) // config.window + windows[0].index
@@ -368,9 +387,15 @@ def diagnose_frame(
         if w is None:
             return []
         return training_estimates(
-            acc=w.acc, rows=load(window_rows(frame, w)), block_size=block_size, tau_walk=w.tau_walk,
-            tau_train=w.tau_train, where=f"window {window_label(w, last_step)}",
-            tau_walk_se=w.tau_walk_se, walk_n=w.walk_n, in_sample=in_sample(w),
+            acc=w.acc,
+            rows=load(window_rows(frame, w)),
+            block_size=block_size,
+            tau_walk=w.tau_walk,
+            tau_train=w.tau_train,
+            where=f"window {window_label(w, last_step)}",
+            tau_walk_se=w.tau_walk_se,
+            walk_n=w.walk_n,
+            in_sample=in_sample(w),
         )
 
     last_rows = load(window_rows(frame, last))
@@ -384,62 +409,115 @@ def diagnose_frame(
         tau_train=last.tau_train,
         up_to_step=last_step,
         tau_walk=walk_window.tau_walk if walk_window else None,
-        walk_basis=(f"walk_tokens / walk_steps, window {window_label(walk_window, last_step)}"
-                    if walk_window else ""),
+        walk_basis=(
+            f"walk_tokens / walk_steps, window {window_label(walk_window, last_step)}"
+            if walk_window
+            else ""
+        ),
         tau_walk_se=walk_window.tau_walk_se if walk_window else None,
         walk_n=walk_window.walk_n if walk_window else None,
         estimates_at=estimates_at,
         walk_in_sample=in_sample(walk_window) if walk_window else None,
     )
-    drafter = detect_drafter(frame, header=header, evals=evals,
-                             block_size_option=config.acceptance.block_size, foreign=foreign,
-                             list_rows=last_rows, presets=presets)
+    drafter = detect_drafter(
+        frame,
+        header=header,
+        evals=evals,
+        block_size_option=config.acceptance.block_size,
+        foreign=foreign,
+        list_rows=last_rows,
+        presets=presets,
+    )
     if not drafter.is_drafter:
         acceptance = accuracy_only(acceptance)
     elif acceptance.block_size_source == "header" and not is_schema_header(header):
         # A header a reader made up from another trainer's metadata or preset is no header.
         assert header is not None
         preset = header.fields.get("preset")
-        source = header.fields.get("block_size_source") or (f"preset {preset}" if preset else "the log's metadata")
+        source = header.fields.get("block_size_source") or (
+            f"preset {preset}" if preset else "the log's metadata"
+        )
         acceptance = replace(acceptance, block_size_source=str(source))
-    verdict = judge(judged, current_acc=acceptance.acc if drafter.is_drafter else None,
-                    target_acc=config.acceptance.target_acc, frame=frame, config=config.verdict,
-                    skip=set(screening.constant))
+    verdict = judge(
+        judged,
+        current_acc=acceptance.acc if drafter.is_drafter else None,
+        target_acc=config.acceptance.target_acc,
+        frame=frame,
+        config=config.verdict,
+        skip=set(screening.constant),
+    )
     if not drafter.is_drafter:
-        verdict = replace(verdict, eta_steps=None, eta_hours=None,
-                          eta_reason="no ETA: no target (not a drafter's log)")
+        verdict = replace(
+            verdict,
+            eta_steps=None,
+            eta_hours=None,
+            eta_reason="no ETA: no target (not a drafter's log)",
+        )
     tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
     # The forecast of tau reads the primary's series; the list-based ones cost a second pass
     # over a log read without its lists, so they are paid only when asked for.
     cheap = acceptance.estimator in (MEASURED, WALK, LINEAR) and config.forecast.enabled
-    tau_series = (estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
-                  if series or tau_target or cheap else [])
+    tau_series = (
+        estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
+        if series or tau_target or cheap
+        else []
+    )
     if tau_target:
-        points, basis = estimator_points(acceptance.estimator, windows, tau_series, evals, first_step, last_step)
-        verdict = eta_toward(verdict, current=acceptance.tau, goal=acceptance.target_tau,
-                             slope=fitted_slope(points), basis=basis, units=f"tau ({acceptance.estimator})")
+        points, basis = estimator_points(
+            acceptance.estimator, windows, tau_series, evals, first_step, last_step
+        )
+        verdict = eta_toward(
+            verdict,
+            current=acceptance.tau,
+            goal=acceptance.target_tau,
+            slope=fitted_slope(points),
+            basis=basis,
+            units=f"tau ({acceptance.estimator})",
+        )
     forecast = None
     if config.forecast.enabled:
-        forecast = forecast_of(frame, header.fields if header else {}, evals=evals, windows=windows,
-                               tau_series=tau_series, acceptance=acceptance, config=config.forecast,
-                               peak_lr=config.peak_lr, seconds_per_step=verdict.seconds_per_step,
-                               block_size=block_size)
+        forecast = forecast_of(
+            frame,
+            header.fields if header else {},
+            evals=evals,
+            windows=windows,
+            tau_series=tau_series,
+            acceptance=acceptance,
+            config=config.forecast,
+            peak_lr=config.peak_lr,
+            seconds_per_step=verdict.seconds_per_step,
+            block_size=block_size,
+        )
         # The ETA is the forecast's; the straight line stays the verdict's trend statistic.
         verdict = verdict_with_eta(verdict, forecast.target, last_step)
     # The final eval comes after the last training record (HF evaluates at max_steps, logs at
     # multiples of logging_steps): evals up to one logging interval later belong to the run.
-    validation = judge_validation(evals, up_to_step=last_step + (choice.interval or 0), from_step=first_step,
-                                  with_tau=drafter.is_drafter, alpha=config.verdict.alpha,
-                                  min_points=config.verdict.min_points)
+    validation = judge_validation(
+        evals,
+        up_to_step=last_step + (choice.interval or 0),
+        from_step=first_step,
+        with_tau=drafter.is_drafter,
+        alpha=config.verdict.alpha,
+        min_points=config.verdict.min_points,
+    )
     verdict = with_health(verdict, broken=broken_reason(frame), validation=validation)
     alerts = []
     # A spike must stand out by more than the log's rounding (values written to 4 decimals).
-    losses = frame["loss"].drop_nulls() if "loss" in frame.columns else pl.Series([], dtype=pl.Float64)
+    losses = (
+        frame["loss"].drop_nulls() if "loss" in frame.columns else pl.Series([], dtype=pl.Float64)
+    )
     resolution = value_resolution(losses.gather_every(max(1, losses.len() // 2000)).to_list())
-    for i in loss_spikes([w.loss for w in windows], factor=config.spike_factor, resolution=resolution):
+    for i in loss_spikes(
+        [w.loss for w in windows], factor=config.spike_factor, resolution=resolution
+    ):
         w = windows[i]
-        alerts.append(Alert("loss_spike", f"loss spike in steps {window_label(w, last_step)}: {w.loss:.4g}",
-                            w.start))
+        alerts.append(
+            Alert(
+                "loss_spike",
+                f"loss spike in steps {window_label(w, last_step)}: {w.loss:.4g}",
+                w.start,
+            )
+        )
     if verdict.status == DIVERGING:
         alerts.append(Alert("diverging", f"diverging: {verdict.reason}"))
     notes = list(screening.notes) + list(schedule.notes)
@@ -478,13 +556,30 @@ def merge_windows(earlier: Sequence[Window], windows: Sequence[Window]) -> list[
 def accuracy_only(acceptance: Acceptance) -> Acceptance:
     """The acceptance of a log that is not a drafter's: the accuracy, nothing derived from a
     block size (no tau, no estimates, no baseline comparison, no drafter target)."""
-    return replace(acceptance, estimates=[], estimator=None, tau=None, target_acc=None,
-                   target_tau=None, progress=None, vs_baseline=None, measured_step=None,
-                   measured_age=None, calibration=None, warnings=[])
+    return replace(
+        acceptance,
+        estimates=[],
+        estimator=None,
+        tau=None,
+        target_acc=None,
+        target_tau=None,
+        progress=None,
+        vs_baseline=None,
+        measured_step=None,
+        measured_age=None,
+        calibration=None,
+        warnings=[],
+    )
 
 
-def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.DataFrame,
-                     load: ListLoader, evals: Sequence[LogEvent], block_size: int) -> list[float | None]:
+def estimator_series(
+    name: str | None,
+    windows: Sequence[Window],
+    frame: pl.DataFrame,
+    load: ListLoader,
+    evals: Sequence[LogEvent],
+    block_size: int,
+) -> list[float | None]:
     """The value of estimator ``name`` per window (None where a window cannot give one).
 
     ``measured`` is the latest eval at or before each window's last step; the list-based
@@ -494,7 +589,9 @@ def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.Data
     if name is None or not windows:
         return [None] * len(windows)
     if name == MEASURED:
-        points = [(e.step, float(e.fields["tau"])) for e in measurements(evals, windows[-1].last_step)]
+        points = [
+            (e.step, float(e.fields["tau"])) for e in measurements(evals, windows[-1].last_step)
+        ]
         out: list[float | None] = []
         for w in windows:
             before = [tau for step, tau in points if step <= w.last_step]
@@ -524,14 +621,23 @@ def estimator_series(name: str | None, windows: Sequence[Window], frame: pl.Data
     return [None] * len(windows)
 
 
-def estimator_points(name: str | None, windows: Sequence[Window], series: Sequence[float | None],
-                     evals: Sequence[LogEvent], first_step: int,
-                     last_step: int) -> tuple[list[tuple[float, float]], str]:
+def estimator_points(
+    name: str | None,
+    windows: Sequence[Window],
+    series: Sequence[float | None],
+    evals: Sequence[LogEvent],
+    first_step: int,
+    last_step: int,
+) -> tuple[list[tuple[float, float]], str]:
     """The ``(step, tau)`` points a tau target's ETA is fitted on, and their description: the eval
     points for ``measured``, the per-window estimates otherwise."""
     if name == MEASURED:
-        points = [(float(e.step), float(e.fields["tau"])) for e in measurements(evals, last_step, first_step)]
+        points = [
+            (float(e.step), float(e.fields["tau"]))
+            for e in measurements(evals, last_step, first_step)
+        ]
         return points, f"eval points ({len(points)})"
-    points = [((w.first_step + w.last_step) / 2.0, v) for w, v in zip(windows, series) if v is not None]
+    points = [
+        ((w.first_step + w.last_step) / 2.0, v) for w, v in zip(windows, series) if v is not None
+    ]
     return points, f"per-window {name} estimates ({len(points)})"
-

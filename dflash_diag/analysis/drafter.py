@@ -31,8 +31,10 @@ DRAFTER_PRESETS = ("specforge-dflash", "specforge-eagle3", "torchspec", "specula
 
 #: The reason for a log in this project's JSONL schema: a DFlash drafter's log by contract.
 NATIVE_SCHEMA = "this project's JSONL schema (a DFlash drafter's log)"
-NOT_A_DRAFTER = ("no drafter evidence: no block size in a run_start header, no per-position "
-                 "accuracy, no drafter trainer's preset, no tau or walk fields")
+NOT_A_DRAFTER = (
+    "no drafter evidence: no block size in a run_start header, no per-position "
+    "accuracy, no drafter trainer's preset, no tau or walk fields"
+)
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,16 @@ def _has_values(frame: pl.DataFrame, name: str) -> bool:
     return bool(column.is_finite().fill_null(False).any())
 
 
-def detect_drafter(frame: pl.DataFrame, *, header: LogEvent | None = None,
-                   evals: Sequence[LogEvent] = (), block_size_option: int | None = None,
-                   foreign: bool = True, list_rows: pl.DataFrame | None = None,
-                   presets: Sequence[str] = ()) -> DrafterEvidence:
+def detect_drafter(
+    frame: pl.DataFrame,
+    *,
+    header: LogEvent | None = None,
+    evals: Sequence[LogEvent] = (),
+    block_size_option: int | None = None,
+    foreign: bool = True,
+    list_rows: pl.DataFrame | None = None,
+    presets: Sequence[str] = (),
+) -> DrafterEvidence:
     """The one drafter detector (see the module docstring for the evidence, strongest first).
 
     Args:
@@ -85,7 +93,9 @@ def detect_drafter(frame: pl.DataFrame, *, header: LogEvent | None = None,
     if block_size_option is not None:
         return DrafterEvidence(True, f"--block-size {block_size_option} given")
     if is_schema_header(header) and finite_number(header.fields.get("block_size")):
-        return DrafterEvidence(True, f"block size {int(header.fields['block_size'])} in the run_start header")
+        return DrafterEvidence(
+            True, f"block size {int(header.fields['block_size'])} in the run_start header"
+        )
     for name in ("acc_pos", "accept_pos"):
         if _has_values(frame, name) or (list_rows is not None and _has_values(list_rows, name)):
             return DrafterEvidence(True, f"per-position metrics ({name})")

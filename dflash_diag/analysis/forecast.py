@@ -117,10 +117,14 @@ class Timeline:
     logged lr and no plan, ``s1`` is the step and ``s2`` is 0.
     """
 
-    def __init__(self, plan: RunPlan, lr_steps: Sequence[float], lrs: Sequence[float],
-                 end: float) -> None:
-        pairs = sorted((float(s), float(v)) for s, v in zip(lr_steps, lrs)
-                       if v is not None and math.isfinite(v) and v >= 0)
+    def __init__(
+        self, plan: RunPlan, lr_steps: Sequence[float], lrs: Sequence[float], end: float
+    ) -> None:
+        pairs = sorted(
+            (float(s), float(v))
+            for s, v in zip(lr_steps, lrs)
+            if v is not None and math.isfinite(v) and v >= 0
+        )
         n = 4096
         self.grid = np.linspace(0.0, max(end, 1.0), n)
         self.note = ""
@@ -149,9 +153,12 @@ class Timeline:
 
     def progress(self, steps: np.ndarray, scale: float) -> Progress:
         """The progress variables at ``steps``."""
-        return Progress(step=np.asarray(steps, dtype=float),
-                        s1=np.maximum(np.interp(steps, self.grid, self.s1), 1e-9),
-                        s2=np.interp(steps, self.grid, self.s2), scale=scale)
+        return Progress(
+            step=np.asarray(steps, dtype=float),
+            s1=np.maximum(np.interp(steps, self.grid, self.s1), 1e-9),
+            s2=np.interp(steps, self.grid, self.s2),
+            scale=scale,
+        )
 
     def lookahead(self, start: float, end: float) -> float:
         """How far ``end`` is from ``start`` in the progress variable (``log`` ratio, >= 0)."""
@@ -164,11 +171,13 @@ class Timeline:
         return max(0.0, math.log(max(b, a) / a))
 
 
-def binned(steps: Sequence[float], values: Sequence[float | None], *, basis: str,
-           max_bins: int = MAX_BINS) -> Series:
+def binned(
+    steps: Sequence[float], values: Sequence[float | None], *, basis: str, max_bins: int = MAX_BINS
+) -> Series:
     """Finite ``values`` averaged into at most ``max_bins`` bins of equal step width."""
-    pairs = [(float(s), float(v)) for s, v in zip(steps, values)
-             if v is not None and math.isfinite(v)]
+    pairs = [
+        (float(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(v)
+    ]
     if not pairs:
         return Series((), (), (), basis)
     xs = np.array([p[0] for p in pairs])
@@ -182,8 +191,9 @@ def binned(steps: Sequence[float], values: Sequence[float | None], *, basis: str
     keep = counts > 0
     mean_x = np.bincount(index, weights=xs, minlength=bins)[keep] / counts[keep]
     mean_y = np.bincount(index, weights=ys, minlength=bins)[keep] / counts[keep]
-    return Series(tuple(mean_x.tolist()), tuple(mean_y.tolist()),
-                  tuple(int(c) for c in counts[keep]), basis)
+    return Series(
+        tuple(mean_x.tolist()), tuple(mean_y.tolist()), tuple(int(c) for c in counts[keep]), basis
+    )
 
 
 def _weights(steps: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -192,8 +202,9 @@ def _weights(steps: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.sqrt(counts) * np.power(0.5, age / RECENCY_HALF_LIFE)
 
 
-def _convex_part(x: np.ndarray, z: np.ndarray,
-                 counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _convex_part(
+    x: np.ndarray, z: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The points from the steepest improvement on (keeping at least :data:`MIN_CONVEX_POINTS`).
 
     A saturating family is convex: it cannot follow a curve that starts flat and then drops (a
@@ -234,9 +245,15 @@ def _families(timeline: Timeline, last_step: float) -> tuple[str, ...]:
     return FAMILIES
 
 
-def _validation(families: Sequence[str], x: np.ndarray, z: np.ndarray, w: np.ndarray,
-                timeline: Timeline, scale: float,
-                floor: float | None) -> tuple[dict[str, list[float]], list[float]]:
+def _validation(
+    families: Sequence[str],
+    x: np.ndarray,
+    z: np.ndarray,
+    w: np.ndarray,
+    timeline: Timeline,
+    scale: float,
+    floor: float | None,
+) -> tuple[dict[str, list[float]], list[float]]:
     """Rolling-origin errors per family, each divided by its look-ahead; and the origin weights."""
     lo, hi = float(x[0]), float(x[-1])
     tail = x >= hi - _VALIDATION_TAIL * (hi - lo)
@@ -264,9 +281,16 @@ def _validation(families: Sequence[str], x: np.ndarray, z: np.ndarray, w: np.nda
     return errors, origin_weights
 
 
-def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_step: float,
-                    higher_is_better: bool, best: float | None = None,
-                    worst: float | None = None) -> MetricForecast:
+def forecast_series(
+    metric: str,
+    series: Series,
+    *,
+    timeline: Timeline,
+    target_step: float,
+    higher_is_better: bool,
+    best: float | None = None,
+    worst: float | None = None,
+) -> MetricForecast:
     """The forecast of ``series`` at ``target_step`` (see the module docstring).
 
     Args:
@@ -284,10 +308,17 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     last = series.values[-1] if n else None
     step = round(target_step)
     if n < MIN_POINTS:
-        return MetricForecast(metric=metric, step=step, value=None, low=None, high=None,
-                              reason=f"not enough evidence yet: {n} point(s) of {series.basis} "
-                                     f"(need {MIN_POINTS})", n_points=n,
-                              higher_is_better=higher_is_better, last_value=last)
+        return MetricForecast(
+            metric=metric,
+            step=step,
+            value=None,
+            low=None,
+            high=None,
+            reason=f"not enough evidence yet: {n} point(s) of {series.basis} (need {MIN_POINTS})",
+            n_points=n,
+            higher_is_better=higher_is_better,
+            last_value=last,
+        )
     sign = -1.0 if higher_is_better else 1.0
     x = np.array(series.steps, dtype=float)
     z = sign * np.array(series.values, dtype=float)
@@ -298,8 +329,9 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     x, z, counts = _convex_part(x, z, counts)
     errors, origin_w = _validation(families, x, z, counts, timeline, scale, floor)
     ow = np.array(origin_w) if origin_w else np.ones(1)
-    scores = {f: float(np.average(np.square(e), weights=ow)) if e else math.inf
-              for f, e in errors.items()}
+    scores = {
+        f: float(np.average(np.square(e), weights=ow)) if e else math.inf for f, e in errors.items()
+    }
     finite = {f: s for f, s in scores.items() if math.isfinite(s)}
     if not finite:
         weights = {f: 1.0 / len(families) for f in families}
@@ -313,8 +345,9 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     # The combination's own validation error per unit of look-ahead.
     k_origins = min((len(errors[f]) for f in weights), default=0)
     if k_origins:
-        combined = np.array([sum(weights[f] * errors[f][i] for f in weights)
-                             for i in range(k_origins)])
+        combined = np.array(
+            [sum(weights[f] * errors[f][i] for f in weights) for i in range(k_origins)]
+        )
         per_lookahead = math.sqrt(float(np.average(np.square(combined), weights=ow[:k_origins])))
     else:
         per_lookahead = 0.0
@@ -341,8 +374,11 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     path = []
     for s, c, sp in zip(path_steps, centre, spread):
         ahead = timeline.lookahead(start, float(s))
-        half = CALIBRATION * _Z80 * math.sqrt((per_lookahead * ahead) ** 2 + scatter ** 2
-                                              + float(sp) ** 2)
+        half = (
+            CALIBRATION
+            * _Z80
+            * math.sqrt((per_lookahead * ahead) ** 2 + scatter**2 + float(sp) ** 2)
+        )
         lo_z, hi_z = float(c) - half, float(c) + half
         if floor is not None:
             lo_z = max(lo_z, floor)
@@ -356,6 +392,15 @@ def forecast_series(metric: str, series: Series, *, timeline: Timeline, target_s
     if end <= start:
         method = "observed (the plan has ended): " + method
     return MetricForecast(
-        metric=metric, step=step, value=value, low=low, high=high, method=method,
-        reason=f"{n} points of {series.basis}", n_points=n, higher_is_better=higher_is_better,
-        last_value=last, path=tuple(path))
+        metric=metric,
+        step=step,
+        value=value,
+        low=low,
+        high=high,
+        method=method,
+        reason=f"{n} points of {series.basis}",
+        n_points=n,
+        higher_is_better=higher_is_better,
+        last_value=last,
+        path=tuple(path),
+    )

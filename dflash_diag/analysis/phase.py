@@ -105,6 +105,11 @@ def select_phase(
         condition = condition & (pl.col("step") <= to_step)
     selected = _take(frame, condition)
     return selected, Selection(
-        phase=used, reason=reason, total=total, pipeline=n_pipeline, selected=selected.height,
-        from_step=from_step, to_step=to_step,
+        phase=used,
+        reason=reason,
+        total=total,
+        pipeline=n_pipeline,
+        selected=selected.height,
+        from_step=from_step,
+        to_step=to_step,
     )

@@ -56,15 +56,25 @@ class RunPlan:
     @property
     def knows_lr(self) -> bool:
         """Whether :meth:`lr_at` can give the lr of steps not yet logged."""
-        return self.kind is not None and self.peak_lr is not None and (
-            self.end_step is not None or self.kind == "constant")
+        return (
+            self.kind is not None
+            and self.peak_lr is not None
+            and (self.end_step is not None or self.kind == "constant")
+        )
 
     def lr_at(self, step: float) -> float | None:
         """The planned lr of ``step`` (None when the plan does not know it)."""
         if not self.knows_lr:
             return None
-        return schedule_lr(step, kind=self.kind, peak=self.peak_lr, floor=self.min_lr,
-                           warmup=self.warmup_steps, end=self.end_step or 0, start=self.start_step)
+        return schedule_lr(
+            step,
+            kind=self.kind,
+            peak=self.peak_lr,
+            floor=self.min_lr,
+            warmup=self.warmup_steps,
+            end=self.end_step or 0,
+            start=self.start_step,
+        )
 
     def describe(self) -> str:
         """``ends at step 410 (header) · cosine 6e-04 -> 6e-05 (header)``, or what is unknown."""
@@ -73,16 +83,20 @@ class RunPlan:
         else:
             text = f"ends at step {self.end_step} ({self.end_source})"
         if self.kind is not None and self.peak_lr is not None:
-            shape = (f"constant {self.peak_lr:.3g}" if self.kind == "constant"
-                     else f"{self.kind} {self.peak_lr:.3g} -> {self.min_lr:.3g}")
+            shape = (
+                f"constant {self.peak_lr:.3g}"
+                if self.kind == "constant"
+                else f"{self.kind} {self.peak_lr:.3g} -> {self.min_lr:.3g}"
+            )
             text += f" · {shape} ({self.kind_source})"
         else:
             text += " · lr schedule unknown"
         return text
 
 
-def schedule_lr(step: float, *, kind: str, peak: float, floor: float, warmup: int, end: int,
-                start: int = 0) -> float:
+def schedule_lr(
+    step: float, *, kind: str, peak: float, floor: float, warmup: int, end: int, start: int = 0
+) -> float:
     """The lr of ``step``: a linear warmup over ``warmup`` steps, then ``kind`` from ``peak`` to
     ``floor`` at ``end`` (the floor after it); ``constant`` stays at the peak. The same shapes as
     the training pipeline's schedule (the diagnostics never import it)."""
@@ -100,7 +114,9 @@ def schedule_lr(step: float, *, kind: str, peak: float, floor: float, warmup: in
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def matched_kind(steps: Sequence[float], lrs: Sequence[float], *, end: int) -> tuple[str | None, float | None, int]:
+def matched_kind(
+    steps: Sequence[float], lrs: Sequence[float], *, end: int
+) -> tuple[str | None, float | None, int]:
     """The decay shape that explains a logged lr best: ``(kind, peak, warmup_steps)``.
 
     The warmup ends where the largest lr logged is (0 when the log starts at it); the decay after
@@ -123,7 +139,9 @@ def matched_kind(steps: Sequence[float], lrs: Sequence[float], *, end: int) -> t
         after = pairs  # no warmup seen: the first logged lr is already on the decay
     best, best_err, best_peak = None, math.inf, peak
     for kind in KINDS:
-        unit = [schedule_lr(s, kind=kind, peak=1.0, floor=0.0, warmup=warmup, end=end) for s, _ in after]
+        unit = [
+            schedule_lr(s, kind=kind, peak=1.0, floor=0.0, warmup=warmup, end=end) for s, _ in after
+        ]
         norm = sum(u * u for u in unit)
         if norm <= 0:
             continue
@@ -136,9 +154,16 @@ def matched_kind(steps: Sequence[float], lrs: Sequence[float], *, end: int) -> t
     return best, max(best_peak, peak), warmup
 
 
-def plan_of(header: ScheduleHeader | None, *, steps: Sequence[float] = (),
-            lrs: Sequence[float] = (), end_step: int | None = None, schedule: str | None = None,
-            peak_lr: float | None = None, recorded_by: str = "header") -> RunPlan:
+def plan_of(
+    header: ScheduleHeader | None,
+    *,
+    steps: Sequence[float] = (),
+    lrs: Sequence[float] = (),
+    end_step: int | None = None,
+    schedule: str | None = None,
+    peak_lr: float | None = None,
+    recorded_by: str = "header",
+) -> RunPlan:
     """The run's plan from its header, its logged lr and the user's flags.
 
     Args:
@@ -181,5 +206,13 @@ def plan_of(header: ScheduleHeader | None, *, steps: Sequence[float] = (),
     if kind is not None and peak is None and lrs:
         finite = [v for v in lrs if v is not None and math.isfinite(v)]
         peak = max(finite) if finite else None
-    return RunPlan(end_step=end, end_source=end_source, kind=kind, kind_source=kind_source,
-                   peak_lr=peak, min_lr=floor, warmup_steps=warmup, start_step=h.start_step)
+    return RunPlan(
+        end_step=end,
+        end_source=end_source,
+        kind=kind,
+        kind_source=kind_source,
+        peak_lr=peak,
+        min_lr=floor,
+        warmup_steps=warmup,
+        start_step=h.start_step,
+    )

@@ -12,6 +12,7 @@ same steps; all of a rank's steps when the ranks share none):
 
 Pure Python over decoded records (no polars, no torch): small files, one pass each.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -54,7 +55,11 @@ def _rank_stats(log: RankLog, steps: Sequence[int]) -> RankStats:
     tokens = own = total = wait = 0.0
     timed = bool(records)
     for r in records:
-        n, t, w = _finite(r.get("n_tokens")), _finite(r.get("step_time")), _finite(r.get("sync_wait"))
+        n, t, w = (
+            _finite(r.get("n_tokens")),
+            _finite(r.get("step_time")),
+            _finite(r.get("sync_wait")),
+        )
         if n is None or t is None or w is None:
             timed = False
             break
@@ -69,12 +74,19 @@ def _rank_stats(log: RankLog, steps: Sequence[int]) -> RankStats:
         times = [v for v in (_finite(r.get("step_time")) for r in records) if v is not None]
         step_time = statistics.fmean(times) if times else None
         wait_fraction = None
-    return RankStats(rank=log.rank, path=log.path, steps=len(records), tok_per_sec=tps,
-                     step_time=step_time, wait_fraction=wait_fraction)
+    return RankStats(
+        rank=log.rank,
+        path=log.path,
+        steps=len(records),
+        tok_per_sec=tps,
+        step_time=step_time,
+        wait_fraction=wait_fraction,
+    )
 
 
-def rank_skew(logs: Sequence[RankLog], from_step: int | None = None,
-              to_step: int | None = None) -> RankSkew:
+def rank_skew(
+    logs: Sequence[RankLog], from_step: int | None = None, to_step: int | None = None
+) -> RankSkew:
     """Compare the ranks' own throughput over the steps they all logged (within the bounds).
 
     Raises:
@@ -92,8 +104,10 @@ def rank_skew(logs: Sequence[RankLog], from_step: int | None = None,
     per_log = [sorted(s for s in log.steps if in_range(s)) for log in logs]
     common = sorted(set.intersection(*map(set, per_log))) if per_log else []
     use_common = bool(common)
-    stats = sorted((_rank_stats(log, common if use_common else own)
-                    for log, own in zip(logs, per_log)), key=lambda s: s.rank)
+    stats = sorted(
+        (_rank_stats(log, common if use_common else own) for log, own in zip(logs, per_log)),
+        key=lambda s: s.rank,
+    )
     rated = [s for s in stats if s.tok_per_sec is not None and s.tok_per_sec > 0]
     slowest = min(rated, key=lambda s: s.tok_per_sec) if rated else None
     fastest = max(rated, key=lambda s: s.tok_per_sec) if rated else None
@@ -103,8 +117,12 @@ def rank_skew(logs: Sequence[RankLog], from_step: int | None = None,
         vs_median = statistics.median(s.tok_per_sec for s in rated) / slowest.tok_per_sec
     all_steps = common if use_common else sorted({s for steps in per_log for s in steps})
     return RankSkew(
-        ranks=stats, first_step=all_steps[0] if all_steps else None,
-        last_step=all_steps[-1] if all_steps else None, common_steps=use_common,
-        slowest=slowest.rank if slowest else None, fastest=fastest.rank if fastest else None,
-        skew=skew, slowest_vs_median=vs_median,
+        ranks=stats,
+        first_step=all_steps[0] if all_steps else None,
+        last_step=all_steps[-1] if all_steps else None,
+        common_steps=use_common,
+        slowest=slowest.rank if slowest else None,
+        fastest=fastest.rank if fastest else None,
+        skew=skew,
+        slowest_vs_median=vs_median,
     )

@@ -38,7 +38,9 @@ def _with_zero_segment(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.hstack([pl.repeat(0, frame.height, dtype=pl.Int32, eager=True).alias("segment")])
 
 
-def resolve_restarts(frame: pl.DataFrame, keep_all: bool = False) -> tuple[pl.DataFrame, list[Restart]]:
+def resolve_restarts(
+    frame: pl.DataFrame, keep_all: bool = False
+) -> tuple[pl.DataFrame, list[Restart]]:
     """Number the segments of each source, purge orphaned entries, and merge in step order.
 
     Args:

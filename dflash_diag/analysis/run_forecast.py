@@ -88,27 +88,53 @@ class RunForecast:
 
 def eval_series(evals: Sequence[LogEvent], name: str, first_step: int, last_step: int) -> Series:
     """The eval records' ``name`` values in the analysed range, one point per eval."""
-    pts = [(float(e.step), float(e.fields[name])) for e in evals
-           if e.step is not None and first_step <= e.step <= last_step
-           and isinstance(e.fields.get(name), (int, float)) and not isinstance(e.fields.get(name), bool)
-           and math.isfinite(float(e.fields[name]))]
+    pts = [
+        (float(e.step), float(e.fields[name]))
+        for e in evals
+        if e.step is not None
+        and first_step <= e.step <= last_step
+        and isinstance(e.fields.get(name), (int, float))
+        and not isinstance(e.fields.get(name), bool)
+        and math.isfinite(float(e.fields[name]))
+    ]
     pts.sort()
-    return Series(tuple(p[0] for p in pts), tuple(p[1] for p in pts), tuple(1 for _ in pts),
-                  f"{len(pts)} evals")
+    return Series(
+        tuple(p[0] for p in pts),
+        tuple(p[1] for p in pts),
+        tuple(1 for _ in pts),
+        f"{len(pts)} evals",
+    )
 
 
-def tau_input(evals: Sequence[LogEvent], windows: Sequence[Window], tau_series: Sequence[float | None],
-              estimator: str | None, first_step: int, last_step: int) -> Series:
+def tau_input(
+    evals: Sequence[LogEvent],
+    windows: Sequence[Window],
+    tau_series: Sequence[float | None],
+    estimator: str | None,
+    first_step: int,
+    last_step: int,
+) -> Series:
     """The tau series to forecast: measured evals when there are enough, else the primary
     estimator's per-window values."""
     measured = eval_series(evals, "tau", first_step, last_step)
     if len(measured.steps) >= MIN_POINTS or not any(v is not None for v in tau_series):
-        return Series(measured.steps, measured.values, measured.counts,
-                      f"{len(measured.steps)} measured evals")
-    pts = [((w.first_step + w.last_step) / 2.0, v, w.n) for w, v in zip(windows, tau_series)
-           if v is not None and math.isfinite(v)]
-    return Series(tuple(p[0] for p in pts), tuple(p[1] for p in pts), tuple(p[2] for p in pts),
-                  f"{len(pts)} per-window {estimator} estimates")
+        return Series(
+            measured.steps,
+            measured.values,
+            measured.counts,
+            f"{len(measured.steps)} measured evals",
+        )
+    pts = [
+        ((w.first_step + w.last_step) / 2.0, v, w.n)
+        for w, v in zip(windows, tau_series)
+        if v is not None and math.isfinite(v)
+    ]
+    return Series(
+        tuple(p[0] for p in pts),
+        tuple(p[1] for p in pts),
+        tuple(p[2] for p in pts),
+        f"{len(pts)} per-window {estimator} estimates",
+    )
 
 
 def forecast_run(
@@ -160,37 +186,83 @@ def forecast_run(
         series = eval_series(evals, name, first_step, last_step)
         if series.steps:
             inputs[f"eval_{name}"] = series
-    metrics = {name: forecast_series(name, series, timeline=timeline, target_step=step,
-                                     higher_is_better=METRICS[name],
-                                     best=block_size if name == "tau" else BEST.get(name),
-                                     worst=WORST.get(name))
-               for name, series in inputs.items() if series.steps}
+    metrics = {
+        name: forecast_series(
+            name,
+            series,
+            timeline=timeline,
+            target_step=step,
+            higher_is_better=METRICS[name],
+            best=block_size if name == "tau" else BEST.get(name),
+            worst=WORST.get(name),
+        )
+        for name, series in inputs.items()
+        if series.steps
+    }
     eta = None
     if target is not None:
         metric, goal, current = target
         fc = metrics.get(metric) or MetricForecast(
-            metric=metric, step=step, value=None, low=None, high=None,
-            reason=f"no {metric} series in the log", higher_is_better=METRICS.get(metric, True))
-        eta = eta_to(fc, target=goal, current=current, last_step=last_step, planned=planned,
-                     seconds_per_step=seconds_per_step)
-    return RunForecast(plan=plan, step=step, planned=planned, last_step=last_step,
-                       metrics=metrics, target=eta, notes=notes)
+            metric=metric,
+            step=step,
+            value=None,
+            low=None,
+            high=None,
+            reason=f"no {metric} series in the log",
+            higher_is_better=METRICS.get(metric, True),
+        )
+        eta = eta_to(
+            fc,
+            target=goal,
+            current=current,
+            last_step=last_step,
+            planned=planned,
+            seconds_per_step=seconds_per_step,
+        )
+    return RunForecast(
+        plan=plan,
+        step=step,
+        planned=planned,
+        last_step=last_step,
+        metrics=metrics,
+        target=eta,
+        notes=notes,
+    )
 
 
-def forecast_of(frame: pl.DataFrame, header: Mapping[str, Any], *, evals: Sequence[LogEvent],
-                windows: Sequence[Window], tau_series: Sequence[float | None], acceptance: Acceptance,
-                config: ForecastConfig, peak_lr: float | None, seconds_per_step: float | None,
-                block_size: int | None) -> RunForecast:
+def forecast_of(
+    frame: pl.DataFrame,
+    header: Mapping[str, Any],
+    *,
+    evals: Sequence[LogEvent],
+    windows: Sequence[Window],
+    tau_series: Sequence[float | None],
+    acceptance: Acceptance,
+    config: ForecastConfig,
+    peak_lr: float | None,
+    seconds_per_step: float | None,
+    block_size: int | None,
+) -> RunForecast:
     """The forecast section of a diagnosis: the plan from the governing header's fields, the
     logged lr and the flags; the active target (``--target-loss``, else a tau target, else the
     acc target)."""
     sched = ScheduleHeader.from_fields(header.get("schedule"))
     # A header that records only the length is another trainer's (HF's max_steps).
-    recorded_by = "header" if (sched is None or sched.kind is not None or header.get("script")) else "max_steps"
+    recorded_by = (
+        "header"
+        if (sched is None or sched.kind is not None or header.get("script"))
+        else "max_steps"
+    )
     lr_windows = [w for w in windows if w.lr is not None]
-    plan = plan_of(sched, steps=[(w.first_step + w.last_step) / 2.0 for w in lr_windows],
-                   lrs=[w.lr for w in lr_windows], end_step=config.end_step,
-                   schedule=config.schedule, peak_lr=peak_lr, recorded_by=recorded_by)
+    plan = plan_of(
+        sched,
+        steps=[(w.first_step + w.last_step) / 2.0 for w in lr_windows],
+        lrs=[w.lr for w in lr_windows],
+        end_step=config.end_step,
+        schedule=config.schedule,
+        peak_lr=peak_lr,
+        recorded_by=recorded_by,
+    )
     loss_window = next((w for w in reversed(windows) if w.loss is not None), None)
     if config.target_loss is not None:
         target = ("loss", config.target_loss, loss_window.loss if loss_window else None)
@@ -200,6 +272,14 @@ def forecast_of(frame: pl.DataFrame, header: Mapping[str, Any], *, evals: Sequen
         target = ("acc", acceptance.target_acc, acceptance.acc)
     else:
         target = None
-    return forecast_run(frame, plan=plan, evals=evals, windows=windows, tau_series=tau_series,
-                        tau_estimator=acceptance.estimator, target=target,
-                        seconds_per_step=seconds_per_step, block_size=block_size)
+    return forecast_run(
+        frame,
+        plan=plan,
+        evals=evals,
+        windows=windows,
+        tau_series=tau_series,
+        tau_estimator=acceptance.estimator,
+        target=target,
+        seconds_per_step=seconds_per_step,
+        block_size=block_size,
+    )

@@ -149,11 +149,16 @@ def schedule_position(
     if header is not None and header.peak_lr is not None:
         peak, peak_source = header.peak_lr, "header"
         if peak_lr is not None and not math.isclose(peak_lr, header.peak_lr):
-            notes.append(f"--peak-lr {peak_lr:g} ignored: the run_start header says {header.peak_lr:g}")
+            notes.append(
+                f"--peak-lr {peak_lr:g} ignored: the run_start header says {header.peak_lr:g}"
+            )
     elif peak_lr is not None:
         peak, peak_source = peak_lr, "--peak-lr"
     elif max_lr is not None or finite_lr.height:
-        peak, peak_source = max_lr if max_lr is not None else float(finite_lr["lr"].max()), "max seen"
+        peak, peak_source = (
+            max_lr if max_lr is not None else float(finite_lr["lr"].max()),
+            "max seen",
+        )
     else:
         peak, peak_source = None, None
     phase, phase_source = None, None
@@ -165,7 +170,9 @@ def schedule_position(
         phase_source = "inferred" if phase is not None else None
     if peak_source == "max seen" and phase == WARMUP:
         # The lr is still rising: the largest lr so far is where it is now, not its peak.
-        notes.append(f"peak lr unknown while warming up (largest so far {peak:.3g}): give --peak-lr")
+        notes.append(
+            f"peak lr unknown while warming up (largest so far {peak:.3g}): give --peak-lr"
+        )
         peak, peak_source = None, None
     fraction = current / peak if current is not None and peak else None
     warmup_fraction = run_fraction = total_epochs = None
@@ -188,8 +195,17 @@ def schedule_position(
         else:
             total_epochs = header.total_steps / steps_per_epoch
     return SchedulePosition(
-        step=step, current=current, peak=peak, peak_source=peak_source, fraction_of_peak=fraction,
-        phase=phase, phase_source=phase_source, warmup_fraction=warmup_fraction,
-        run_fraction=run_fraction, epoch=epoch, epoch_source=epoch_source,
-        total_epochs=total_epochs, notes=notes,
+        step=step,
+        current=current,
+        peak=peak,
+        peak_source=peak_source,
+        fraction_of_peak=fraction,
+        phase=phase,
+        phase_source=phase_source,
+        warmup_fraction=warmup_fraction,
+        run_fraction=run_fraction,
+        epoch=epoch,
+        epoch_source=epoch_source,
+        total_epochs=total_epochs,
+        notes=notes,
     )

@@ -110,11 +110,17 @@ def _warmup_left(schedule: Mapping[str, Any] | None, step: int) -> int | None:
     return max(0, start + warmup - (step - 1))
 
 
-def _finite_lrs(steps: Sequence[int] | pl.Series, lrs: Sequence[float | None] | pl.Series) -> pl.DataFrame:
+def _finite_lrs(
+    steps: Sequence[int] | pl.Series, lrs: Sequence[float | None] | pl.Series
+) -> pl.DataFrame:
     """The (step, lr) pairs with a finite lr, in the given order: one frame for every lookup, so
     that a million-record log costs one vectorised filter, not a Python loop per resume."""
-    frame = pl.DataFrame({"step": pl.Series("step", steps, dtype=pl.Int64, strict=False),
-                          "lr": pl.Series("lr", lrs, dtype=pl.Float64, strict=False)})
+    frame = pl.DataFrame(
+        {
+            "step": pl.Series("step", steps, dtype=pl.Int64, strict=False),
+            "lr": pl.Series("lr", lrs, dtype=pl.Float64, strict=False),
+        }
+    )
     return frame.filter(pl.col("lr").is_finite())
 
 
@@ -130,8 +136,11 @@ def _lr_at(finite: pl.DataFrame, step: int, *, before: bool) -> float | None:
     return at["lr"][0] if at.height else None
 
 
-def detect_schedule_events(headers: Sequence[Mapping[str, Any]], steps: Sequence[int] | pl.Series,
-                           lrs: Sequence[float | None] | pl.Series) -> list[ScheduleEvent]:
+def detect_schedule_events(
+    headers: Sequence[Mapping[str, Any]],
+    steps: Sequence[int] | pl.Series,
+    lrs: Sequence[float | None] | pl.Series,
+) -> list[ScheduleEvent]:
     """The schedule restarts of one log, in header order.
 
     Args:
@@ -161,10 +170,20 @@ def detect_schedule_events(headers: Sequence[Mapping[str, Any]], steps: Sequence
         if before is None and old is not None and k > 1:
             before = scheduled_lr(old, k - 1)
         if mode == "restart":
-            after = logged_after if logged_after is not None else (
-                scheduled_lr(schedule, k) if schedule is not None else None)
-            events.append(ScheduleEvent(step=k, lr_before=before, lr_after=after,
-                                        warmup_steps=_warmup_left(schedule, k), source=HEADER))
+            after = (
+                logged_after
+                if logged_after is not None
+                else (scheduled_lr(schedule, k) if schedule is not None else None)
+            )
+            events.append(
+                ScheduleEvent(
+                    step=k,
+                    lr_before=before,
+                    lr_after=after,
+                    warmup_steps=_warmup_left(schedule, k),
+                    source=HEADER,
+                )
+            )
             continue
         if logged_after is None:
             continue  # an older log: only the lr can tell, and there is none at that step
@@ -177,8 +196,15 @@ def detect_schedule_events(headers: Sequence[Mapping[str, Any]], steps: Sequence
         else:
             jumped = False
         if jumped:
-            events.append(ScheduleEvent(step=k, lr_before=before, lr_after=logged_after,
-                                        warmup_steps=_warmup_left(schedule, k), source=LR_JUMP))
+            events.append(
+                ScheduleEvent(
+                    step=k,
+                    lr_before=before,
+                    lr_after=logged_after,
+                    warmup_steps=_warmup_left(schedule, k),
+                    source=LR_JUMP,
+                )
+            )
     return events
 
 

@@ -62,8 +62,15 @@ def _crossing(path, column: int, target: float, higher: bool) -> float | None:
     return None
 
 
-def eta_to(forecast: MetricForecast, *, target: float, current: float | None, last_step: int,
-           planned: bool, seconds_per_step: float | None) -> TargetEta:
+def eta_to(
+    forecast: MetricForecast,
+    *,
+    target: float,
+    current: float | None,
+    last_step: int,
+    planned: bool,
+    seconds_per_step: float | None,
+) -> TargetEta:
     """The ETA of ``target`` from ``forecast``'s path.
 
     Args:
@@ -84,48 +91,92 @@ def eta_to(forecast: MetricForecast, *, target: float, current: float | None, la
         return max(0.0, step - last_step) * seconds_per_step / 3600.0
 
     if current is not None and ((current >= target) if higher else (current <= target)):
-        return TargetEta(metric=word, target=target, current=current, eta_step=last_step,
-                         eta_low_step=last_step, eta_high_step=last_step, eta_hours=0.0,
-                         within_run=True, at_end=forecast,
-                         reason=f"target reached: {word} {current:.4g} "
-                                f"{'>=' if higher else '<='} {target:.4g}")
+        return TargetEta(
+            metric=word,
+            target=target,
+            current=current,
+            eta_step=last_step,
+            eta_low_step=last_step,
+            eta_high_step=last_step,
+            eta_hours=0.0,
+            within_run=True,
+            at_end=forecast,
+            reason=f"target reached: {word} {current:.4g} {'>=' if higher else '<='} {target:.4g}",
+        )
     if not forecast.available:
-        return TargetEta(metric=word, target=target, current=current, eta_step=None,
-                         eta_low_step=None, eta_high_step=None, eta_hours=None, within_run=None,
-                         at_end=forecast, reason=f"no ETA: {forecast.reason}")
+        return TargetEta(
+            metric=word,
+            target=target,
+            current=current,
+            eta_step=None,
+            eta_low_step=None,
+            eta_high_step=None,
+            eta_hours=None,
+            within_run=None,
+            at_end=forecast,
+            reason=f"no ETA: {forecast.reason}",
+        )
     # value column 1; the optimistic edge is the high one for a rising metric, the low one else.
     early_col, late_col = (3, 2) if higher else (2, 3)
     mid = _crossing(forecast.path, 1, target, higher)
     early = _crossing(forecast.path, early_col, target, higher)
     late = _crossing(forecast.path, late_col, target, higher)
-    end_text = (f"{forecast.value:.4g} ({forecast.low:.4g}-{forecast.high:.4g})")
+    end_text = f"{forecast.value:.4g} ({forecast.low:.4g}-{forecast.high:.4g})"
     where = "the planned end" if planned else f"the horizon (step {forecast.step})"
     if mid is None:
         within = False if planned else None
         head = "not within this run" if planned else "not within the horizon"
-        reach = f"; reachable only at the band's edge from step {round(early):,}" if early is not None else ""
-        return TargetEta(metric=word, target=target, current=current, eta_step=None,
-                         eta_low_step=round(early) if early is not None else None,
-                         eta_high_step=None, eta_hours=None, within_run=within, at_end=forecast,
-                         reason=f"{head}: at {where} {word} {end_text}{reach}")
+        reach = (
+            f"; reachable only at the band's edge from step {round(early):,}"
+            if early is not None
+            else ""
+        )
+        return TargetEta(
+            metric=word,
+            target=target,
+            current=current,
+            eta_step=None,
+            eta_low_step=round(early) if early is not None else None,
+            eta_high_step=None,
+            eta_hours=None,
+            within_run=within,
+            at_end=forecast,
+            reason=f"{head}: at {where} {word} {end_text}{reach}",
+        )
     eta_step = round(mid)
     hours = to_hours(eta_step)
-    return TargetEta(metric=word, target=target, current=current, eta_step=eta_step,
-                     eta_low_step=round(early) if early is not None else eta_step,
-                     eta_high_step=round(late) if late is not None else None,
-                     eta_hours=hours, within_run=True if planned else None, at_end=forecast,
-                     reason=f"{word} {target:.4g} forecast at step {eta_step:,} "
-                            f"({forecast.method})")
+    return TargetEta(
+        metric=word,
+        target=target,
+        current=current,
+        eta_step=eta_step,
+        eta_low_step=round(early) if early is not None else eta_step,
+        eta_high_step=round(late) if late is not None else None,
+        eta_hours=hours,
+        within_run=True if planned else None,
+        at_end=forecast,
+        reason=f"{word} {target:.4g} forecast at step {eta_step:,} ({forecast.method})",
+    )
 
 
 def verdict_with_eta(verdict: Verdict, eta: TargetEta | None, last_step: int) -> Verdict:
     """``verdict`` with its ETA taken from the forecast's (steps to go from ``last_step``)."""
     if eta is None:
-        return replace(verdict, eta_steps=None, eta_hours=None,
-                       eta_reason="no ETA: no target series in the log", eta_basis=None)
+        return replace(
+            verdict,
+            eta_steps=None,
+            eta_hours=None,
+            eta_reason="no ETA: no target series in the log",
+            eta_basis=None,
+        )
     steps = None if eta.eta_step is None else float(max(0, eta.eta_step - last_step))
     hours = eta.eta_hours
     if steps is not None and hours is None and verdict.seconds_per_step is not None:
         hours = steps * verdict.seconds_per_step / 3600.0
-    return replace(verdict, eta_steps=steps, eta_hours=hours, eta_reason=eta.reason,
-                   eta_basis=f"forecast of {eta.metric}")
+    return replace(
+        verdict,
+        eta_steps=steps,
+        eta_hours=hours,
+        eta_reason=eta.reason,
+        eta_basis=f"forecast of {eta.metric}",
+    )

@@ -63,7 +63,7 @@ class Trend:
 
 
 def classify(delta: float, tolerance: float, higher_is_better: bool = True) -> str:
-    """"flat" when ``|delta| <= tolerance``, else "up" if the change is an improvement."""
+    """ "flat" when ``|delta| <= tolerance``, else "up" if the change is an improvement."""
     if abs(delta) <= tolerance + _EPS:
         return FLAT
     improved = delta > 0 if higher_is_better else delta < 0

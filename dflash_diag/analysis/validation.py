@@ -113,15 +113,21 @@ def tau_se(fields: dict) -> float | None:
     return None
 
 
-def eval_series(evals: Sequence[LogEvent], name: str, up_to_step: int | None = None,
-                from_step: int | None = None) -> list[EvalPoint]:
+def eval_series(
+    evals: Sequence[LogEvent],
+    name: str,
+    up_to_step: int | None = None,
+    from_step: int | None = None,
+) -> list[EvalPoint]:
     """The finite values of eval field ``name`` in step order (for a step evaluated twice the
     later record wins), with the tau's standard error where known."""
     by_step: dict[int, EvalPoint] = {}
     for event in evals:
         if event.step is None:
             continue
-        if (up_to_step is not None and event.step > up_to_step) or (from_step is not None and event.step < from_step):
+        if (up_to_step is not None and event.step > up_to_step) or (
+            from_step is not None and event.step < from_step
+        ):
             continue
         value = finite_number(event.fields.get(name))
         if value is None:
@@ -141,18 +147,30 @@ def _bounded(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]
     if len(xs) <= MAX_POINTS:
         return xs, ys
     size = math.ceil(len(xs) / MAX_POINTS)
-    gx = [sum(xs[i:i + size]) / len(xs[i:i + size]) for i in range(0, len(xs), size)]
-    gy = [sum(ys[i:i + size]) / len(ys[i:i + size]) for i in range(0, len(ys), size)]
+    gx = [sum(xs[i : i + size]) / len(xs[i : i + size]) for i in range(0, len(xs), size)]
+    gy = [sum(ys[i : i + size]) / len(ys[i : i + size]) for i in range(0, len(ys), size)]
     return gx, gy
 
 
-def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_is_better: bool,
-                 alpha: float = defaults.ALPHA, min_points: int = defaults.MIN_POINTS) -> ValidationTrend:
+def judge_series(
+    points: Sequence[EvalPoint],
+    *,
+    field: str,
+    label: str,
+    higher_is_better: bool,
+    alpha: float = defaults.ALPHA,
+    min_points: int = defaults.MIN_POINTS,
+) -> ValidationTrend:
     """Judge one validation series (see the module docstring for the rules)."""
     n = len(points)
     if n < MIN_EVALS or len({p.step for p in points}) < 2:
-        return ValidationTrend(field=field, label=label, status=NOT_ENOUGH, n_points=n,
-                               reason=f"{plural(n, 'eval')} with {label}; need {MIN_EVALS}")
+        return ValidationTrend(
+            field=field,
+            label=label,
+            status=NOT_ENOUGH,
+            n_points=n,
+            reason=f"{plural(n, 'eval')} with {label}; need {MIN_EVALS}",
+        )
     values = [p.value for p in points]
     sign = 1.0 if higher_is_better else -1.0
     best_i = max(range(n), key=lambda i: (sign * values[i], -i))
@@ -160,9 +178,18 @@ def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_
     xs, ys = _bounded([float(p.step) for p in points], values)
     slope = theil_sen_slope(xs, ys) * 1000.0
     whole = mann_kendall(ys)
-    common = {"field": field, "label": label, "n_points": n, "best_step": best.step,
-              "best_value": best.value, "best_se": best.se, "latest_step": latest.step,
-              "latest_value": latest.value, "latest_se": latest.se, "slope_per_1k_steps": slope}
+    common = {
+        "field": field,
+        "label": label,
+        "n_points": n,
+        "best_step": best.step,
+        "best_value": best.value,
+        "best_se": best.se,
+        "latest_step": latest.step,
+        "latest_value": latest.value,
+        "latest_se": latest.se,
+        "slope_per_1k_steps": slope,
+    }
     at_best = f"best {_fmt(best.value, best.se)} at step {best.step}"
     now = f"latest {_fmt(latest.value, latest.se)} at step {latest.step}"
     worse_word = "lower" if higher_is_better else "higher"
@@ -171,36 +198,70 @@ def judge_series(points: Sequence[EvalPoint], *, field: str, label: str, higher_
             gap = sign * (best.value - latest.value)
             if gap > Z_95 * math.hypot(best.se, latest.se):
                 verb = "peaked" if higher_is_better else "was lowest"
-                return ValidationTrend(status=WORSE, p_value=None, reason=(
-                    f"{label} {verb} at step {best.step} ({_fmt(best.value, best.se)}); the latest "
-                    f"eval (step {latest.step}, {_fmt(latest.value, latest.se)}) is {worse_word} "
-                    f"beyond their 95% intervals"), **common)
+                return ValidationTrend(
+                    status=WORSE,
+                    p_value=None,
+                    reason=(
+                        f"{label} {verb} at step {best.step} ({_fmt(best.value, best.se)}); the latest "
+                        f"eval (step {latest.step}, {_fmt(latest.value, latest.se)}) is {worse_word} "
+                        f"beyond their 95% intervals"
+                    ),
+                    **common,
+                )
         # The evals after the best one, not the best itself: every later eval is below a
         # maximum by construction, so a test that includes it finds a fall in pure noise.
-        after = values[best_i + 1:]
+        after = values[best_i + 1 :]
         if len(after) >= min_points:
             test = mann_kendall(_bounded(list(range(len(after))), after)[1])
             if test.p_value < alpha and sign * test.s < 0:
-                return ValidationTrend(status=WORSE, p_value=test.p_value, reason=(
-                    f"{label} {at_best}, {worse_word} since: {now} (Mann-Kendall p = "
-                    f"{test.p_value:.3g} over the {len(after)} evals after the best)"), **common)
+                return ValidationTrend(
+                    status=WORSE,
+                    p_value=test.p_value,
+                    reason=(
+                        f"{label} {at_best}, {worse_word} since: {now} (Mann-Kendall p = "
+                        f"{test.p_value:.3g} over the {len(after)} evals after the best)"
+                    ),
+                    **common,
+                )
     if whole.p_value < alpha and whole.s != 0:
         if sign * whole.s < 0:
-            return ValidationTrend(status=WORSE, p_value=whole.p_value, reason=(
-                f"{label} {at_best}, {worse_word} over the run: {now} (Mann-Kendall p = "
-                f"{whole.p_value:.3g} over {plural(n, 'eval')})"), **common)
-        return ValidationTrend(status=IMPROVING, p_value=whole.p_value, reason=(
-            f"{label} improving over {plural(n, 'eval')} (Mann-Kendall p = {whole.p_value:.3g}); {now}"),
-            **common)
-    return ValidationTrend(status=FLAT, p_value=whole.p_value, reason=(
-        f"{label} without a significant trend over {plural(n, 'eval')} (Mann-Kendall p = "
-        f"{whole.p_value:.3g}); {at_best}, {now}"), **common)
+            return ValidationTrend(
+                status=WORSE,
+                p_value=whole.p_value,
+                reason=(
+                    f"{label} {at_best}, {worse_word} over the run: {now} (Mann-Kendall p = "
+                    f"{whole.p_value:.3g} over {plural(n, 'eval')})"
+                ),
+                **common,
+            )
+        return ValidationTrend(
+            status=IMPROVING,
+            p_value=whole.p_value,
+            reason=(
+                f"{label} improving over {plural(n, 'eval')} (Mann-Kendall p = {whole.p_value:.3g}); {now}"
+            ),
+            **common,
+        )
+    return ValidationTrend(
+        status=FLAT,
+        p_value=whole.p_value,
+        reason=(
+            f"{label} without a significant trend over {plural(n, 'eval')} (Mann-Kendall p = "
+            f"{whole.p_value:.3g}); {at_best}, {now}"
+        ),
+        **common,
+    )
 
 
-def judge_validation(evals: Sequence[LogEvent], *, up_to_step: int | None = None,
-                     from_step: int | None = None, with_tau: bool = True,
-                     alpha: float = defaults.ALPHA,
-                     min_points: int = defaults.MIN_POINTS) -> list[ValidationTrend]:
+def judge_validation(
+    evals: Sequence[LogEvent],
+    *,
+    up_to_step: int | None = None,
+    from_step: int | None = None,
+    with_tau: bool = True,
+    alpha: float = defaults.ALPHA,
+    min_points: int = defaults.MIN_POINTS,
+) -> list[ValidationTrend]:
     """Every validation series the evals hold (tau only when ``with_tau``: a drafter's), judged."""
     out = []
     for name, label, higher in SERIES:
@@ -208,6 +269,14 @@ def judge_validation(evals: Sequence[LogEvent], *, up_to_step: int | None = None
             continue
         points = eval_series(evals, name, up_to_step, from_step)
         if points:
-            out.append(judge_series(points, field=name, label=label, higher_is_better=higher,
-                                    alpha=alpha, min_points=min_points))
+            out.append(
+                judge_series(
+                    points,
+                    field=name,
+                    label=label,
+                    higher_is_better=higher,
+                    alpha=alpha,
+                    min_points=min_points,
+                )
+            )
     return out

@@ -99,7 +99,9 @@ class Verdict:
 
 def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[float], list[int]]:
     isfinite = math.isfinite
-    kept = [(w, value) for w in windows if (value := getattr(w, metric)) is not None and isfinite(value)]
+    kept = [
+        (w, value) for w in windows if (value := getattr(w, metric)) is not None and isfinite(value)
+    ]
     xs = [(w.first_step + w.last_step) / 2.0 for w, _ in kept]
     ys = [value for _, value in kept]
     ns = [w.n for w, _ in kept]
@@ -108,9 +110,9 @@ def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[f
         group = math.ceil(len(xs) / MAX_POINTS)
         gx, gy, gn = [], [], []
         for i in range(0, len(xs), group):
-            n = sum(ns[i:i + group])
-            gx.append(sum(x * k for x, k in zip(xs[i:i + group], ns[i:i + group])) / n)
-            gy.append(sum(y * k for y, k in zip(ys[i:i + group], ns[i:i + group])) / n)
+            n = sum(ns[i : i + group])
+            gx.append(sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group])) / n)
+            gy.append(sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group])) / n)
             gn.append(n)
         xs, ys, ns = gx, gy, gn
     return xs, ys, ns
@@ -119,17 +121,15 @@ def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[f
 def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
     """Median seconds per step from ``time`` stamps, else from ``n_tokens / tok_per_sec``."""
     if frame.height >= 2 and "time" in frame.columns:
-        rates = (
-            frame.select(
-                (pl.col("time").diff() / pl.col("step").diff().cast(pl.Float64)).alias("r")
-            )
-            .filter(pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
-        )
+        rates = frame.select(
+            (pl.col("time").diff() / pl.col("step").diff().cast(pl.Float64)).alias("r")
+        ).filter(pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
         if len(rates):
             return float(rates.median()), "time"
     if {"n_tokens", "tok_per_sec"} <= set(frame.columns):
         rates = frame.select((pl.col("n_tokens") / pl.col("tok_per_sec")).alias("r")).filter(
-            pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
+            pl.col("r").is_finite() & (pl.col("r") > 0)
+        )["r"]
         if len(rates):
             return float(rates.median()), "tok_per_sec"
     return None, None
@@ -161,17 +161,36 @@ def judge(
     if metric is not None and not any(getattr(w, metric) is not None for w in windows):
         metric = None
     xs, ys, _ = _points(windows, metric) if metric else ([], [], [])
-    used = sum(1 for w in windows if metric and (v := getattr(w, metric)) is not None and math.isfinite(v))
+    used = sum(
+        1 for w in windows if metric and (v := getattr(w, metric)) is not None and math.isfinite(v)
+    )
     sec, sec_source = seconds_per_step(frame) if frame is not None else (None, None)
     if len(xs) < config.min_points or len(set(xs)) < 2:
         wide = any(w.end > w.start for w in windows)  # a window of one step cannot shrink
-        reason = (f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
-                  + (" (try a smaller --window)" if wide else ""))
-        verdict = Verdict(status=NOT_ENOUGH, metric=metric, slope_per_1k_steps=None, p_value=None,
-                          n_points=len(xs), eta_steps=None, eta_hours=None, seconds_per_step=sec,
-                          seconds_source=sec_source, reason=reason)
-        return eta_toward(verdict, current=current_acc if metric == "acc" else None, goal=target_acc,
-                          slope=None, basis="accuracy windows", units="acc")
+        reason = (
+            f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
+            + (" (try a smaller --window)" if wide else "")
+        )
+        verdict = Verdict(
+            status=NOT_ENOUGH,
+            metric=metric,
+            slope_per_1k_steps=None,
+            p_value=None,
+            n_points=len(xs),
+            eta_steps=None,
+            eta_hours=None,
+            seconds_per_step=sec,
+            seconds_source=sec_source,
+            reason=reason,
+        )
+        return eta_toward(
+            verdict,
+            current=current_acc if metric == "acc" else None,
+            goal=target_acc,
+            slope=None,
+            basis="accuracy windows",
+            units="acc",
+        )
     slope = theil_sen_slope(xs, ys)
     test = mann_kendall(ys)
     # "Better" is up for accuracy, down for loss.
@@ -182,27 +201,51 @@ def judge(
         status = PLATEAU
     # The wording counts the windows analysed; past MAX_POINTS they were merged into groups.
     merged = f" (merged into {len(xs)} groups)" if len(xs) < used else ""
-    reason = (f"Theil-Sen slope of {metric} over {plural(used, 'window')}{merged}, Mann-Kendall "
-              f"p = {test.p_value:.3g} ({'<' if test.p_value < config.alpha else '>='} {config.alpha:g})")
-    verdict = Verdict(status=status, metric=metric, slope_per_1k_steps=slope * 1000.0,
-                      p_value=test.p_value, n_points=used, eta_steps=None, eta_hours=None,
-                      seconds_per_step=sec, seconds_source=sec_source, reason=reason)
+    reason = (
+        f"Theil-Sen slope of {metric} over {plural(used, 'window')}{merged}, Mann-Kendall "
+        f"p = {test.p_value:.3g} ({'<' if test.p_value < config.alpha else '>='} {config.alpha:g})"
+    )
+    verdict = Verdict(
+        status=status,
+        metric=metric,
+        slope_per_1k_steps=slope * 1000.0,
+        p_value=test.p_value,
+        n_points=used,
+        eta_steps=None,
+        eta_hours=None,
+        seconds_per_step=sec,
+        seconds_source=sec_source,
+        reason=reason,
+    )
     if metric != "acc":
         return replace(verdict, eta_reason="no ETA: the log has no accuracy")
-    return eta_toward(verdict, current=current_acc, goal=target_acc, slope=slope,
-                      basis="accuracy windows", units="acc")
+    return eta_toward(
+        verdict,
+        current=current_acc,
+        goal=target_acc,
+        slope=slope,
+        basis="accuracy windows",
+        units="acc",
+    )
 
 
-def with_health(verdict: Verdict, *, broken: str | None = None,
-                validation: Sequence[ValidationTrend] = ()) -> Verdict:
+def with_health(
+    verdict: Verdict, *, broken: str | None = None, validation: Sequence[ValidationTrend] = ()
+) -> Verdict:
     """``verdict`` with the run's health judged: ``broken`` (the reason the run is not alive)
     overrides every trend; a validation series worse than its best beside a converging or flat
     training trend makes it ``overfitting`` (the first such series names the best step). The
     ETA is dropped with either (an ETA along a dead or overfitting curve is no forecast)."""
     verdict = replace(verdict, validation=list(validation))
     if broken is not None:
-        return replace(verdict, status=BROKEN, reason=broken, eta_steps=None, eta_hours=None,
-                       eta_reason="no ETA: the run is broken")
+        return replace(
+            verdict,
+            status=BROKEN,
+            reason=broken,
+            eta_steps=None,
+            eta_hours=None,
+            eta_reason="no ETA: the run is broken",
+        )
     worse = next((v for v in validation if v.worse), None)
     if worse is None or verdict.status not in (CONVERGING, PLATEAU):
         return verdict
@@ -210,12 +253,20 @@ def with_health(verdict: Verdict, *, broken: str | None = None,
         # Another validation series still improves significantly (eval loss falling while eval
         # accuracy slips from its best): the evidence disagrees, so no overfitting is called.
         return verdict
-    train = ("while the training trend improves" if verdict.status == CONVERGING
-             else "while the training trend is flat")
-    return replace(verdict, status=OVERFITTING, best_step=worse.best_step,
-                   reason=f"{worse.reason}, {train} ({verdict.reason})",
-                   eta_steps=None, eta_hours=None,
-                   eta_reason=f"no ETA: the verdict is overfitting (best {worse.label} at step {worse.best_step})")
+    train = (
+        "while the training trend improves"
+        if verdict.status == CONVERGING
+        else "while the training trend is flat"
+    )
+    return replace(
+        verdict,
+        status=OVERFITTING,
+        best_step=worse.best_step,
+        reason=f"{worse.reason}, {train} ({verdict.reason})",
+        eta_steps=None,
+        eta_hours=None,
+        eta_reason=f"no ETA: the verdict is overfitting (best {worse.label} at step {worse.best_step})",
+    )
 
 
 #: Fewest points an ETA is fitted on (a line through two evals is no trend).
@@ -231,8 +282,15 @@ def fitted_slope(points: Sequence[tuple[float, float]]) -> float | None:
     return theil_sen_slope([x for x, _ in kept], [y for _, y in kept])
 
 
-def eta_toward(verdict: Verdict, *, current: float | None, goal: float, slope: float | None,
-               basis: str, units: str) -> Verdict:
+def eta_toward(
+    verdict: Verdict,
+    *,
+    current: float | None,
+    goal: float,
+    slope: float | None,
+    basis: str,
+    units: str,
+) -> Verdict:
     """``verdict`` with the ETA from ``current`` to ``goal`` at ``slope`` (per step).
 
     Only a verdict that supports an ETA gets one: the goal reached (0 steps), or a converging
@@ -254,10 +312,10 @@ def eta_toward(verdict: Verdict, *, current: float | None, goal: float, slope: f
         reason = f"no ETA: the {basis} do not rise ({slope * 1000:+.3g} per 1k steps)"
     else:
         eta = (goal - current) / slope
-        reason = (f"{units} {current:.4g} -> {goal:.4g} at {slope * 1000:+.3g} per 1k steps, "
-                  f"fitted on the {basis}")
+        reason = (
+            f"{units} {current:.4g} -> {goal:.4g} at {slope * 1000:+.3g} per 1k steps, "
+            f"fitted on the {basis}"
+        )
     sec = verdict.seconds_per_step
     hours = eta * sec / 3600.0 if eta is not None and sec is not None else None
     return replace(verdict, eta_steps=eta, eta_hours=hours, eta_reason=reason, eta_basis=basis)
-
-

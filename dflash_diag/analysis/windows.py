@@ -94,9 +94,8 @@ def _ratio_se_expr() -> pl.Expr:
     r = t / s
     residual = pl.col("_walk_tt") - 2.0 * r * pl.col("_walk_ts") + r * r * pl.col("_walk_ss")
     residual = pl.when(residual > 0).then(residual).otherwise(0.0)
-    return (
-        pl.when((pl.col("_walk_n") >= 2) & (s > 0))
-        .then((residual / (n * (n - 1.0))).sqrt() / (s / n))
+    return pl.when((pl.col("_walk_n") >= 2) & (s > 0)).then(
+        (residual / (n * (n - 1.0))).sqrt() / (s / n)
     )
 
 
@@ -154,8 +153,10 @@ def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl
     wden = pl.col(f"_{value}_wden")
     use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
     mean = (
-        pl.when(n == 0).then(None)
-        .when(use_weights).then(pl.col(f"_{value}_wsum") / wden)
+        pl.when(n == 0)
+        .then(None)
+        .when(use_weights)
+        .then(pl.col(f"_{value}_wsum") / wden)
         .otherwise(pl.col(f"_{value}_plain"))
     )
     if not with_se:
@@ -165,13 +166,24 @@ def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl
 
 
 #: A record counts toward the walked tau when both its walk fields are finite and it walked.
-_walked = _finite("walk_tokens") & _finite("walk_steps") & (pl.col("walk_steps") > 0).fill_null(False)
+_walked = (
+    _finite("walk_tokens") & _finite("walk_steps") & (pl.col("walk_steps") > 0).fill_null(False)
+)
 
 
 def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
     """One row per non-empty window (sorted), with the columns :class:`Window` is built from."""
-    for name in ("n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec", "loss", "acc",
-                 "walk_tokens", "walk_steps"):
+    for name in (
+        "n_pred",
+        "n_blocks",
+        "tau_train",
+        "lr",
+        "tok_per_sec",
+        "loss",
+        "acc",
+        "walk_tokens",
+        "walk_steps",
+    ):
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
     nonfinite = sum(
@@ -198,7 +210,10 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             *_masked_columns("loss", "n_pred"),
             *_masked_columns("tau_train", "n_blocks"),
             *(_masked(name, _finite(name)).alias(f"_{name}_ok") for name in ("lr", "tok_per_sec")),
-            *(_masked(name, _walked).alias(f"_{name}_ok") for name in ("walk_tokens", "walk_steps")),
+            *(
+                _masked(name, _walked).alias(f"_{name}_ok")
+                for name in ("walk_tokens", "walk_steps")
+            ),
         )
         .group_by("_window")
         .agg(
@@ -209,8 +224,14 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             *_weighted_mean_parts("acc"),
             *_weighted_mean_parts("loss"),
             *_weighted_mean_parts("tau_train", with_sd=False),
-            *(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean") for name in ("lr", "tok_per_sec")),
-            *(pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum") for name in ("walk_tokens", "walk_steps")),
+            *(
+                pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean")
+                for name in ("lr", "tok_per_sec")
+            ),
+            *(
+                pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum")
+                for name in ("walk_tokens", "walk_steps")
+            ),
             # The second moments the walked tau's standard error needs (ratio_se).
             pl.col("_walk_tokens_ok").count().alias("_walk_n"),
             (pl.col("_walk_tokens_ok") ** 2).sum().alias("_walk_tt"),
@@ -235,7 +256,8 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             pl.col("_lr_mean"),
             pl.col("_tok_per_sec_mean"),
             pl.when(pl.col("_walk_steps_sum") > 0)
-            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum")).alias("_tau_walk"),
+            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum"))
+            .alias("_tau_walk"),
             _ratio_se_expr().alias("_tau_walk_se"),
             pl.col("_walk_n").cast(pl.Int64),
         )
@@ -289,7 +311,11 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     """
     if size is not None:
         return WindowChoice(size, "--window")
-    steps = frame["step"] if "step" in frame.columns and frame.height else pl.Series("step", [], pl.Int64)
+    steps = (
+        frame["step"]
+        if "step" in frame.columns and frame.height
+        else pl.Series("step", [], pl.Int64)
+    )
     interval = logging_interval(steps)
     if interval is None:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
@@ -299,11 +325,16 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     k = AUTO_RECORDS
     while k > 1 and n // k < AUTO_MIN_WINDOWS:
         k -= 1
-    return WindowChoice(k * interval, f"auto: {plural(k, 'record')} of the {interval}-step logging "
-                        "interval", interval)
+    return WindowChoice(
+        k * interval,
+        f"auto: {plural(k, 'record')} of the {interval}-step logging interval",
+        interval,
+    )
 
 
-def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None) -> list[Window]:
+def compute_windows(
+    frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None
+) -> list[Window]:
     """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
 
     The aggregation is one polars query; Python only turns its columns into :class:`Window`
@@ -330,12 +361,45 @@ def compute_windows(frame: pl.DataFrame, size: int = defaults.WINDOW, start: int
     table = _aggregate(frame, size, start)
     last = size - 1
     return [
-        Window(index=index, start=first, end=first + last, n=n, first_step=first_step,
-               last_step=last_step, loss=loss, acc=acc, weighted=weighted, acc_se=acc_se,
-               loss_se=loss_se, nonfinite=nonfinite, tau_train=tau, lr=lr, tok_per_sec=tok_per_sec,
-               tau_walk=tau_walk, tau_walk_se=tau_walk_se, walk_n=walk_n)
-        for (index, first, n, first_step, last_step, loss, acc, weighted, acc_se, loss_se,
-             nonfinite, tau, lr, tok_per_sec, tau_walk, tau_walk_se, walk_n) in zip(*(column.to_list() for column in table.get_columns()))
+        Window(
+            index=index,
+            start=first,
+            end=first + last,
+            n=n,
+            first_step=first_step,
+            last_step=last_step,
+            loss=loss,
+            acc=acc,
+            weighted=weighted,
+            acc_se=acc_se,
+            loss_se=loss_se,
+            nonfinite=nonfinite,
+            tau_train=tau,
+            lr=lr,
+            tok_per_sec=tok_per_sec,
+            tau_walk=tau_walk,
+            tau_walk_se=tau_walk_se,
+            walk_n=walk_n,
+        )
+        for (
+            index,
+            first,
+            n,
+            first_step,
+            last_step,
+            loss,
+            acc,
+            weighted,
+            acc_se,
+            loss_se,
+            nonfinite,
+            tau,
+            lr,
+            tok_per_sec,
+            tau_walk,
+            tau_walk_se,
+            walk_n,
+        ) in zip(*(column.to_list() for column in table.get_columns()))
     ]
 
 

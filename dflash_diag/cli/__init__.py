@@ -28,8 +28,14 @@ class OneLineErrors(FlagHelp, TyperGroup):
     printed as one ``dflash-diag: error: ...`` line on stderr with exit code 2, as the product's
     own errors are, instead of click's multi-line usage box."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         try:  # typer >= 0.2x vendors click; older ones use click itself
             from typer._click.exceptions import ClickException, NoArgsIsHelpError
         except ImportError:  # pragma: no cover - depends on the installed typer
@@ -37,8 +43,13 @@ class OneLineErrors(FlagHelp, TyperGroup):
         from typer import Abort
 
         try:
-            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            rv = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
         except NoArgsIsHelpError as exc:  # a bare `dflash-diag` or `dflash-diag converge`: help
             print(exc.ctx.get_help())
             rv = EXIT_USAGE if exc.ctx.parent is not None else 0

@@ -71,7 +71,9 @@ def compare(
             metavar="LOG [LOG_B]",
         ),
     ],
-    k: Annotated[int, typer.Option("--k", help="Steps on each side of a boundary.")] = defaults.BOUNDARY_K,
+    k: Annotated[
+        int, typer.Option("--k", help="Steps on each side of a boundary.")
+    ] = defaults.BOUNDARY_K,
     x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
         XAxis.STEP
     ),
@@ -118,34 +120,64 @@ def compare(
         from dflash_diag.render.rich import render_compare_plain, render_compare_rich
 
         window_size = parse_window(window)
-        check_numbers({
-            "--k": k, "--from-step": from_step, "--to-step": to_step, "--threshold": threshold, "--loss-threshold": loss_threshold,
-            "--peak-lr": peak_lr, "--block-size": block_size, "--target-acc": target_acc,
-            "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
-            "--target-loss": target_loss, "--end-step": end_step,
-        })
+        check_numbers(
+            {
+                "--k": k,
+                "--from-step": from_step,
+                "--to-step": to_step,
+                "--threshold": threshold,
+                "--loss-threshold": loss_threshold,
+                "--peak-lr": peak_lr,
+                "--block-size": block_size,
+                "--target-acc": target_acc,
+                "--target-tau": target_tau,
+                "--baseline-tau": baseline_tau,
+                "--alpha": alpha,
+                "--target-loss": target_loss,
+                "--end-step": end_step,
+            }
+        )
         logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
         if len(logs) not in (1, 2):
             fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")
         ranks = rank_skew(rank_logs) if rank_logs else None
         diagnosis = diagnosis_config(
-            phase=phase.value, from_step=from_step, to_step=to_step, window=window_size, keep_all=keep_all,
-            peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
-            noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
-            target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
-            end_step=end_step, schedule=schedule, target_loss=target_loss,
+            phase=phase.value,
+            from_step=from_step,
+            to_step=to_step,
+            window=window_size,
+            keep_all=keep_all,
+            peak_lr=peak_lr,
+            threshold=threshold,
+            loss_threshold=loss_threshold,
+            noise_aware=noise_aware,
+            block_size=block_size,
+            target_acc=target_acc,
+            target_tau=target_tau,
+            baseline_tau=baseline_tau,
+            alpha=alpha,
+            end_step=end_step,
+            schedule=schedule,
+            target_loss=target_loss,
         )
         try:
             config = CompareConfig(k=k, window=window_size)
         except ValueError as exc:
             raise DiagError(str(exc)) from None
-        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()),
-                           cache=not no_cache)
+        read = ReadOptions(
+            input_format, tuple(preset or ()), tuple(fields or ()), cache=not no_cache
+        )
         read.load_kwargs(len(logs))  # a bad --preset/--field count fails before any reading
         if len(logs) == 1:
             comparisons = [
-                compare_log(logs[0], config, keep_all=keep_all, strict=strict, read=read,
-                            diagnosis=diagnosis)
+                compare_log(
+                    logs[0],
+                    config,
+                    keep_all=keep_all,
+                    strict=strict,
+                    read=read,
+                    diagnosis=diagnosis,
+                )
             ]
             alignment = None
         else:
@@ -174,7 +206,8 @@ def compare(
         console = make_console()
         if not use_rich(fmt, console):
             # plain text: no colour, at the terminal's width (COLUMNS when not a terminal)
-            typer.echo(render_compare_plain(comparisons, alignment, ranks, width=console.width),
-                       nl=False)
+            typer.echo(
+                render_compare_plain(comparisons, alignment, ranks, width=console.width), nl=False
+            )
             return
         console.print(render_compare_rich(comparisons, alignment, ranks, width=console.width))

@@ -74,11 +74,18 @@ def converge(
     strict: StrictOption = False,
     no_cache: NoCacheOption = False,
     fmt: FormatOption = OutputFormat.AUTO,
-    rows: Annotated[int, typer.Option(
-        "--rows", min=0, help="Newest windows shown in rich/text tables (0: all).")] = 40,
-    fail_on: Annotated[list[FailOn] | None, typer.Option(
-        "--fail-on", help="Exit 1 when the verdict is this, or the forecast does not reach the "
-        "target by the planned end (target-unreachable); repeatable, for cron or CI watchdogs.")] = None,
+    rows: Annotated[
+        int,
+        typer.Option("--rows", min=0, help="Newest windows shown in rich/text tables (0: all)."),
+    ] = 40,
+    fail_on: Annotated[
+        list[FailOn] | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when the verdict is this, or the forecast does not reach the "
+            "target by the planned end (target-unreachable); repeatable, for cron or CI watchdogs.",
+        ),
+    ] = None,
 ) -> None:
     """Windows with trend arrows, lr schedule position, acceptance estimate and a verdict."""
     with user_errors():
@@ -94,24 +101,47 @@ def converge(
         from dflash_diag.render.text import render_text
 
         window_size = parse_window(window)
-        check_numbers({
-            "--from-step": from_step, "--to-step": to_step, 
-            "--threshold": threshold, "--loss-threshold": loss_threshold, "--peak-lr": peak_lr,
-            "--block-size": block_size, "--target-acc": target_acc, "--target-tau": target_tau,
-            "--baseline-tau": baseline_tau, "--alpha": alpha, "--rows": rows,
-            "--target-loss": target_loss, "--end-step": end_step,
-        })
+        check_numbers(
+            {
+                "--from-step": from_step,
+                "--to-step": to_step,
+                "--threshold": threshold,
+                "--loss-threshold": loss_threshold,
+                "--peak-lr": peak_lr,
+                "--block-size": block_size,
+                "--target-acc": target_acc,
+                "--target-tau": target_tau,
+                "--baseline-tau": baseline_tau,
+                "--alpha": alpha,
+                "--rows": rows,
+                "--target-loss": target_loss,
+                "--end-step": end_step,
+            }
+        )
         config = diagnosis_config(
-            phase=phase.value, from_step=from_step, to_step=to_step, window=window_size,
-            keep_all=keep_all, peak_lr=peak_lr, threshold=threshold, loss_threshold=loss_threshold,
-            noise_aware=noise_aware, block_size=block_size, target_acc=target_acc,
-            target_tau=target_tau, baseline_tau=baseline_tau, alpha=alpha,
-            end_step=end_step, schedule=schedule, target_loss=target_loss,
+            phase=phase.value,
+            from_step=from_step,
+            to_step=to_step,
+            window=window_size,
+            keep_all=keep_all,
+            peak_lr=peak_lr,
+            threshold=threshold,
+            loss_threshold=loss_threshold,
+            noise_aware=noise_aware,
+            block_size=block_size,
+            target_acc=target_acc,
+            target_tau=target_tau,
+            baseline_tau=baseline_tau,
+            alpha=alpha,
+            end_step=end_step,
+            schedule=schedule,
+            target_loss=target_loss,
         )
         # Per-position lists are read for the last window only (fetch_lists): most of the parse.
         main, rank_logs, rank_note = split_rank_logs(expand_log_args(logs))
-        read = ReadOptions(input_format, tuple(preset or ()), tuple(fields or ()),
-                           cache=not no_cache)
+        read = ReadOptions(
+            input_format, tuple(preset or ()), tuple(fields or ()), cache=not no_cache
+        )
         log = load_log(main, strict=strict, lists=False, **read.load_kwargs(len(main)))
         print_notes(log.notes)
         report = build_converge_report(log, config)

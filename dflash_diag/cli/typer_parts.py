@@ -40,6 +40,13 @@ def version_callback(prog: str) -> Callable[[bool], None]:
 def version_option(prog: str) -> Any:
     """The ``--version`` option of a program's root callback (an ``Annotated`` bool type):
     eager, printing ``<prog> <version>`` through :func:`version_callback`."""
-    return Annotated[bool, typer.Option(
-        "--version", callback=version_callback(prog), is_eager=True, metavar="",
-        help="Print the version and exit.")]
+    return Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=version_callback(prog),
+            is_eager=True,
+            metavar="",
+            help="Print the version and exit.",
+        ),
+    ]

@@ -176,10 +176,13 @@ class _NoKeys:
 
 def watch(
     log: Annotated[
-        Path, typer.Argument(help="The log to follow: a JSONL file (only new bytes are read), or "
-                             "another trainer's TensorBoard run, trainer_state.json, MLflow store, "
-                             "W&B run, metrics.csv or console log (read again when it changes).",
-                             metavar="LOG")
+        Path,
+        typer.Argument(
+            help="The log to follow: a JSONL file (only new bytes are read), or "
+            "another trainer's TensorBoard run, trainer_state.json, MLflow store, "
+            "W&B run, metrics.csv or console log (read again when it changes).",
+            metavar="LOG",
+        ),
     ],
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes.", show_default=True)
@@ -203,17 +206,32 @@ def watch(
     end_step: EndStepOption = None,
     schedule: ScheduleOption = None,
     alpha: AlphaOption = defaults.ALPHA,
-    once: Annotated[bool, typer.Option("--once/--no-once", metavar="", help="Draw one frame and exit.")] = False,
-    plot: Annotated[bool, typer.Option(
-        "--plot/--no-plot", metavar="", help="Add line charts of loss, acc and tau.")] = False,
-    fmt: Annotated[WatchFormat, typer.Option(
-        "--format", "-f", help="auto: the live view; json: one frame's diagnosis as JSON (implies --once).")] = (
-        WatchFormat.AUTO),
+    once: Annotated[
+        bool, typer.Option("--once/--no-once", metavar="", help="Draw one frame and exit.")
+    ] = False,
+    plot: Annotated[
+        bool,
+        typer.Option("--plot/--no-plot", metavar="", help="Add line charts of loss, acc and tau."),
+    ] = False,
+    fmt: Annotated[
+        WatchFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            help="auto: the live view; json: one frame's diagnosis as JSON (implies --once).",
+        ),
+    ] = (WatchFormat.AUTO),
     fields: FieldOption = None,
     input_format: InputFormatOption = None,
-    preset: Annotated[str | None, typer.Option(
-        "--preset", help="Another trainer's names and conventions (see converge --help); "
-        "default: detected.", metavar="NAME")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="Another trainer's names and conventions (see converge --help); "
+            "default: detected.",
+            metavar="NAME",
+        ),
+    ] = None,
 ) -> None:
     """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
 
@@ -224,13 +242,24 @@ def watch(
         from dflash_diag.watch import LiveLog, WatchConfig
 
         window_size = parse_window(window)
-        check_numbers({
-            "--interval": interval, "--stall": stall, "--history": history,
-            "--threshold": threshold, "--block-size": block_size, "--target-acc": target_acc,
-            "--loss-threshold": loss_threshold, "--from-step": from_step, "--peak-lr": peak_lr,
-            "--target-tau": target_tau, "--baseline-tau": baseline_tau, "--alpha": alpha,
-            "--target-loss": target_loss, "--end-step": end_step,
-        })
+        check_numbers(
+            {
+                "--interval": interval,
+                "--stall": stall,
+                "--history": history,
+                "--threshold": threshold,
+                "--block-size": block_size,
+                "--target-acc": target_acc,
+                "--loss-threshold": loss_threshold,
+                "--from-step": from_step,
+                "--peak-lr": peak_lr,
+                "--target-tau": target_tau,
+                "--baseline-tau": baseline_tau,
+                "--alpha": alpha,
+                "--target-loss": target_loss,
+                "--end-step": end_step,
+            }
+        )
         try:
             config = WatchConfig(
                 interval=interval,
@@ -259,8 +288,9 @@ def watch(
             check_log_path(str(log))  # a missing file, a symlink loop...: one precise line
         options = ReadOptions(input_format, (preset,) if preset else (), tuple(fields or ()))
         read = options.load_kwargs(1)
-        plan = plan_input(str(log), input_format=input_format, preset=read["presets"][0],
-                          fields=read["fields"])
+        plan = plan_input(
+            str(log), input_format=input_format, preset=read["presets"][0], fields=read["fields"]
+        )
         if plan.native:
             live = LiveLog(log, config, fields=plan.fields)
         else:

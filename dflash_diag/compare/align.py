@@ -165,5 +165,6 @@ def align_runs(
             )
         )
     last_x = float(max(xa.max(), xb.max()))  # type: ignore[arg-type]
-    return RunAlignment(x=x, width=width, names=names, windows=out, tokens_source=sources,
-                        last_x=last_x)
+    return RunAlignment(
+        x=x, width=width, names=names, windows=out, tokens_source=sources, last_x=last_x
+    )

@@ -181,9 +181,12 @@ def explain_boundary(
     tried = ", ".join(f"{label} (x{f:.3g})" for label, f in factors) or "none known from headers"
     whole = _near_whole(loss_ratio, config.factor_tolerance)
     if no_acc_signal is not None:
-        near = (f"; it is close to x{whole}, a typical loss-normalisation factor, but the "
-                f"{headerless} regime has no run_start header to confirm it"
-                if headerless is not None and whole is not None else "")
+        near = (
+            f"; it is close to x{whole}, a typical loss-normalisation factor, but the "
+            f"{headerless} regime has no run_start header to confirm it"
+            if headerless is not None and whole is not None
+            else ""
+        )
         return (
             f"{head} matches no normalisation factor in the configs ({tried}){near}; "
             f"{no_acc_signal}, so nothing tells a normalisation from a change in training: "
@@ -234,8 +237,9 @@ def measure_boundary(
         regime_after.tokens_per_step,
     )
     headerless = next((r.name for r in (regime_before, regime_after) if r.config is None), None)
-    text, matched = explain_boundary(step, ratio, delta, factors, config, headerless,
-                                     _no_acc_signal(ab, aa))
+    text, matched = explain_boundary(
+        step, ratio, delta, factors, config, headerless, _no_acc_signal(ab, aa)
+    )
     return Boundary(
         step=step,
         loss_ratio=ratio,

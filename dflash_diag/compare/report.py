@@ -129,21 +129,39 @@ def compare_regimes(
     ]
     diagnoses: list[Diagnosis | None] = []
     if diagnosis is not None:
-        events = list(run_starts) if run_starts is not None else [
-            LogEvent("run_start", 0, 0, None, dict(h)) for h in headers
-        ]
+        events = (
+            list(run_starts)
+            if run_starts is not None
+            else [LogEvent("run_start", 0, 0, None, dict(h)) for h in headers]
+        )
         for regime, rows in found:
             run = rows["run"][-1] if "run" in rows.columns else None
             header = events[run] if run is not None and 0 <= run < len(events) else None
-            selection = Selection(phase="all", reason=f"regime {regime.name}: {regime.n} entries",
-                                  total=regime.n, pipeline=regime.n if regime.tok_per_sec is not None else 0,
-                                  selected=regime.n, from_step=None, to_step=None)
-            diagnoses.append(diagnose_frame(
-                rows, selection=selection, evals=evals, header=header,
-                config=replace(diagnosis, from_step=None, to_step=None), max_lr=max_lr,
-                foreign=foreign, presets=presets,
-            ))
+            selection = Selection(
+                phase="all",
+                reason=f"regime {regime.name}: {regime.n} entries",
+                total=regime.n,
+                pipeline=regime.n if regime.tok_per_sec is not None else 0,
+                selected=regime.n,
+                from_step=None,
+                to_step=None,
+            )
+            diagnoses.append(
+                diagnose_frame(
+                    rows,
+                    selection=selection,
+                    evals=evals,
+                    header=header,
+                    config=replace(diagnosis, from_step=None, to_step=None),
+                    max_lr=max_lr,
+                    foreign=foreign,
+                    presets=presets,
+                )
+            )
     return RegimeComparison(
-        regimes=[r for r, _ in found], boundaries=boundaries, split_on=split_on, k=config.k,
+        regimes=[r for r, _ in found],
+        boundaries=boundaries,
+        split_on=split_on,
+        k=config.k,
         diagnoses=diagnoses,
     )

@@ -33,14 +33,26 @@ def compare_log(
     Raises:
         DiagError: a missing, unreadable or empty log.
     """
-    _, comparison = _load_and_compare(path, config, keep_all=keep_all, strict=strict,
-                                      diagnosis=diagnosis,
-                                      read_kwargs=_read_kwargs(read, fields, 1, None))
+    _, comparison = _load_and_compare(
+        path,
+        config,
+        keep_all=keep_all,
+        strict=strict,
+        diagnosis=diagnosis,
+        read_kwargs=_read_kwargs(read, fields, 1, None),
+    )
     return comparison
 
 
-def _load_and_compare(path: str, config: CompareConfig, *, keep_all: bool, strict: bool,
-                      diagnosis: DiagnosisConfig | None, read_kwargs: dict[str, object]):
+def _load_and_compare(
+    path: str,
+    config: CompareConfig,
+    *,
+    keep_all: bool,
+    strict: bool,
+    diagnosis: DiagnosisConfig | None,
+    read_kwargs: dict[str, object],
+):
     """One log read, its restarts resolved, cut to the step range and compared, with its notes.
 
     Returns:
@@ -81,8 +93,10 @@ def _step_range(frame, diagnosis: DiagnosisConfig | None, path: str):
     kept = frame.filter(condition)
     if kept.height == 0:
         bounds = f"{low if low is not None else '...'}-{high if high is not None else '...'}"
-        raise DiagError(f"{path}: nothing selected: no records in steps {bounds} "
-                        f"({plural(frame.height, 'metric record')} in the log)")
+        raise DiagError(
+            f"{path}: nothing selected: no records in steps {bounds} "
+            f"({plural(frame.height, 'metric record')} in the log)"
+        )
     return kept
 
 
@@ -90,8 +104,9 @@ def _restarts_in_range(restarts, diagnosis: DiagnosisConfig | None) -> list:
     """The restarts whose new segment starts within ``--from-step``/``--to-step``."""
     low = diagnosis.from_step if diagnosis is not None else None
     high = diagnosis.to_step if diagnosis is not None else None
-    return [r for r in restarts
-            if (low is None or r.step >= low) and (high is None or r.step <= high)]
+    return [
+        r for r in restarts if (low is None or r.step >= low) and (high is None or r.step <= high)
+    ]
 
 
 def _log_notes(log, restarts) -> list[str]:
@@ -107,7 +122,9 @@ def _log_notes(log, restarts) -> list[str]:
     return notes + log.issues.reader_notes()
 
 
-def _compare(log, frame, config: CompareConfig, diagnosis: DiagnosisConfig | None) -> RegimeComparison:
+def _compare(
+    log, frame, config: CompareConfig, diagnosis: DiagnosisConfig | None
+) -> RegimeComparison:
     """`compare_regimes` with the log's headers, evals and largest lr (the diagnosis inputs)."""
     from dataclasses import replace
 
@@ -122,8 +139,14 @@ def _compare(log, frame, config: CompareConfig, diagnosis: DiagnosisConfig | Non
     if diagnosis is not None:
         diagnosis = replace(diagnosis, window=size)
     return compare_regimes(
-        frame, [e.fields for e in log.run_starts], config, diagnosis=diagnosis, evals=log.evals,
-        run_starts=log.run_starts, max_lr=max_lr_of(log.metrics), foreign=log.foreign,
+        frame,
+        [e.fields for e in log.run_starts],
+        config,
+        diagnosis=diagnosis,
+        evals=log.evals,
+        run_starts=log.run_starts,
+        max_lr=max_lr_of(log.metrics),
+        foreign=log.foreign,
         presets=log.presets,
     )
 
@@ -156,8 +179,13 @@ def compare_two_runs(
     frames, comparisons = [], []
     for index, (path, name) in enumerate(zip((path_a, path_b), names)):
         frame, comparison = _load_and_compare(
-            path, config, keep_all=keep_all, strict=strict, diagnosis=diagnosis,
-            read_kwargs=_read_kwargs(read, fields, 2, index))
+            path,
+            config,
+            keep_all=keep_all,
+            strict=strict,
+            diagnosis=diagnosis,
+            read_kwargs=_read_kwargs(read, fields, 2, index),
+        )
         comparisons.append(_prefixed(comparison, name))
         selected, selection = select_phase(frame, phase)
         if selected.height == 0:
@@ -185,8 +213,9 @@ def with_schedule_events(comparison: RegimeComparison, log, frame) -> RegimeComp
     from dflash_diag.analysis.schedule_events import detect_schedule_events, event_at
 
     steps = frame["step"].to_list()
-    events = detect_schedule_events([e.fields for e in log.run_starts], steps,
-                                    frame["lr"].to_list())
+    events = detect_schedule_events(
+        [e.fields for e in log.run_starts], steps, frame["lr"].to_list()
+    )
     # With --from-step/--to-step the frame is a step range: an event outside it is not this
     # comparison's (a restart of the schedule at its first step is, like a boundary there).
     if steps:
@@ -197,17 +226,21 @@ def with_schedule_events(comparison: RegimeComparison, log, frame) -> RegimeComp
     for b in comparison.boundaries:
         event = event_at(events, b.step)
         if event is not None:
-            why = ("; also, the " + event.text() if b.matched else
-                   f"; but the {event.text()}: part of the change is the new learning rate, "
-                   "not the program")
+            why = (
+                "; also, the " + event.text()
+                if b.matched
+                else f"; but the {event.text()}: part of the change is the new learning rate, "
+                "not the program"
+            )
             b = replace(b, explanation=b.explanation + why)
         boundaries.append(b)
     notes = [*comparison.notes, *(e.text() for e in events)]
     return replace(comparison, boundaries=boundaries, notes=notes, schedule_events=events)
 
 
-def _read_kwargs(read: ReadOptions | None, fields: dict[str, str] | None, n_inputs: int,
-                 only: int | None) -> dict[str, object]:
+def _read_kwargs(
+    read: ReadOptions | None, fields: dict[str, str] | None, n_inputs: int, only: int | None
+) -> dict[str, object]:
     """load_log's reading options: a run's own format, preset and field map."""
     if read is None:
         return {"fields": fields}

@@ -24,7 +24,13 @@ from dflash_diag.read.records import ParsedLog, ParseIssues
 #: The converge command's settings are the analysis settings (one config for every command).
 ConvergeConfig = DiagnosisConfig
 
-__all__ = ["ConvergeConfig", "ConvergeReport", "WindowRow", "build_converge_report", "governing_header"]
+__all__ = [
+    "ConvergeConfig",
+    "ConvergeReport",
+    "WindowRow",
+    "build_converge_report",
+    "governing_header",
+]
 
 
 @dataclass(kw_only=True)
@@ -55,5 +61,9 @@ def build_converge_report(log: ParsedLog, config: DiagnosisConfig | None = None)
     parts = {f.name: getattr(diagnosis, f.name) for f in fields(Diagnosis)}
     parts["notes"] = [*diagnosis.notes, *log.issues.reader_notes()]
     keep_all = config.keep_all if config is not None else False
-    return ConvergeReport(**parts, sources=list(log.sources), issues=log.issues,
-                          schedule_events=schedule_events_of(log, keep_all))
+    return ConvergeReport(
+        **parts,
+        sources=list(log.sources),
+        issues=log.issues,
+        schedule_events=schedule_events_of(log, keep_all),
+    )

@@ -77,8 +77,13 @@ def max_bytes() -> int:
 
 
 def cached_parse(
-    name: str, *, source: int, fields: Mapping[str, str], extra: Mapping[str, pl.DataType] | None,
-    lists: bool, parse_whole: Callable[[], ParsedLog],
+    name: str,
+    *,
+    source: int,
+    fields: Mapping[str, str],
+    extra: Mapping[str, pl.DataType] | None,
+    lists: bool,
+    parse_whole: Callable[[], ParsedLog],
     parse_tail: Callable[[bytes, int], ParsedLog],
 ) -> ParsedLog:
     """``parse_whole()``'s log of the file ``name``, from the cache where it is still valid.
@@ -120,8 +125,15 @@ class _Entry:
         self.reused: tuple[list[str], int] | None = None
 
     @classmethod
-    def open(cls, name: str, *, source: int, fields: Mapping[str, str],
-             extra: Mapping[str, pl.DataType] | None, lists: bool) -> _Entry | None:
+    def open(
+        cls,
+        name: str,
+        *,
+        source: int,
+        fields: Mapping[str, str],
+        extra: Mapping[str, pl.DataType] | None,
+        lists: bool,
+    ) -> _Entry | None:
         if name == "-":
             return None
         path = Path(os.path.realpath(name))
@@ -131,9 +143,17 @@ class _Entry:
         with path.open("rb") as handle:
             if handle.read(2) == b"\x1f\x8b":
                 return None  # a .gz stream: its offsets are not the file's
-        options = json.dumps({"path": str(path), "source": source, "lists": lists, "fields": sorted(fields.items()),
-                              "extra": sorted((k, str(v)) for k, v in (extra or {}).items()),
-                              "version": CACHE_VERSION, "package": _package_version()})
+        options = json.dumps(
+            {
+                "path": str(path),
+                "source": source,
+                "lists": lists,
+                "fields": sorted(fields.items()),
+                "extra": sorted((k, str(v)) for k, v in (extra or {}).items()),
+                "version": CACHE_VERSION,
+                "package": _package_version(),
+            }
+        )
         key = hashlib.sha256(options.encode()).hexdigest()[:32]
         return cls(path, key, st)
 
@@ -147,8 +167,12 @@ class _Entry:
             return None
         self.stored_meta = meta
         st = self.st
-        if (meta.get("cache_version") != CACHE_VERSION or meta["dev"] != st.st_dev
-                or meta["ino"] != st.st_ino or st.st_size < meta["consumed"]):
+        if (
+            meta.get("cache_version") != CACHE_VERSION
+            or meta["dev"] != st.st_dev
+            or meta["ino"] != st.st_ino
+            or st.st_size < meta["consumed"]
+        ):
             return None  # another file at this path (rotated), or truncated
         if _hashes(self.path, meta["consumed"]) != meta["hashes"]:
             return None  # rewritten, even if to the same size
@@ -172,8 +196,9 @@ class _Entry:
         tail = parse_tail(data, log.next_line_no)
         joined = join_sequential([log, tail])
         joined.metrics = joined.metrics.rechunk()
-        joined.chunk_starts = {source: log.chunk_starts.get(source, [])
-                               + [(meta["consumed"], log.next_line_no)]}
+        joined.chunk_starts = {
+            source: [*log.chunk_starts.get(source, []), (meta["consumed"], log.next_line_no)]
+        }
         joined.consumed_bytes = meta["consumed"] + tail.consumed_bytes
         # the joined frame starts with the cached rows unchanged: store() adds the rest only
         self.reused = (list(meta["frames"]), log.metrics.height)
@@ -196,8 +221,11 @@ class _Entry:
             if last != b"\n":
                 return  # an unterminated last record: the next bytes may continue its line
         old = self.stored_meta
-        if old is not None and old.get("consumed") == consumed \
-                and (old.get("mtime_ns"), old.get("ctime_ns")) == (st.st_mtime_ns, st.st_ctime_ns):
+        if (
+            old is not None
+            and old.get("consumed") == consumed
+            and (old.get("mtime_ns"), old.get("ctime_ns")) == (st.st_mtime_ns, st.st_ctime_ns)
+        ):
             os.utime(self.meta_path)  # a hit: most recently used
             return
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -213,10 +241,18 @@ class _Entry:
             log.metrics.write_ipc(partial, compression="uncompressed")
         os.replace(partial, self.folder / frame_name)
         meta = _freeze(log)
-        meta.update(cache_version=CACHE_VERSION, path=str(self.path), dev=st.st_dev,
-                    ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                    ctime_ns=st.st_ctime_ns, consumed=consumed,
-                    hashes=_hashes(self.path, consumed), frames=frames)
+        meta.update(
+            cache_version=CACHE_VERSION,
+            path=str(self.path),
+            dev=st.st_dev,
+            ino=st.st_ino,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns,
+            consumed=consumed,
+            hashes=_hashes(self.path, consumed),
+            frames=frames,
+        )
         partial_meta = self.folder / f".{self.key}.{token}.json.tmp"
         partial_meta.write_text(json.dumps(meta, allow_nan=True))
         os.replace(partial_meta, self.meta_path)
@@ -262,8 +298,10 @@ def _hashes(path: Path, end: int) -> list[str]:
     starts.update(end * i // (_MIDDLE_BLOCKS + 1) for i in range(1, _MIDDLE_BLOCKS + 1))
     fd = os.open(path, os.O_RDONLY)
     try:
-        return [hashlib.blake2b(os.pread(fd, min(_BLOCK, end - s), s), digest_size=16).hexdigest()
-                for s in sorted(starts)]
+        return [
+            hashlib.blake2b(os.pread(fd, min(_BLOCK, end - s), s), digest_size=16).hexdigest()
+            for s in sorted(starts)
+        ]
     finally:
         os.close(fd)
 
@@ -281,8 +319,10 @@ def _freeze(log: ParsedLog) -> dict[str, Any]:
     """The log but its frame, as JSON-ready data."""
     return {
         # by hand, not dataclasses.asdict: that deep-copies every event's fields first
-        "events": [{"kind": e.kind, "source": e.source, "seq": e.seq, "step": e.step,
-                    "fields": e.fields} for e in log.events],
+        "events": [
+            {"kind": e.kind, "source": e.source, "seq": e.seq, "step": e.step, "fields": e.fields}
+            for e in log.events
+        ],
         "issues": dataclasses.asdict(log.issues),
         "consumed_bytes": log.consumed_bytes,
         "first_line_no": log.first_line_no,

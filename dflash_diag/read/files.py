@@ -76,7 +76,9 @@ def check_log_path(name: str) -> None:
         raise DiagError(f"no such file: {_shown(name)}") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise DiagError(f"symlink loop (the link points back at itself): {_shown(name)}") from None
+            raise DiagError(
+                f"symlink loop (the link points back at itself): {_shown(name)}"
+            ) from None
         raise DiagError(f"cannot read {_shown(name)}: {_shown(exc.strerror or exc)}") from None
     if stat.S_ISDIR(st.st_mode):
         raise DiagError(f"is a directory, not a log: {_shown(name)}")
@@ -99,19 +101,24 @@ def _wait_for_fifo(fd: int, name: str, seconds: float) -> None:
     while (left := deadline - time.monotonic()) > 0:
         if poller.poll(left * 1000):
             return
-    raise DiagError(f"{_shown(name)} is a named pipe that nothing wrote to within {seconds:g} s: "
-                    "start its writer first, or pipe the log in as -")
+    raise DiagError(
+        f"{_shown(name)} is a named pipe that nothing wrote to within {seconds:g} s: "
+        "start its writer first, or pipe the log in as -"
+    )
 
 
 def check_encoding(head: bytes, name: str) -> None:
     """Raise a one-line :class:`DiagError` when a log's first bytes say UTF-16 or UTF-32 (a
     Windows editor's "Unicode"), which would read as nothing but malformed lines."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
-        len(head) >= 4 and head != bytes(4)
+        len(head) >= 4
+        and head != bytes(4)
         and (head[1:4:2] == b"\x00\x00" or head[0:4:2] == b"\x00\x00")
     ):
-        raise DiagError(f"{_shown(name)} looks UTF-16/UTF-32 encoded (as Windows PowerShell's > "
-                        "writes text); the log must be UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)")
+        raise DiagError(
+            f"{_shown(name)} looks UTF-16/UTF-32 encoded (as Windows PowerShell's > "
+            "writes text); the log must be UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)"
+        )
 
 
 class _CheckedStream(io.RawIOBase):
@@ -124,8 +131,7 @@ class _CheckedStream(io.RawIOBase):
 
     def fail(self, exc: BaseException) -> DiagError:
         what = "truncated" if isinstance(exc, EOFError) else "damaged"
-        return DiagError(f"cannot read {self.name_shown}: {what} compressed data "
-                         f"({_shown(exc)})")
+        return DiagError(f"cannot read {self.name_shown}: {what} compressed data ({_shown(exc)})")
 
     def readable(self) -> bool:
         return True
@@ -242,7 +248,10 @@ class LineStats:
 
 
 def line_chunks(
-    handle: IO[bytes], chunk_bytes: int, *, max_line_bytes: int = MAX_LINE_BYTES,
+    handle: IO[bytes],
+    chunk_bytes: int,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
     stats: LineStats | None = None,
 ) -> Iterator[tuple[bytes, bool]]:
     """``(text, final)`` pieces of about ``chunk_bytes`` that end at a line end (except the last).
@@ -293,7 +302,7 @@ def _stream_line_chunks(
             skipping = False
             stats.overlong += 1
             consumed += newline + 1
-            block = block[newline + 1:]
+            block = block[newline + 1 :]
             pending = OVERLONG_LINE + b"\n"
             consumed -= len(pending)  # the marker stands for bytes already counted
         elif pending:
@@ -310,7 +319,7 @@ def _stream_line_chunks(
                     continue
                 stats.overlong += 1
                 consumed += newline + 1
-                block = block[newline + 1:]
+                block = block[newline + 1 :]
                 pending = OVERLONG_LINE + b"\n"
                 consumed -= len(pending)
         buffer = pending + block if pending else block
@@ -372,8 +381,9 @@ def _file_line_chunks(
 def iter_lines(handle: IO[bytes], max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
     """The lines of a stream, one by one, without their newline; an overlong line comes as
     :data:`OVERLONG_LINE` (see :func:`line_chunks`). Memory: one chunk."""
-    for text, _ in line_chunks(handle, min(CHUNK_BYTES, max_line_bytes),
-                               max_line_bytes=max_line_bytes):
+    for text, _ in line_chunks(
+        handle, min(CHUNK_BYTES, max_line_bytes), max_line_bytes=max_line_bytes
+    ):
         yield from text.splitlines()
 
 
@@ -461,6 +471,8 @@ def split_rank_logs(paths: list[str]) -> tuple[list[str], list[RankLog], str | N
     if not main and ranks:
         lowest = min(ranks, key=lambda r: r.rank)
         main = [lowest.path]
-        note = (f"only per-rank logs given: the analysis is rank {lowest.rank}'s own view "
-                f"({_shown(lowest.path)}); the global log holds every rank's sums")
+        note = (
+            f"only per-rank logs given: the analysis is rank {lowest.rank}'s own view "
+            f"({_shown(lowest.path)}); the global log holds every rank's sums"
+        )
     return main, ranks, note

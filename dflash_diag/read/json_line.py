@@ -30,7 +30,8 @@ def decode_line(raw: bytes | str) -> Any:
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
     brackets = raw.count(b"[" if isinstance(raw, bytes) else "[") + raw.count(
-        b"{" if isinstance(raw, bytes) else "{")
+        b"{" if isinstance(raw, bytes) else "{"
+    )
     if brackets > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     return value

@@ -69,8 +69,18 @@ from dflash_diag.read.schema import METRIC_LISTS, read_schema
 from dflash_diag.text import visible
 
 __all__ = [
-    "BOOKKEEPING_COLUMNS", "CHUNK_BYTES", "LogEvent", "ParseIssues", "ParsedLog", "fetch_lists",
-    "join_sequential", "load_log", "open_input", "parse_records", "parse_stream", "read_input",
+    "BOOKKEEPING_COLUMNS",
+    "CHUNK_BYTES",
+    "LogEvent",
+    "ParseIssues",
+    "ParsedLog",
+    "fetch_lists",
+    "join_sequential",
+    "load_log",
+    "open_input",
+    "parse_records",
+    "parse_stream",
+    "read_input",
 ]
 
 #: Lines per piece below which a failing piece is parsed line by line in Python.
@@ -121,8 +131,16 @@ def parse_records(
         >>> log.metrics["acc"].to_list(), log.issues.torn_tail
         ([0.5], [0])
     """
-    piece = _parse_piece(data, first_line_no=first_line_no, strict=strict, final=final,
-                         source=source, fields=fields, extra=extra, lists=lists)
+    piece = _parse_piece(
+        data,
+        first_line_no=first_line_no,
+        strict=strict,
+        final=final,
+        source=source,
+        fields=fields,
+        extra=extra,
+        lists=lists,
+    )
     return _assemble([piece], source=source, fields=fields, extra=extra, lists=lists)
 
 
@@ -139,9 +157,17 @@ class _Piece:
 
 
 def _parse_piece(
-    data: bytes, *, first_line_no: int, strict: bool, final: bool, source: int,
-    fields: Mapping[str, str] | None, extra: Mapping[str, pl.DataType] | None, lists: bool,
-    body_end: int | None = None, parsed: Future[pl.DataFrame | None] | None = None,
+    data: bytes,
+    *,
+    first_line_no: int,
+    strict: bool,
+    final: bool,
+    source: int,
+    fields: Mapping[str, str] | None,
+    extra: Mapping[str, pl.DataType] | None,
+    lists: bool,
+    body_end: int | None = None,
+    parsed: Future[pl.DataFrame | None] | None = None,
 ) -> _Piece:
     """Parse one buffer: polars (with bisection), sentinels undone, events.
 
@@ -158,9 +184,15 @@ def _parse_piece(
         issues.lines += 1
         issues.torn_tail.append(source)
     body = data if body_end == len(data) else data[:body_end]
-    is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(False)
-    parser = _ChunkParser(body, schema, strict=strict, source=source, issues=issues, is_event=is_event)
-    frame = parser.parse(first_line_no, parsed.result() if parsed is not None else _read(body, schema))
+    is_event = (pl.col(event_column).is_not_null() & (pl.col(event_column) != "metrics")).fill_null(
+        False
+    )
+    parser = _ChunkParser(
+        body, schema, strict=strict, source=source, issues=issues, is_event=is_event
+    )
+    frame = parser.parse(
+        first_line_no, parsed.result() if parsed is not None else _read(body, schema)
+    )
     issues.lines += parser.lines
     if parser.substituted:
         frame = undo_sentinels(frame)
@@ -169,8 +201,9 @@ def _parse_piece(
         events = []
     else:
         if parser.line_index is not None:
-            events = _events_from_lines(parser.line_index, parser.event_lines, first_line_no,
-                                        source, fields or {})
+            events = _events_from_lines(
+                parser.line_index, parser.event_lines, first_line_no, source, fields or {}
+            )
         else:
             events = _scan_events(parser.body, first_line_no, source, fields or {})
         # The event rows go here, piece by piece (their lines are decoded whole above): the copy
@@ -193,8 +226,12 @@ def _bound_lists(frame: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.D
 
 
 def _assemble(
-    pieces: Sequence[_Piece], *, source: int, fields: Mapping[str, str] | None,
-    extra: Mapping[str, pl.DataType] | None, lists: bool,
+    pieces: Sequence[_Piece],
+    *,
+    source: int,
+    fields: Mapping[str, str] | None,
+    extra: Mapping[str, pl.DataType] | None,
+    lists: bool,
 ) -> ParsedLog:
     """Join consecutive pieces of one source into a :class:`ParsedLog` (one pass of polars ops)."""
     _, rename = read_schema(fields, extra, lists)
@@ -242,8 +279,14 @@ class _ChunkParser:
     """Bisects a buffer until polars accepts every chunk; tiny failing chunks go line by line."""
 
     def __init__(
-        self, body: bytes, schema: dict[str, pl.DataType], *, strict: bool, source: int,
-        issues: ParseIssues, is_event: pl.Expr,
+        self,
+        body: bytes,
+        schema: dict[str, pl.DataType],
+        *,
+        strict: bool,
+        source: int,
+        issues: ParseIssues,
+        is_event: pl.Expr,
     ) -> None:
         self.body = body
         self.is_event = is_event
@@ -273,14 +316,17 @@ class _ChunkParser:
             # (the line count). It is a split when there are events to decode (it finds their
             # lines too), else a cheaper count.
             self.lines += frame.height
-            event_rows = frame.select(pl.arg_where(self.is_event)).to_series() if frame.height else None
+            event_rows = (
+                frame.select(pl.arg_where(self.is_event)).to_series() if frame.height else None
+            )
             self.has_events = event_rows is not None and event_rows.len() > 0
             index = _LineIndex(self.body) if self.has_events else None
             self.newlines = index.newlines if index is not None else _count_newlines(self.body)
             n_lines = self.newlines + (0 if self.body.endswith(b"\n") or not self.body else 1)
             if frame.height == n_lines:  # no blank lines: rows are consecutive lines
-                lines = pl.int_range(first_line_no, first_line_no + n_lines, dtype=pl.Int64,
-                                     eager=True).alias("_line")
+                lines = pl.int_range(
+                    first_line_no, first_line_no + n_lines, dtype=pl.Int64, eager=True
+                ).alias("_line")
             else:
                 lines = _line_numbers(self.body, first_line_no, frame.height)
             if self.has_events:
@@ -293,15 +339,20 @@ class _ChunkParser:
         self._chunk(0, len(self.body), first_line_no)
         if not self.frames:
             return pl.DataFrame(schema={**self.schema, "_line": pl.Int64})
-        frame = self.frames[0] if len(self.frames) == 1 else pl.concat(self.frames, how="vertical",
-                                                                       rechunk=False)
+        frame = (
+            self.frames[0]
+            if len(self.frames) == 1
+            else pl.concat(self.frames, how="vertical", rechunk=False)
+        )
         self.has_events = bool(frame.height) and bool(frame.select(self.is_event.any()).item())
         if self.has_events:
             self.event_lines = frame.filter(self.is_event)["_line"].to_list()
         return frame
 
     def _chunk(self, start: int, end: int, line_no: int) -> None:
-        chunk = self.body if (start == 0 and end == len(self.body)) else self.view[start:end].tobytes()
+        chunk = (
+            self.body if (start == 0 and end == len(self.body)) else self.view[start:end].tobytes()
+        )
         frame = _read(chunk, self.schema)
         if frame is not None:
             self.frames.append(frame.with_columns(_line_numbers(chunk, line_no, frame.height)))
@@ -336,9 +387,13 @@ class _ChunkParser:
             if not isinstance(record, dict):
                 if self.strict:
                     if raw == OVERLONG_LINE:
-                        raise DiagError(f"line {where[1]} is longer than the reader's line limit "
-                                        "(docs/reliability.md); --strict is set")
-                    raise DiagError(f"malformed line {where[1]} (not a JSON object); --strict is set")
+                        raise DiagError(
+                            f"line {where[1]} is longer than the reader's line limit "
+                            "(docs/reliability.md); --strict is set"
+                        )
+                    raise DiagError(
+                        f"malformed line {where[1]} (not a JSON object); --strict is set"
+                    )
                 self.issues.malformed += 1
                 if len(self.issues.malformed_lines) < FIRST_N:
                     self.issues.malformed_lines.append(where)
@@ -416,7 +471,7 @@ class _LineIndex:
         self.cumulative: list[int] = []
         total = 0
         for start in range(0, len(body), self.BLOCK):
-            total += _count_newlines(body[start:start + self.BLOCK])
+            total += _count_newlines(body[start : start + self.BLOCK])
             self.cumulative.append(total)
         self.newlines = total
 
@@ -436,7 +491,7 @@ class _LineIndex:
         """Line ``index`` (0-based) of the buffer, without its newline."""
         position = self.start(index)
         end = self.body.find(b"\n", position)
-        return self.body[position:end if end >= 0 else len(self.body)]
+        return self.body[position : end if end >= 0 else len(self.body)]
 
 
 def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
@@ -450,7 +505,10 @@ def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
 
 
 def _split_records(
-    frame: pl.DataFrame, events: list[LogEvent], issues: ParseIssues, source: int,
+    frame: pl.DataFrame,
+    events: list[LogEvent],
+    issues: ParseIssues,
+    source: int,
     wanted: Mapping[str, pl.DataType],
 ) -> ParsedLog:
     """Keep the metric records and stamp the bookkeeping columns from the event list.
@@ -461,8 +519,11 @@ def _split_records(
     """
     is_event = (pl.col("event").is_not_null() & (pl.col("event") != "metrics")).fill_null(False)
     headers = [e for e in events if e.kind == "run_start"]
-    scripts = {i: e.fields["script"] for i, e in enumerate(headers)
-               if isinstance(e.fields.get("script"), str)}
+    scripts = {
+        i: e.fields["script"]
+        for i, e in enumerate(headers)
+        if isinstance(e.fields.get("script"), str)
+    }
     metric_columns = [c for c in frame.columns if c not in ("event", "_line", "step")]
     missing = [name for name in wanted if name not in frame.columns]
     _count_issues(frame, is_event, issues, source)
@@ -488,7 +549,9 @@ def _split_records(
             *(pl.lit(None, wanted[name]).alias(name) for name in missing),
         )
         .with_columns(
-            pl.col("run").replace_strict(scripts, default=None, return_dtype=pl.String).alias("script")
+            pl.col("run")
+            .replace_strict(scripts, default=None, return_dtype=pl.String)
+            .alias("script")
         )
         .select("source", "seq", "run", "script", "step", *metric_columns, *missing)
         .collect()
@@ -525,9 +588,19 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, s
         if dtype == pl.Float64:
             exprs.append((~pl.col(name).is_finite() & record).sum().alias(name))
         elif dtype == pl.List(pl.Float64):
-            list_exprs.append((~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name))
-    exprs.append((record & pl.col("step").is_not_null() & ~_step_in_range()).sum().alias("_bad_step"))
-    counts = frame.lazy().with_columns((~is_event).alias("_record")).select(exprs).collect().row(0, named=True)
+            list_exprs.append(
+                (~pl.col(name).filter(~is_event).explode().is_finite()).sum().alias(name)
+            )
+    exprs.append(
+        (record & pl.col("step").is_not_null() & ~_step_in_range()).sum().alias("_bad_step")
+    )
+    counts = (
+        frame.lazy()
+        .with_columns((~is_event).alias("_record"))
+        .select(exprs)
+        .collect()
+        .row(0, named=True)
+    )
     issues.without_step += int(counts.pop("_without_step"))
     bad_step = int(counts.pop("_bad_step"))
     if bad_step:
@@ -556,7 +629,10 @@ def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
 
 
 def _events_from_lines(
-    lines: _LineIndex, event_lines: list[int], first_line_no: int, source: int,
+    lines: _LineIndex,
+    event_lines: list[int],
+    first_line_no: int,
+    source: int,
     fields: Mapping[str, str],
 ) -> list[LogEvent]:
     """Decode the event rows of a clean buffer, found by their line numbers."""
@@ -598,7 +674,11 @@ def _scan_events(
     for offset in _event_key_offsets(body, event_key):
         if offset < next_start:
             continue  # a second match on a line already decoded
-        if body[offset + key_length:offset + key_length + 24].lstrip(b" \t:").startswith(b'"metrics"'):
+        if (
+            body[offset + key_length : offset + key_length + 24]
+            .lstrip(b" \t:")
+            .startswith(b'"metrics"')
+        ):
             continue  # a metric record that names itself: not worth decoding
         start = body.rfind(b"\n", 0, offset) + 1
         end = body.find(b"\n", offset)
@@ -616,10 +696,14 @@ def _make_event(kind: str, record: dict[str, Any], source: int, line_no: int) ->
     step = record.get("step")
     if step is None and isinstance(record.get("resumed_from"), dict):
         step = record["resumed_from"].get("step")
-    usable = (isinstance(step, (int, float)) and not isinstance(step, bool)
-              and abs(to_float(step)) < STEP_LIMIT)  # NaN compares False: not usable
-    return LogEvent(kind=kind, source=source, seq=line_no, step=int(step) if usable else None,
-                    fields=record)
+    usable = (
+        isinstance(step, (int, float))
+        and not isinstance(step, bool)
+        and abs(to_float(step)) < STEP_LIMIT
+    )  # NaN compares False: not usable
+    return LogEvent(
+        kind=kind, source=source, seq=line_no, step=int(step) if usable else None, fields=record
+    )
 
 
 def parse_stream(
@@ -653,9 +737,18 @@ def parse_stream(
             nonlocal line_no
             text, final, body_end, parsed, start = queued.popleft()
             starts.append((start, line_no))
-            piece = _parse_piece(text, first_line_no=line_no, strict=strict, final=final,
-                                 source=source, fields=fields, extra=extra, lists=lists,
-                                 body_end=body_end, parsed=parsed)
+            piece = _parse_piece(
+                text,
+                first_line_no=line_no,
+                strict=strict,
+                final=final,
+                source=source,
+                fields=fields,
+                extra=extra,
+                lists=lists,
+                body_end=body_end,
+                parsed=parsed,
+            )
             pieces.append(piece)
             line_no = piece.next_line_no
 
@@ -694,8 +787,9 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
         seqs = wanted.filter(pl.col("source") == source)["seq"]
         first, last = int(seqs.min()), int(seqs.max())
         # Start at the last recorded chunk beginning at or before the first wanted line.
-        offset, line_no = max(((o, n) for o, n in log.chunk_starts.get(source, []) if n <= first),
-                              default=(0, 1))
+        offset, line_no = max(
+            ((o, n) for o, n in log.chunk_starts.get(source, []) if n <= first), default=(0, 1)
+        )
         with open_input(log.sources[source]) as handle:
             handle.seek(offset)
             for text, final in line_chunks(handle, chunk_bytes):
@@ -706,20 +800,30 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
                     # of a chunk of tens of thousands), lists included.
                     begin = index.start(first - line_no)
                     end = index.start(last - line_no + 1)
-                    part = parse_records(text[begin:end], first_line_no=line_no + max(0, first - line_no),
-                                         final=final and end == len(text), source=source,
-                                         fields=log.fields, lists=True)
-                    found.append(part.metrics.filter(pl.col("seq").is_in(seqs.implode()))
-                                 .select("source", "seq", *METRIC_LISTS))
+                    part = parse_records(
+                        text[begin:end],
+                        first_line_no=line_no + max(0, first - line_no),
+                        final=final and end == len(text),
+                        source=source,
+                        fields=log.fields,
+                        lists=True,
+                    )
+                    found.append(
+                        part.metrics.filter(pl.col("seq").is_in(seqs.implode())).select(
+                            "source", "seq", *METRIC_LISTS
+                        )
+                    )
                 line_no += newlines
                 if line_no > last:
                     break
     if not found:
         return rows
     lists = pl.concat(found)
-    return (rows.drop(*METRIC_LISTS)
-            .join(lists, on=["source", "seq"], how="left", maintain_order="left")
-            .select(rows.columns))
+    return (
+        rows.drop(*METRIC_LISTS)
+        .join(lists, on=["source", "seq"], how="left", maintain_order="left")
+        .select(rows.columns)
+    )
 
 
 #: Share of records repeating the step of the record before them above which a log is taken to
@@ -740,14 +844,22 @@ def drop_duplicate_writers(log: ParsedLog, name: str) -> ParsedLog:
         return log
     later_repeat = (pl.col("step") == pl.col("step").shift(-1)).fill_null(False)
     log.metrics = metrics.filter(~later_repeat)
-    log.notes.append(f"{name}: {repeats} records repeat the step of the record before them (two "
-                     "processes writing one log?): read as one record per step, the later kept")
+    log.notes.append(
+        f"{name}: {repeats} records repeat the step of the record before them (two "
+        "processes writing one log?): read as one record per step, the later kept"
+    )
     return log
 
 
 def _read_native(
-    name: str, index: int, *, strict: bool, fields: Mapping[str, str],
-    extra: Mapping[str, pl.DataType] | None, lists: bool, cache: bool,
+    name: str,
+    index: int,
+    *,
+    strict: bool,
+    fields: Mapping[str, str],
+    extra: Mapping[str, pl.DataType] | None,
+    lists: bool,
+    cache: bool,
 ) -> ParsedLog:
     """One input by the JSONL reader (through the cache when asked; --strict never is, as a
     cached parse has no malformed line left to raise on)."""
@@ -755,21 +867,30 @@ def _read_native(
     def parse_whole() -> ParsedLog:
         with open_input(name) as handle:
             try:
-                return parse_stream(handle, source=index, strict=strict, fields=fields,
-                                    extra=extra, lists=lists)
+                return parse_stream(
+                    handle, source=index, strict=strict, fields=fields, extra=extra, lists=lists
+                )
             except DiagError as exc:
                 message = str(exc)  # named already when the file itself could not be read
-                raise DiagError(message if visible(name) in message
-                                else f"{visible(name)}: {message}") from None
+                raise DiagError(
+                    message if visible(name) in message else f"{visible(name)}: {message}"
+                ) from None
 
     if not cache or name == "-":
         return parse_whole()
     from dflash_diag.read.cache import cached_parse
 
     return cached_parse(
-        name, source=index, fields=fields, extra=extra, lists=lists, parse_whole=parse_whole,
+        name,
+        source=index,
+        fields=fields,
+        extra=extra,
+        lists=lists,
+        parse_whole=parse_whole,
         parse_tail=lambda data, line_no: parse_records(
-            data, first_line_no=line_no, source=index, fields=fields, extra=extra, lists=lists))
+            data, first_line_no=line_no, source=index, fields=fields, extra=extra, lists=lists
+        ),
+    )
 
 
 def load_log(
@@ -830,16 +951,27 @@ def load_log(
     notes: list[str] = []
     for index, name in enumerate(names):
         own_fields = per_input_fields[index] if per_input_fields is not None else fields
-        plan = plan_input(name, input_format=input_format,
-                          preset=presets[index] if presets else None, fields=own_fields)
+        plan = plan_input(
+            name,
+            input_format=input_format,
+            preset=presets[index] if presets else None,
+            fields=own_fields,
+        )
         if not plan.native:
             part = read_planned(plan, index, strict=strict)
             part = with_extra_columns(part, extra)
             notes += part.notes
             parts.append(part)
             continue
-        part = _read_native(name, index, strict=strict, fields=plan.fields, extra=extra,
-                            lists=lists or not can_reread(name), cache=cache and not strict)
+        part = _read_native(
+            name,
+            index,
+            strict=strict,
+            fields=plan.fields,
+            extra=extra,
+            lists=lists or not can_reread(name),
+            cache=cache and not strict,
+        )
         part = drop_duplicate_writers(part, visible(name))
         notes += part.notes
         missing = missing_mapped_fields(part, plan.fields)
@@ -855,28 +987,40 @@ def load_log(
         metrics = part.metrics
         if offset:
             metrics = metrics.with_columns(
-                pl.when(pl.col("run") >= 0).then(pl.col("run") + offset).otherwise(-1)
-                .cast(pl.Int32).alias("run"))
+                pl.when(pl.col("run") >= 0)
+                .then(pl.col("run") + offset)
+                .otherwise(-1)
+                .cast(pl.Int32)
+                .alias("run")
+            )
         frames.append(metrics)
         events.extend(part.events)
         issues.merge(part.issues)
     metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
-    log = ParsedLog(metrics=metrics, events=events, issues=issues,
-                    consumed_bytes=sum(p.consumed_bytes for p in parts), sources=names,
-                    lists_pending=sorted({s for p in parts for s in p.lists_pending}),
-                    fields=dict(fields or {}),
-                    chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
-                    notes=notes, foreign=any(p.foreign for p in parts),
-                    presets=sorted({name for p in parts for name in p.presets}))
+    log = ParsedLog(
+        metrics=metrics,
+        events=events,
+        issues=issues,
+        consumed_bytes=sum(p.consumed_bytes for p in parts),
+        sources=names,
+        lists_pending=sorted({s for p in parts for s in p.lists_pending}),
+        fields=dict(fields or {}),
+        chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
+        notes=notes,
+        foreign=any(p.foreign for p in parts),
+        presets=sorted({name for p in parts for name in p.presets}),
+    )
     shown = ", ".join(visible(n) for n in names)
     if issues.lines == 0:
         raise DiagError(f"empty log: {shown}")
     if metrics.height == 0:
         if issues.without_step:
             raise DiagError(
-                f"no record has a 'step' field in {shown} (map one with --field step=NAME)")
+                f"no record has a 'step' field in {shown} (map one with --field step=NAME)"
+            )
         if issues.bad_step:
-            raise DiagError(f"every record's step is out of range (NaN/Inf or beyond ±2^53) in "
-                            f"{shown}")
+            raise DiagError(
+                f"every record's step is out of range (NaN/Inf or beyond ±2^53) in {shown}"
+            )
         raise DiagError(f"no metric records in {shown}")
     return log

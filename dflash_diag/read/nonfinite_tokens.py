@@ -94,9 +94,12 @@ def undo_sentinels(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _unsentinel(expr: pl.Expr) -> pl.Expr:
     return (
-        pl.when(expr == NAN_SENTINEL).then(float("nan"))
-        .when(expr == POS_INF_SENTINEL).then(float("inf"))
-        .when(expr == NEG_INF_SENTINEL).then(float("-inf"))
+        pl.when(expr == NAN_SENTINEL)
+        .then(float("nan"))
+        .when(expr == POS_INF_SENTINEL)
+        .then(float("inf"))
+        .when(expr == NEG_INF_SENTINEL)
+        .then(float("-inf"))
         .otherwise(expr)
     )
 

@@ -76,8 +76,11 @@ PRESETS: dict[str, Preset] = {
         Preset(
             name="specforge-dflash",
             trainer="SpecForge (DFlash)",
-            fields={"loss": ("train/loss",), "acc": ("train/accuracy", "train/acc"),
-                    "lr": ("train/lr",)},
+            fields={
+                "loss": ("train/loss",),
+                "acc": ("train/accuracy", "train/acc"),
+                "lr": ("train/lr",),
+            },
             eval_fields={"loss": ("eval/loss",), "acc": ("eval/accuracy", "eval/acc")},
             block_size=16,  # --block-size default of train_dflash.py
             # two of its names at least: a generic train/acc or eval/accuracy (any console's
@@ -102,9 +105,13 @@ PRESETS: dict[str, Preset] = {
         Preset(
             name="torchspec",
             trainer="TorchSpec",
-            fields={"loss": ("train/avg_loss",), "acc": ("train/avg_acc",),
-                    "lr": ("train/lr",), "grad_norm": ("train/grad_norm",),
-                    "tau_train": ("train/simulated_acc_len",)},
+            fields={
+                "loss": ("train/avg_loss",),
+                "acc": ("train/avg_acc",),
+                "lr": ("train/lr",),
+                "grad_norm": ("train/grad_norm",),
+                "tau_train": ("train/simulated_acc_len",),
+            },
             acc_pos=(r"train/acc_(\d+)",),
             step_keys=("train/step", "eval/step"),
             tau_train_offset=1.0,  # simulated_acc_len = sum_k prod acc: no verified token
@@ -112,16 +119,26 @@ PRESETS: dict[str, Preset] = {
             eval_tau_offset=1.0,
             eval_fields={"loss": ("eval/avg_loss",), "acc": ("eval/avg_acc",)},
             block_size=16,  # dflash_block_size default
-            signature=("train/simulated_acc_len", "train/avg_acc", "train/avg_loss",
-                       "eval/simulated_acc_len", r"perf/train_capacity"),
+            signature=(
+                "train/simulated_acc_len",
+                "train/avg_acc",
+                "train/avg_loss",
+                "eval/simulated_acc_len",
+                r"perf/train_capacity",
+            ),
             required=("loss", "acc", "lr"),
         ),
         Preset(
             name="speculators",
             trainer="vLLM speculators",
-            fields={"loss": ("train/loss",), "acc": ("train/full_acc",),
-                    "lr": ("lr", "train/lr"), "epoch": ("epoch",),
-                    "tok_per_sec": ("profile/tokens_per_s",), "tau_train": ("train/eal",)},
+            fields={
+                "loss": ("train/loss",),
+                "acc": ("train/full_acc",),
+                "lr": ("lr", "train/lr"),
+                "epoch": ("epoch",),
+                "tok_per_sec": ("profile/tokens_per_s",),
+                "tau_train": ("train/eal",),
+            },
             # newer versions: train/cond_acc_{k} (the conditional accuracy at position k, the
             # chain's factor) beside train/full_acc_{k} (its running product) and loss_{k}
             acc_pos=(r"train/position_(\d+)_acc", r"train/cond_acc_(\d+)"),
@@ -129,59 +146,111 @@ PRESETS: dict[str, Preset] = {
             tau_train_offset=1.0,  # eal = sum_k prod acc: the accepted draft tokens
             eval_tau=("val/eal_epoch", "val/eal"),
             eval_tau_offset=1.0,
-            eval_fields={"loss": ("val/loss_epoch", "val/loss"),
-                         "acc": ("val/full_acc_epoch", "val/full_acc")},
-            signature=("train/full_acc", "train/eal", r"train/position_\d+_acc",
-                       "profile/tokens_per_s", r"val/.*_epoch", r"train/cond_acc_\d+",
-                       r"train/full_acc_\d+"),
+            eval_fields={
+                "loss": ("val/loss_epoch", "val/loss"),
+                "acc": ("val/full_acc_epoch", "val/full_acc"),
+            },
+            signature=(
+                "train/full_acc",
+                "train/eal",
+                r"train/position_\d+_acc",
+                "profile/tokens_per_s",
+                r"val/.*_epoch",
+                r"train/cond_acc_\d+",
+                r"train/full_acc_\d+",
+            ),
             required=("loss", "acc"),
         ),
         Preset(
             name="hf-trainer",
             trainer="Hugging Face Trainer / TRL",
-            fields={"loss": ("loss",), "acc": ("mean_token_accuracy",),
-                    "lr": ("learning_rate",), "grad_norm": ("grad_norm",), "epoch": ("epoch",)},
+            fields={
+                "loss": ("loss",),
+                "acc": ("mean_token_accuracy",),
+                "lr": ("learning_rate",),
+                "grad_norm": ("grad_norm",),
+                "epoch": ("epoch",),
+            },
             eval_fields={"loss": ("eval_loss",), "acc": ("eval_mean_token_accuracy",)},
-            signature=("learning_rate", "eval_loss", "train_runtime", "total_flos",
-                       "mean_token_accuracy"),
+            signature=(
+                "learning_rate",
+                "eval_loss",
+                "train_runtime",
+                "total_flos",
+                "mean_token_accuracy",
+            ),
             required=("loss", "lr"),
         ),
         Preset(
             name="hf-trainer-tensorboard",
             trainer="Hugging Face Trainer (TensorBoard / W&B)",
-            fields={"loss": ("train/loss",), "acc": ("train/mean_token_accuracy",),
-                    "lr": ("train/learning_rate",), "grad_norm": ("train/grad_norm",),
-                    "epoch": ("train/epoch",)},
+            fields={
+                "loss": ("train/loss",),
+                "acc": ("train/mean_token_accuracy",),
+                "lr": ("train/learning_rate",),
+                "grad_norm": ("train/grad_norm",),
+                "epoch": ("train/epoch",),
+            },
             step_keys=("train/global_step",),
-            eval_fields={"loss": ("eval/loss",),
-                         "acc": ("eval/accuracy", "eval/mean_token_accuracy")},
-            signature=("train/learning_rate", "train/epoch", "train/train_runtime",
-                       "train/total_flos", "eval/runtime", "eval/samples_per_second",
-                       "train/global_step"),
+            eval_fields={
+                "loss": ("eval/loss",),
+                "acc": ("eval/accuracy", "eval/mean_token_accuracy"),
+            },
+            signature=(
+                "train/learning_rate",
+                "train/epoch",
+                "train/train_runtime",
+                "train/total_flos",
+                "eval/runtime",
+                "eval/samples_per_second",
+                "train/global_step",
+            ),
             required=("loss",),
         ),
         Preset(
             name="lightning",
             trainer="PyTorch Lightning (CSVLogger)",
-            fields={"loss": ("train_loss", "train_loss_step", "train/loss", "loss",
-                             "loss_step", "train_loss_epoch"),
-                    "acc": ("train_acc", "train_acc_step", "acc_step", "train_accuracy",
-                            "train_acc_epoch", "acc_epoch"),
-                    "lr": (r"lr-[A-Za-z]+", r"lr-[A-Za-z]+/pg\d+", "lr")},
+            fields={
+                "loss": (
+                    "train_loss",
+                    "train_loss_step",
+                    "train/loss",
+                    "loss",
+                    "loss_step",
+                    "train_loss_epoch",
+                ),
+                "acc": (
+                    "train_acc",
+                    "train_acc_step",
+                    "acc_step",
+                    "train_accuracy",
+                    "train_acc_epoch",
+                    "acc_epoch",
+                ),
+                "lr": (r"lr-[A-Za-z]+", r"lr-[A-Za-z]+/pg\d+", "lr"),
+            },
             # self.log(..., on_step=True, on_epoch=True) names, LearningRateMonitor's lr-Adam
-            signature=(r"lr-[A-Za-z]+.*", r"\w*(?:loss|acc\w*)_step",
-                       r"\w*(?:loss|acc\w*)_epoch"),
+            signature=(r"lr-[A-Za-z]+.*", r"\w*(?:loss|acc\w*)_step", r"\w*(?:loss|acc\w*)_epoch"),
             required=(),
         ),
         Preset(
             name="llama-factory",
             trainer="LLaMA-Factory (trainer_log.jsonl)",
-            fields={"loss": ("loss",), "lr": ("lr", "learning_rate"), "epoch": ("epoch",),
-                    "acc": ("accuracy", "mean_token_accuracy")},
+            fields={
+                "loss": ("loss",),
+                "lr": ("lr", "learning_rate"),
+                "epoch": ("epoch",),
+                "acc": ("accuracy", "mean_token_accuracy"),
+            },
             step_keys=("current_steps",),
             eval_fields={"loss": ("eval_loss",), "acc": ("eval_accuracy",)},
-            signature=("current_steps", "total_steps", "remaining_time", "elapsed_time",
-                       "percentage"),
+            signature=(
+                "current_steps",
+                "total_steps",
+                "remaining_time",
+                "elapsed_time",
+                "percentage",
+            ),
             required=(),
         ),
         Preset(
@@ -196,11 +265,18 @@ PRESETS: dict[str, Preset] = {
         Preset(
             name="torchtitan",
             trainer="torchtitan",
-            fields={"loss": ("loss_metrics/global_avg_loss",), "lr": ("lr", r"lr/.+"),
-                    "grad_norm": ("grad_norm", "loss_metrics/grad_norm"),
-                    "tok_per_sec": (r"throughput\(tps\)", "tps")},
-            signature=("loss_metrics/global_avg_loss", "loss_metrics/global_max_loss",
-                       r"throughput\(tps\)", r"memory/.*"),
+            fields={
+                "loss": ("loss_metrics/global_avg_loss",),
+                "lr": ("lr", r"lr/.+"),
+                "grad_norm": ("grad_norm", "loss_metrics/grad_norm"),
+                "tok_per_sec": (r"throughput\(tps\)", "tps"),
+            },
+            signature=(
+                "loss_metrics/global_avg_loss",
+                "loss_metrics/global_max_loss",
+                r"throughput\(tps\)",
+                r"memory/.*",
+            ),
             required=("loss",),
         ),
     )
@@ -271,15 +347,29 @@ def field_map_preset(fields: Mapping[str, str], base: Preset | None = None) -> P
             scalars[canonical] = (pattern,)
         if canonical == "tau_train":
             tau_offset = 0.0  # a user's own map is taken at its word
-    base_fields = {} if base is None else {
-        "eval_tau": base.eval_tau, "eval_tau_offset": base.eval_tau_offset,
-        "eval_fields": base.eval_fields, "block_size": base.block_size,
-        "acc_from_positions": base.acc_from_positions,
-        "loss_from_positions": base.loss_from_positions, "required": base.required,
-    }
-    return Preset(name=base.name if base else "field-map", trainer=base.trainer if base else "",
-                  fields=scalars, acc_pos=acc_pos, step_keys=step_keys,
-                  tau_train_offset=tau_offset, signature=(), **base_fields)
+    base_fields = (
+        {}
+        if base is None
+        else {
+            "eval_tau": base.eval_tau,
+            "eval_tau_offset": base.eval_tau_offset,
+            "eval_fields": base.eval_fields,
+            "block_size": base.block_size,
+            "acc_from_positions": base.acc_from_positions,
+            "loss_from_positions": base.loss_from_positions,
+            "required": base.required,
+        }
+    )
+    return Preset(
+        name=base.name if base else "field-map",
+        trainer=base.trainer if base else "",
+        fields=scalars,
+        acc_pos=acc_pos,
+        step_keys=step_keys,
+        tau_train_offset=tau_offset,
+        signature=(),
+        **base_fields,
+    )
 
 
 def numbered_pattern(name: str) -> str:
@@ -289,7 +379,8 @@ def numbered_pattern(name: str) -> str:
         return re.escape(parts[0]) + r"(\d+)" + re.escape(parts[1])
     digits = list(re.finditer(r"\d+", name))
     if not digits:
-        raise DiagError(f"--field acc_pos={name}: give the numbered keys' pattern, "
-                        "e.g. acc_pos=train/acc_{i}")
+        raise DiagError(
+            f"--field acc_pos={name}: give the numbered keys' pattern, e.g. acc_pos=train/acc_{{i}}"
+        )
     last = digits[-1]
-    return re.escape(name[:last.start()]) + r"(\d+)" + re.escape(name[last.end():])
+    return re.escape(name[: last.start()]) + r"(\d+)" + re.escape(name[last.end() :])

@@ -68,8 +68,10 @@ class ParseIssues:
         if self.bad_step:
             where = ", ".join(str(line) for _, line in self.bad_step_lines)
             more = ", ..." if self.bad_step > len(self.bad_step_lines) else ""
-            notes.append(f"{self.bad_step} record(s) with a step out of range (NaN/Inf or beyond "
-                         f"±2^53) left out: line(s) {where}{more}")
+            notes.append(
+                f"{self.bad_step} record(s) with a step out of range (NaN/Inf or beyond "
+                f"±2^53) left out: line(s) {where}{more}"
+            )
         return notes
 
     @property
@@ -193,14 +195,21 @@ def join_sequential(parts: Sequence[ParsedLog]) -> ParsedLog:
         if n_runs or shift:
             metrics = metrics.with_columns(
                 (pl.col("seq") + shift).alias("seq"),
-                pl.when(pl.col("run") < 0).then(n_runs - 1).otherwise(pl.col("run") + n_runs)
-                .cast(pl.Int32).alias("run"),
-                pl.when(pl.col("run") < 0).then(pl.lit(last_script, pl.String))
-                .otherwise(pl.col("script")).alias("script"),
+                pl.when(pl.col("run") < 0)
+                .then(n_runs - 1)
+                .otherwise(pl.col("run") + n_runs)
+                .cast(pl.Int32)
+                .alias("run"),
+                pl.when(pl.col("run") < 0)
+                .then(pl.lit(last_script, pl.String))
+                .otherwise(pl.col("script"))
+                .alias("script"),
             )
         frames.append(metrics)
         for e in part.events:
-            events.append(LogEvent(e.kind, e.source, e.seq + shift, e.step, e.fields) if shift else e)
+            events.append(
+                LogEvent(e.kind, e.source, e.seq + shift, e.step, e.fields) if shift else e
+            )
             if e.kind == "run_start":
                 n_runs += 1
                 script = e.fields.get("script")

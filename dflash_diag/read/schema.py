@@ -18,13 +18,19 @@ from dflash_diag.errors import DiagError
 from dflash_diag.logschema import EVENT_FIELDS, METRIC_LISTS, METRIC_NUMBERS, WALK_LISTS
 
 __all__ = [
-    "CANONICAL_FIELDS", "EVENT_FIELDS", "METRIC_LISTS", "METRIC_NUMBERS", "check_field_map",
-    "parse_field_map", "read_schema",
+    "CANONICAL_FIELDS",
+    "EVENT_FIELDS",
+    "METRIC_LISTS",
+    "METRIC_NUMBERS",
+    "check_field_map",
+    "parse_field_map",
+    "read_schema",
 ]
 
 #: Every canonical field that a map may rename.
-CANONICAL_FIELDS: frozenset[str] = frozenset(METRIC_NUMBERS + METRIC_LISTS + WALK_LISTS
-                                             + EVENT_FIELDS)
+CANONICAL_FIELDS: frozenset[str] = frozenset(
+    METRIC_NUMBERS + METRIC_LISTS + WALK_LISTS + EVENT_FIELDS
+)
 
 
 def read_schema(
@@ -110,10 +116,14 @@ def check_field_map(mapping: Mapping[str, str]) -> None:
         if old in RESERVED_LOG_NAMES:
             raise DiagError(f"--field {new}={old}: {old!r} is a name the reader uses internally")
         if old in owners:
-            raise DiagError(f"--field {owners[old]}={old} and --field {new}={old} read the same "
-                            f"log field: map each field once")
+            raise DiagError(
+                f"--field {owners[old]}={old} and --field {new}={old} read the same "
+                f"log field: map each field once"
+            )
         owners[old] = new
     for new, old in mapping.items():
         if old in CANONICAL_FIELDS and old != new and old not in mapping:
-            raise DiagError(f"--field {new}={old} takes the log's own {old!r} field, which would "
-                            f"then not be read as {old}: map it too (--field {old}=NAME)")
+            raise DiagError(
+                f"--field {new}={old} takes the log's own {old!r} field, which would "
+                f"then not be read as {old}: map it too (--field {old}=NAME)"
+            )

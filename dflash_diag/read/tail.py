@@ -132,12 +132,16 @@ class LogTail:
         except FileNotFoundError:
             return TailChunk(b"", self.line_no, missing=True, pending_bytes=len(self._pending))
         except OSError as exc:
-            raise DiagError(f"cannot read {visible(self.path)}: {visible(exc.strerror or exc)}") from None
+            raise DiagError(
+                f"cannot read {visible(self.path)}: {visible(exc.strerror or exc)}"
+            ) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise DiagError(f"{visible(self.path)} is not a regular file (a pipe or a device): "
-                                "watch follows a log file; pipe a stream into converge - instead")
+                raise DiagError(
+                    f"{visible(self.path)} is not a regular file (a pipe or a device): "
+                    "watch follows a log file; pipe a stream into converge - instead"
+                )
             reset = self._was_replaced(fd, st)
             if reset:
                 self._restart()
@@ -161,7 +165,7 @@ class LogTail:
             if newline < 0:
                 fresh = b""
             else:
-                self._skipping, fresh = False, fresh[newline + 1:]
+                self._skipping, fresh = False, fresh[newline + 1 :]
                 marker = OVERLONG_LINE + b"\n"
         buf = self._pending + fresh if self._pending else fresh
         cut = buf.rfind(b"\n") + 1  # 0 when no newline: everything stays pending

@@ -35,12 +35,22 @@ def validation_frame(log: ParsedLog) -> pl.DataFrame:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 row[series] = float(value)
     schema = {"step": pl.Int64, **{name: pl.Float64 for name in VALIDATION_SERIES.values()}}
-    return pl.DataFrame([{"step": step, **values} for step, values in sorted(rows.items())],
-                        schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    return (
+        pl.DataFrame(
+            [{"step": step, **values} for step, values in sorted(rows.items())],
+            schema=schema,
+            orient="row",
+        )
+        if rows
+        else pl.DataFrame(schema=schema)
+    )
 
 
 def validation_series_names(log: ParsedLog) -> tuple[str, ...]:
     """The canonical validation series the log holds at least one value of."""
     frame = validation_frame(log)
-    return tuple(name for name in VALIDATION_SERIES.values()
-                 if frame.height and frame[name].null_count() < frame.height)
+    return tuple(
+        name
+        for name in VALIDATION_SERIES.values()
+        if frame.height and frame[name].null_count() < frame.height
+    )

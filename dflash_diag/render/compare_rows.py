@@ -84,7 +84,17 @@ def axis_unit(alignment: RunAlignment) -> str:
 
 def alignment_rows(alignment: RunAlignment) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of the two-run table, one row per aligned window."""
-    head = [axis_unit(alignment), "n A", "n B", "loss A", "loss B", "Δloss", "acc A", "acc B", "Δacc"]
+    head = [
+        axis_unit(alignment),
+        "n A",
+        "n B",
+        "loss A",
+        "loss B",
+        "Δloss",
+        "acc A",
+        "acc B",
+        "Δacc",
+    ]
     rows = []
     for w in alignment.windows:
         end = w.end if alignment.last_x is None else min(w.end, max(alignment.last_x, w.start))
@@ -139,19 +149,30 @@ def diagnosis_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[s
         if d is None:
             continue
         a, v = d.acceptance, d.verdict
-        target = (f"tau {a.target_tau:.2f}" if a.target_kind == "tau" and a.target_tau is not None
-                  else f"acc {a.target_acc:.3g}" if a.target_acc is not None else "-")
-        eta = "-" if v.eta_steps is None else ("reached" if v.eta_steps == 0 else f"{v.eta_steps:,.0f} steps")
-        rows.append([
-            visible(regime.name),
-            format_number(a.acc),
-            format_number(a.tau, ".2f"),
-            a.estimator or "-",
-            target,
-            format_percent(a.progress),
-            v.status,
-            eta,
-        ])
+        target = (
+            f"tau {a.target_tau:.2f}"
+            if a.target_kind == "tau" and a.target_tau is not None
+            else f"acc {a.target_acc:.3g}"
+            if a.target_acc is not None
+            else "-"
+        )
+        eta = (
+            "-"
+            if v.eta_steps is None
+            else ("reached" if v.eta_steps == 0 else f"{v.eta_steps:,.0f} steps")
+        )
+        rows.append(
+            [
+                visible(regime.name),
+                format_number(a.acc),
+                format_number(a.tau, ".2f"),
+                a.estimator or "-",
+                target,
+                format_percent(a.progress),
+                v.status,
+                eta,
+            ]
+        )
     return head, rows
 
 

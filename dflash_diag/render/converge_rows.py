@@ -69,7 +69,9 @@ def _with_nonfinite(report: ConvergeReport) -> bool:
     return any(row.window.nonfinite for row in report.windows)
 
 
-def window_table(report: ConvergeReport, rows: Sequence[WindowRow]) -> tuple[list[str], list[list[str]]]:
+def window_table(
+    report: ConvergeReport, rows: Sequence[WindowRow]
+) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of the window table (a NaN/Inf column only when some window has some)."""
     headers = list(WINDOW_HEADERS)
     cells = [window_cells(r, report.last_step) for r in rows]
@@ -93,7 +95,9 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []
     header = report.header
     # A header a reader made up for another trainer's log (no schema, no script) is no run line.
-    if header is not None and (header.fields.get("script") is not None or header.fields.get("schema") is not None):
+    if header is not None and (
+        header.fields.get("script") is not None or header.fields.get("schema") is not None
+    ):
         script = header.fields.get("script")
         run = f"script {visible(script)}" if script is not None else "run_start header"
         resumed = header.fields.get("resumed_from")
@@ -108,8 +112,15 @@ def summary_lines(report: ConvergeReport) -> list[tuple[str, str]]:
     # The auto rule's account, where it chose other than the every-step 50.
     chosen = report.window
     basis = f" ({chosen.basis})" if chosen is not None and chosen.interval not in (None, 1) else ""
-    lines.append(("selected", (f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of "
-                               f"{plural(size, 'step')}{basis}")))
+    lines.append(
+        (
+            "selected",
+            (
+                f"{sel.reason}{span} · {plural(len(report.windows), 'window')} of "
+                f"{plural(size, 'step')}{basis}"
+            ),
+        )
+    )
 
     sched = schedule_text(report.schedule)
     lines.append(("schedule", sched))
@@ -150,12 +161,16 @@ def schedule_text(s) -> str:
     """The schedule sentence: lr, fraction of peak with its source, phase, warmup, run, epoch."""
     sched = f"lr {format_lr(s.current)}"
     if s.peak is not None:
-        sched += f" = {format_percent(s.fraction_of_peak)} of peak {format_lr(s.peak)} ({s.peak_source})"
+        sched += (
+            f" = {format_percent(s.fraction_of_peak)} of peak {format_lr(s.peak)} ({s.peak_source})"
+        )
     if s.phase:
         sched += f" · {s.phase} ({s.phase_source})"
     if s.warmup_fraction is not None and s.phase == "warmup":
         sched += f" · {format_percent(s.warmup_fraction)} of warmup"
-    if s.run_fraction is not None and s.run_fraction > 1:  # a resume that continued an ended schedule
+    if (
+        s.run_fraction is not None and s.run_fraction > 1
+    ):  # a resume that continued an ended schedule
         sched += f" · past the schedule's end (step {round(s.step / s.run_fraction)})"
     elif s.run_fraction is not None:
         sched += f" · {format_percent(s.run_fraction)} of the run"
@@ -185,8 +200,10 @@ def target_text(d: Diagnosis) -> str:
     if a.target_kind == "tau":
         if a.tau is None:
             return f"target tau {a.target_tau:.2f}: no tau estimate"
-        return (f"tau {a.tau:.2f} ({a.estimator}) = {format_percent(a.progress)} of the way from 1 "
-                f"to target tau {a.target_tau:.2f}")
+        return (
+            f"tau {a.tau:.2f} ({a.estimator}) = {format_percent(a.progress)} of the way from 1 "
+            f"to target tau {a.target_tau:.2f}"
+        )
     if a.acc is None:
         return f"target acc {a.target_acc:.3g}: no accuracy in the log"
     text = f"acc {_f(a.acc)} = {format_percent(a.progress)} of target acc {a.target_acc:.3g}"
@@ -234,21 +251,42 @@ def acceptance_lines(d: Diagnosis) -> list[tuple[str, str]]:
     a = d.acceptance
     lines: list[tuple[str, str]] = []
     if a.tau is not None:
-        lines.append(("acceptance", (f"{tau_text(d)} · B={a.block_size} ({a.block_size_source}) · "
-                      f"baseline {a.baseline_tau:.2f} ({a.baseline_source}): {_signed(a.vs_baseline, 2)}")))
+        lines.append(
+            (
+                "acceptance",
+                (
+                    f"{tau_text(d)} · B={a.block_size} ({a.block_size_source}) · "
+                    f"baseline {a.baseline_tau:.2f} ({a.baseline_source}): {_signed(a.vs_baseline, 2)}"
+                ),
+            )
+        )
     for e in a.estimates:
         err = f" · error {_signed(e.error, 2)}" if e.error is not None else ""
         mark = "*" if e.name == a.estimator else " "
         se = f" ± {e.se:.2f}" if e.se is not None else ""
         lines.append(("", f"{mark} {e.name:<8} {e.tau:5.2f}{se}  {visible(e.basis)}{err}"))
     if a.estimates:
-        lines.append(("", ("  (* primary; ranked measured > walk > harmonic > chain > linear, the walk "
-                      f"leading on {defaults.WALK_MIN_RECORDS}+ records within ±{defaults.WALK_MAX_REL_SE:.0%}; "
-                      f"prefix is {ESTIMATOR_LABELS['prefix']})")))
+        lines.append(
+            (
+                "",
+                (
+                    "  (* primary; ranked measured > walk > harmonic > chain > linear, the walk "
+                    f"leading on {defaults.WALK_MIN_RECORDS}+ records within ±{defaults.WALK_MAX_REL_SE:.0%}; "
+                    f"prefix is {ESTIMATOR_LABELS['prefix']})"
+                ),
+            )
+        )
     if a.calibration is not None:
         c = a.calibration
-        lines.append(("calibration", (f"measured/{c.estimator} at the last eval (step {c.step}): "
-                      f"{c.measured:.2f} / {c.estimate:.2f} = x{c.ratio:.2f}")))
+        lines.append(
+            (
+                "calibration",
+                (
+                    f"measured/{c.estimator} at the last eval (step {c.step}): "
+                    f"{c.measured:.2f} / {c.estimate:.2f} = x{c.ratio:.2f}"
+                ),
+            )
+        )
     lines.append(("target", target_text(d)))
     return lines
 
@@ -259,7 +297,9 @@ def verdict_lines(d: Diagnosis) -> list[tuple[str, str]]:
     v = d.verdict
     verdict = v.status.upper()
     if v.slope_per_1k_steps is not None:
-        verdict += f" · {v.metric} slope {v.slope_per_1k_steps:+.4f} per 1k steps · p = {v.p_value:.3g}"
+        verdict += (
+            f" · {v.metric} slope {v.slope_per_1k_steps:+.4f} per 1k steps · p = {v.p_value:.3g}"
+        )
     eta = eta_text(d)
     if eta is not None:
         verdict += f" · {eta}"
@@ -277,7 +317,9 @@ def verdict_lines(d: Diagnosis) -> list[tuple[str, str]]:
 def _line_list(report: ConvergeReport, where: list[tuple[int, int]], total: int) -> str:
     """``line 3, 7`` (with file names when there are several inputs), ``...`` when truncated."""
     several = len(report.sources) > 1
-    parts = [f"{visible(report.sources[s])}:{n}" if several and s < len(report.sources) else str(n)
-             for s, n in where]
+    parts = [
+        f"{visible(report.sources[s])}:{n}" if several and s < len(report.sources) else str(n)
+        for s, n in where
+    ]
     more = ", ..." if total > len(where) else ""
     return ("line " if len(parts) == 1 and not more else "lines ") + ", ".join(parts) + more

@@ -13,8 +13,22 @@ from dflash_diag.converge.report import ConvergeReport
 if TYPE_CHECKING:
     from dflash_diag.compare.report import RegimeComparison, RunAlignment
 
-CSV_COLUMNS = ("start", "end", "n", "first_step", "last_step", "loss", "loss_delta", "loss_trend",
-               "acc", "acc_delta", "trend", "weighted", "nonfinite", "tau_train")
+CSV_COLUMNS = (
+    "start",
+    "end",
+    "n",
+    "first_step",
+    "last_step",
+    "loss",
+    "loss_delta",
+    "loss_trend",
+    "acc",
+    "acc_delta",
+    "trend",
+    "weighted",
+    "nonfinite",
+    "tau_train",
+)
 
 
 def render_csv(report: ConvergeReport) -> str:
@@ -24,9 +38,24 @@ def render_csv(report: ConvergeReport) -> str:
     writer.writerow(CSV_COLUMNS)
     for row in report.windows:
         w, t = row.window, row.trend
-        writer.writerow([w.start, w.end, w.n, w.first_step, w.last_step, _csv(w.loss),
-                         _csv(t.loss_delta), t.loss_trend or "", _csv(w.acc), _csv(t.acc_delta),
-                         t.acc_trend or "", int(w.weighted), w.nonfinite, _csv(w.tau_train)])
+        writer.writerow(
+            [
+                w.start,
+                w.end,
+                w.n,
+                w.first_step,
+                w.last_step,
+                _csv(w.loss),
+                _csv(t.loss_delta),
+                t.loss_trend or "",
+                _csv(w.acc),
+                _csv(t.acc_delta),
+                t.acc_trend or "",
+                int(w.weighted),
+                w.nonfinite,
+                _csv(w.tau_train),
+            ]
+        )
     return buffer.getvalue()
 
 
@@ -34,14 +63,44 @@ def _csv(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-COMPARE_CSV_COLUMNS = ("regime", "start_step", "end_step", "n", "tokens_per_step", "tok_per_sec",
-                       "loss", "loss_trend", "acc_mean", "acc_trend", "acc", "tau", "estimator",
-                       "target_kind", "target_acc", "target_tau", "progress", "verdict", "eta_steps")
-ALIGNMENT_CSV_COLUMNS = ("start", "end", "n_a", "n_b", "loss_a", "loss_b", "loss_diff", "acc_a",
-                         "acc_b", "acc_diff")
+COMPARE_CSV_COLUMNS = (
+    "regime",
+    "start_step",
+    "end_step",
+    "n",
+    "tokens_per_step",
+    "tok_per_sec",
+    "loss",
+    "loss_trend",
+    "acc_mean",
+    "acc_trend",
+    "acc",
+    "tau",
+    "estimator",
+    "target_kind",
+    "target_acc",
+    "target_tau",
+    "progress",
+    "verdict",
+    "eta_steps",
+)
+ALIGNMENT_CSV_COLUMNS = (
+    "start",
+    "end",
+    "n_a",
+    "n_b",
+    "loss_a",
+    "loss_b",
+    "loss_diff",
+    "acc_a",
+    "acc_b",
+    "acc_diff",
+)
 
 
-def render_compare_csv(comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None) -> str:
+def render_compare_csv(
+    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None
+) -> str:
     """One log: one row per regime (its means and trends, then its diagnosis: ``acc`` of the last
     window, primary ``tau``, target progress, verdict). Two runs: one row per aligned window."""
     buffer = io.StringIO()
@@ -49,20 +108,51 @@ def render_compare_csv(comparisons: Sequence[RegimeComparison], alignment: RunAl
     if alignment is not None:
         writer.writerow(ALIGNMENT_CSV_COLUMNS)
         for w in alignment.windows:
-            writer.writerow([_csv(w.start), _csv(w.end), w.n_a, w.n_b, _csv(w.loss_a), _csv(w.loss_b),
-                             _csv(w.loss_diff), _csv(w.acc_a), _csv(w.acc_b), _csv(w.acc_diff)])
+            writer.writerow(
+                [
+                    _csv(w.start),
+                    _csv(w.end),
+                    w.n_a,
+                    w.n_b,
+                    _csv(w.loss_a),
+                    _csv(w.loss_b),
+                    _csv(w.loss_diff),
+                    _csv(w.acc_a),
+                    _csv(w.acc_b),
+                    _csv(w.acc_diff),
+                ]
+            )
         return buffer.getvalue()
     writer.writerow(COMPARE_CSV_COLUMNS)
     for comparison in comparisons:
         diagnoses = comparison.diagnoses or [None] * len(comparison.regimes)
         for r, d in zip(comparison.regimes, diagnoses):
-            row = [r.name, r.start_step, r.end_step, r.n, _csv(r.tokens_per_step), _csv(r.tok_per_sec),
-                   _csv(r.loss), _csv(r.loss_trend), _csv(r.acc), _csv(r.acc_trend)]
+            row = [
+                r.name,
+                r.start_step,
+                r.end_step,
+                r.n,
+                _csv(r.tokens_per_step),
+                _csv(r.tok_per_sec),
+                _csv(r.loss),
+                _csv(r.loss_trend),
+                _csv(r.acc),
+                _csv(r.acc_trend),
+            ]
             if d is None:
                 row += [""] * 9
             else:
                 a, v = d.acceptance, d.verdict
-                row += [_csv(a.acc), _csv(a.tau), a.estimator or "", a.target_kind, _csv(a.target_acc),
-                        _csv(a.target_tau), _csv(a.progress), v.status, _csv(v.eta_steps)]
+                row += [
+                    _csv(a.acc),
+                    _csv(a.tau),
+                    a.estimator or "",
+                    a.target_kind,
+                    _csv(a.target_acc),
+                    _csv(a.target_tau),
+                    _csv(a.progress),
+                    v.status,
+                    _csv(v.eta_steps),
+                ]
             writer.writerow(row)
     return buffer.getvalue()

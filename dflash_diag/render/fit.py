@@ -31,8 +31,14 @@ def _natural_width(head: Sequence[str], rows: Sequence[Sequence[str]], plain: bo
     return sum(widths) + 3 * len(widths) + 1
 
 
-def fit_columns(kind: str, head: Sequence[str], rows: Sequence[Sequence[str]],
-                width: int | None, *, plain: bool = False) -> tuple[list[str], list[list[str]], list[str]]:
+def fit_columns(
+    kind: str,
+    head: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int | None,
+    *,
+    plain: bool = False,
+) -> tuple[list[str], list[list[str]], list[str]]:
     """``head`` and ``rows`` with columns dropped in :data:`DROP_ORDER` until the table fits
     ``width`` (``plain``: the text renderer's layout, else rich's); also returns the names
     dropped (for a note under the table)."""
@@ -85,6 +91,11 @@ def wrap(text: str, width: int | None, indent: int = 0, hang: str = "  ") -> lis
     ``2.68 -> 2.40``."""
     if width is None or len(text) + indent <= width:
         return [text]
-    lines = textwrap.wrap(glue_units(text), width=max(20, width - indent), break_long_words=False,
-                          break_on_hyphens=False, subsequent_indent=hang)
+    lines = textwrap.wrap(
+        glue_units(text),
+        width=max(20, width - indent),
+        break_long_words=False,
+        break_on_hyphens=False,
+        subsequent_indent=hang,
+    )
     return [line.replace(_GLUE, " ") for line in lines] or [text]

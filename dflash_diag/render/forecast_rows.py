@@ -13,7 +13,13 @@ if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.analysis.target_eta import TargetEta
 
 #: Names of the metrics in the line.
-_LABELS = {"loss": "loss", "acc": "acc", "tau": "tau", "eval_loss": "eval loss", "eval_acc": "eval acc"}
+_LABELS = {
+    "loss": "loss",
+    "acc": "acc",
+    "tau": "tau",
+    "eval_loss": "eval loss",
+    "eval_acc": "eval acc",
+}
 
 
 def _num(value: float) -> str:

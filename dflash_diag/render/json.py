@@ -78,14 +78,25 @@ def acceptance_json(a: Acceptance) -> dict[str, Any]:
         "measured_step": a.measured_step,
         "measured_age_steps": a.measured_age,
         "estimates": [
-            {"name": e.name, "tau": json_number(e.tau), "basis": e.basis, "error": json_number(e.error),
-             "se": json_number(e.se),
-             "upper_view": e.upper_view, "held_back": e.held_back}
+            {
+                "name": e.name,
+                "tau": json_number(e.tau),
+                "basis": e.basis,
+                "error": json_number(e.error),
+                "se": json_number(e.se),
+                "upper_view": e.upper_view,
+                "held_back": e.held_back,
+            }
             for e in a.estimates
         ],
-        "calibration": None if c is None else {
-            "estimator": c.estimator, "step": c.step, "estimate": json_number(c.estimate),
-            "measured": json_number(c.measured), "ratio": json_number(c.ratio),
+        "calibration": None
+        if c is None
+        else {
+            "estimator": c.estimator,
+            "step": c.step,
+            "estimate": json_number(c.estimate),
+            "measured": json_number(c.measured),
+            "ratio": json_number(c.ratio),
         },
         "warnings": list(a.warnings),
     }
@@ -104,12 +115,21 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "n_windows": v.n_points,
         "best_step": v.best_step,
         "validation": [
-            {"field": t.field, "label": t.label, "status": t.status, "n_evals": t.n_points,
-             "best_step": t.best_step, "best": json_number(t.best_value), "best_se": json_number(t.best_se),
-             "latest_step": t.latest_step, "latest": json_number(t.latest_value),
-             "latest_se": json_number(t.latest_se),
-             "slope_per_1k_steps": json_number(t.slope_per_1k_steps), "p_value": json_number(t.p_value),
-             "reason": t.reason}
+            {
+                "field": t.field,
+                "label": t.label,
+                "status": t.status,
+                "n_evals": t.n_points,
+                "best_step": t.best_step,
+                "best": json_number(t.best_value),
+                "best_se": json_number(t.best_se),
+                "latest_step": t.latest_step,
+                "latest": json_number(t.latest_value),
+                "latest_se": json_number(t.latest_se),
+                "slope_per_1k_steps": json_number(t.slope_per_1k_steps),
+                "p_value": json_number(t.p_value),
+                "reason": t.reason,
+            }
             for t in v.validation
         ],
     }
@@ -120,18 +140,33 @@ def forecast_json(f: RunForecast | None) -> dict[str, Any] | None:
     if f is None:
         return None
     metrics = {
-        name: {"value": json_number(m.value), "low": json_number(m.low), "high": json_number(m.high),
-               "level": m.level, "method": m.method}
+        name: {
+            "value": json_number(m.value),
+            "low": json_number(m.low),
+            "high": json_number(m.high),
+            "level": m.level,
+            "method": m.method,
+        }
         for name, m in f.metrics.items()
     }
     target = None
     if f.target is not None:
         t = f.target
-        target = {"metric": t.metric, "target": json_number(t.target), "eta_step": t.eta_step,
-                  "eta_low_step": t.eta_low_step, "eta_high_step": t.eta_high_step,
-                  "eta_hours": json_number(t.eta_hours), "within_run": t.within_run}
-    return {"end_step": f.plan.end_step, "end_source": f.plan.end_source, "metrics": metrics,
-            "target": target}
+        target = {
+            "metric": t.metric,
+            "target": json_number(t.target),
+            "eta_step": t.eta_step,
+            "eta_low_step": t.eta_low_step,
+            "eta_high_step": t.eta_high_step,
+            "eta_hours": json_number(t.eta_hours),
+            "within_run": t.within_run,
+        }
+    return {
+        "end_step": f.plan.end_step,
+        "end_source": f.plan.end_source,
+        "metrics": metrics,
+        "target": target,
+    }
 
 
 def schedule_event_json(e: ScheduleEvent) -> dict[str, Any]:
@@ -151,8 +186,14 @@ def rank_skew_json(r: RankSkew) -> dict[str, Any]:
         "skew": r.skew,
         "slowest_vs_median": r.slowest_vs_median,
         "per_rank": [
-            {"rank": s.rank, "path": s.path, "steps": s.steps, "tok_per_sec": s.tok_per_sec,
-             "step_time": s.step_time, "wait_fraction": s.wait_fraction}
+            {
+                "rank": s.rank,
+                "path": s.path,
+                "steps": s.steps,
+                "tok_per_sec": s.tok_per_sec,
+                "step_time": s.step_time,
+                "wait_fraction": s.wait_fraction,
+            }
             for s in r.ranks
         ],
     }
@@ -185,7 +226,9 @@ def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     """A regime's diagnosis in compare's JSON: converge's ``lr``, ``acceptance`` and ``verdict``
     objects for the regime's records (its windows are left out: compare's JSON stays small)."""
     full = diagnosis_json(d)
-    return {key: full[key] for key in ("lr", "acceptance", "drafter", "verdict", "alerts", "forecast")}
+    return {
+        key: full[key] for key in ("lr", "acceptance", "drafter", "verdict", "alerts", "forecast")
+    }
 
 
 def converge_json(report: ConvergeReport) -> dict[str, Any]:
@@ -207,11 +250,17 @@ def watch_json(view: WatchView) -> dict[str, Any]:
     if view.diagnosis is not None:
         out.update(diagnosis_json(view.diagnosis))
     out["alerts"] = [{"kind": a.kind, "message": a.message, "step": a.step} for a in view.alerts]
-    out.update({
-        "path": view.path, "last_step": view.last_step, "total_records": view.total_records,
-        "since_last_record": json_number(view.since_last_record), "skipped_lines": view.skipped_lines,
-        "nonfinite": view.nonfinite, "waiting": view.waiting,
-    })
+    out.update(
+        {
+            "path": view.path,
+            "last_step": view.last_step,
+            "total_records": view.total_records,
+            "since_last_record": json_number(view.since_last_record),
+            "skipped_lines": view.skipped_lines,
+            "nonfinite": view.nonfinite,
+            "waiting": view.waiting,
+        }
+    )
     if view.schedule_events:
         out["schedule_events"] = [schedule_event_json(e) for e in view.schedule_events]
     return out
@@ -270,12 +319,18 @@ def alignment_json(a: RunAlignment) -> dict[str, Any]:
 
 
 def compare_json(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    comparisons: Sequence[RegimeComparison],
+    alignment: RunAlignment | None = None,
     ranks: RankSkew | None = None,
 ) -> dict[str, Any]:
     """The JSON contract: ``regimes`` and ``boundaries`` (all runs), plus ``alignment``, plus
     ``ranks`` when per-rank logs were given."""
-    out: dict[str, Any] = {"format_version": FORMAT_VERSION, "regimes": [], "boundaries": [], "notes": []}
+    out: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "regimes": [],
+        "boundaries": [],
+        "notes": [],
+    }
     for comparison in comparisons:
         d = regime_comparison_json(comparison)
         out["regimes"] += d["regimes"]

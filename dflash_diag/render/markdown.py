@@ -35,7 +35,10 @@ def render_markdown(report: ConvergeReport, max_rows: int | None = None) -> str:
     rows, hidden = shown_rows(report, max_rows)
     headers, cells = window_table(report, rows)
     headers[4], headers[7] = "loss trend", "acc trend"
-    out = ["## dflash-diag converge: " + markdown_cell(", ".join(visible(s) for s in report.sources)), ""]
+    out = [
+        "## dflash-diag converge: " + markdown_cell(", ".join(visible(s) for s in report.sources)),
+        "",
+    ]
     if hidden:
         out += [f"_{hidden} earlier windows not shown_", ""]
     out.append("| " + " | ".join(headers) + " |")
@@ -53,7 +56,8 @@ def render_markdown(report: ConvergeReport, max_rows: int | None = None) -> str:
 
 
 def render_compare_markdown(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
+    comparisons: Sequence[RegimeComparison],
+    alignment: RunAlignment | None = None,
     ranks: RankSkew | None = None,
 ) -> str:
     """The same content as markdown tables and paragraphs."""
@@ -69,17 +73,17 @@ def render_compare_markdown(
 
     lines: list[str] = []
     for comparison in [merged(comparisons)]:
-        lines += ["## Regimes", ""] + table(*regime_rows(comparison)) + [""]
+        lines += ["## Regimes", "", *table(*regime_rows(comparison)), ""]
         head, rows = diagnosis_rows(comparison)
         if rows:
-            lines += ["## Diagnosis per regime", ""] + table(head, rows) + [""]
+            lines += ["## Diagnosis per regime", "", *table(head, rows), ""]
         lines += [f"- {line}" for line in forecast_lines(comparison)]
         lines += [""] if forecast_lines(comparison) else []
         lines += ["## Boundaries", ""]
         lines += [f"- {line.strip()}" for line in boundary_lines(comparison)] + [""]
         lines += [f"_{note}_" for note in comparison.notes]
     if alignment is not None:
-        lines += ["## Two runs", "", legend(alignment), ""] + table(*alignment_rows(alignment))
+        lines += ["## Two runs", "", legend(alignment), "", *table(*alignment_rows(alignment))]
     if ranks is not None:
         lines += ["", "## Ranks", ""] + [f"- {text.strip()}" for _, text in skew_lines(ranks)]
     return "\n".join(lines).rstrip() + "\n"

@@ -37,18 +37,27 @@ if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.compare.report import RegimeComparison, RunAlignment
     from dflash_diag.converge.report import ConvergeReport
 
-_STATUS_STYLE = {CONVERGING: "bold green", PLATEAU: "bold yellow", DIVERGING: "bold red",
-                 OVERFITTING: "bold red", BROKEN: "bold red"}
+_STATUS_STYLE = {
+    CONVERGING: "bold green",
+    PLATEAU: "bold yellow",
+    DIVERGING: "bold red",
+    OVERFITTING: "bold red",
+    BROKEN: "bold red",
+}
 _TREND_STYLE = {"up": "green", "down": "red", "flat": "dim"}
 
 
-def render_rich(report: ConvergeReport, console: Console, max_rows: int | None = DEFAULT_ROWS) -> None:
+def render_rich(
+    report: ConvergeReport, console: Console, max_rows: int | None = DEFAULT_ROWS
+) -> None:
     """Print a rich table of windows and a summary panel."""
     rows, hidden = shown_rows(report, max_rows)
     table = Table(
         title=Text("dflash-diag converge: " + ", ".join(visible(s) for s in report.sources)),
-        caption=("trend: ↑ better (acc up, loss down), ↓ worse, → within threshold"
-                 + (f" · {hidden} earlier windows not shown" if hidden else "")),
+        caption=(
+            "trend: ↑ better (acc up, loss down), ↓ worse, → within threshold"
+            + (f" · {hidden} earlier windows not shown" if hidden else "")
+        ),
         box=box.SIMPLE_HEAD,
     )
     headers, cell_rows = window_table(report, rows)
@@ -58,8 +67,9 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
     # arrow columns are the unnamed ones after Δloss/loss and Δacc/acc: style them by position
     arrow_cols = [i for i, h in enumerate(headers) if h == ""]
     for name in headers:
-        table.add_column(name, justify="left" if name == "steps" else "right", overflow="fold",
-                         no_wrap=True)
+        table.add_column(
+            name, justify="left" if name == "steps" else "right", overflow="fold", no_wrap=True
+        )
     for row, line in zip(rows, cell_rows):
         cells = [Text(c) for c in line]
         for i, trend in zip(arrow_cols, (row.trend.loss_trend, row.trend.acc_trend)):
@@ -80,7 +90,9 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
     for label, text in lines:
         value = Text("\n".join(wrap(text, value_width)), no_wrap=True, overflow="fold")
         if label == "verdict":
-            value.stylize(_STATUS_STYLE.get(report.verdict.status, "bold"), 0, len(report.verdict.status))
+            value.stylize(
+                _STATUS_STYLE.get(report.verdict.status, "bold"), 0, len(report.verdict.status)
+            )
         if label == "WARNING":
             value.stylize("bold red")
         summary.add_row(Text(label), value)
@@ -88,22 +100,37 @@ def render_rich(report: ConvergeReport, console: Console, max_rows: int | None =
     console.print(Panel(Group(summary), title="summary", expand=False))
 
 
-def _rich_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]], *, kind: str = "",
-                width: int | None = None) -> Table:
+def _rich_table(
+    title: str,
+    head: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    kind: str = "",
+    width: int | None = None,
+) -> Table:
     head, rows, dropped = fit_columns(kind, head, rows, width)
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=dropped_note(dropped, width), caption_justify="left")
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        caption=dropped_note(dropped, width),
+        caption_justify="left",
+    )
     for i, name in enumerate(head):
         # A cell too wide for what is left folds onto the next line; it is never cut short.
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i != 0, overflow="fold")
+        table.add_column(
+            name, justify="left" if i == 0 else "right", no_wrap=i != 0, overflow="fold"
+        )
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # Text: log text is never markup
     return table
 
 
 def render_compare_rich(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
-    ranks: RankSkew | None = None, width: int | None = None,
+    comparisons: Sequence[RegimeComparison],
+    alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None,
+    width: int | None = None,
 ) -> RenderableType:
     """Rich tables of the regimes, each regime's diagnosis, the boundary explanations and the
     aligned windows (and the per-rank throughput skew when per-rank logs were given), fitted to
@@ -115,8 +142,15 @@ def render_compare_rich(
         parts.append(_rich_table(f"regimes{split}", head, rows, kind="regimes", width=width))
         head, rows = diagnosis_rows(comparison)
         if rows:
-            parts.append(_rich_table("diagnosis per regime (as converge computes it)", head, rows,
-                                     kind="diagnosis", width=width))
+            parts.append(
+                _rich_table(
+                    "diagnosis per regime (as converge computes it)",
+                    head,
+                    rows,
+                    kind="diagnosis",
+                    width=width,
+                )
+            )
         for line in forecast_lines(comparison):
             parts.append(Text("\n".join(wrap(line, width)), overflow="fold"))
         for line in boundary_lines(comparison):
@@ -126,15 +160,20 @@ def render_compare_rich(
                 text = "\n".join(wrap(line.strip(), width, 2, hang=""))
                 parts.append(Padding(Text(text, overflow="fold"), (0, 0, 0, 2)))
             else:
-                parts.append(Text("\n".join(wrap(line, width, hang="")), style="bold", overflow="fold"))
+                parts.append(
+                    Text("\n".join(wrap(line, width, hang="")), style="bold", overflow="fold")
+                )
         for note in comparison.notes:
             parts.append(Text(note, style="dim"))
     if alignment is not None:
         head, rows = alignment_rows(alignment)
         parts.append(
             _rich_table(
-                f"two runs, windows of {short_count(alignment.width)} {_unit(alignment)}", head, rows,
-                kind="alignment", width=width,
+                f"two runs, windows of {short_count(alignment.width)} {_unit(alignment)}",
+                head,
+                rows,
+                kind="alignment",
+                width=width,
             )
         )
         parts.append(Text(legend(alignment), style="dim"))
@@ -151,13 +190,21 @@ def _unit(alignment: RunAlignment) -> str:
 
 
 def render_compare_plain(
-    comparisons: Sequence[RegimeComparison], alignment: RunAlignment | None = None,
-    ranks: RankSkew | None = None, width: int = 80,
+    comparisons: Sequence[RegimeComparison],
+    alignment: RunAlignment | None = None,
+    ranks: RankSkew | None = None,
+    width: int = 80,
 ) -> str:
     """The compare report as plain text (no colour or escapes) fitted to ``width`` columns: the
     rich layout rendered without styles, each line without the padding rich puts after it."""
-    console = Console(color_system=None, force_terminal=False, highlight=False, width=width,
-                      soft_wrap=False, emoji=False)
+    console = Console(
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        width=width,
+        soft_wrap=False,
+        emoji=False,
+    )
     with console.capture() as capture:
         console.print(render_compare_rich(comparisons, alignment, ranks, width=width))
     return "".join(line.rstrip() + "\n" for line in capture.get().splitlines())

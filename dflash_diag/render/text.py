@@ -12,7 +12,9 @@ from dflash_diag.text import visible
 
 
 def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     out = []
     for cells in [list(headers), *rows]:
         parts = [c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)]
@@ -20,12 +22,17 @@ def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     return out
 
 
-def render_text(report: ConvergeReport, max_rows: int | None = DEFAULT_ROWS, width: int | None = None) -> str:
+def render_text(
+    report: ConvergeReport, max_rows: int | None = DEFAULT_ROWS, width: int | None = None
+) -> str:
     """Plain text (no colour, no box drawing) for pipes, files and ``NO_COLOR``, fitted to
     ``width`` columns when given: table columns dropped in a stated order, summary lines wrapped
     at spaces (a number is never cut)."""
     rows, hidden = shown_rows(report, max_rows)
-    out = [*wrap("dflash-diag converge: " + ", ".join(visible(s) for s in report.sources), width), ""]
+    out = [
+        *wrap("dflash-diag converge: " + ", ".join(visible(s) for s in report.sources), width),
+        "",
+    ]
     if hidden:
         out.append(f"({plural(hidden, 'earlier window')} not shown)")
     head, cells, dropped = fit_columns("windows", *window_table(report, rows), width, plain=True)

@@ -40,9 +40,11 @@ def _plot(view: WatchView, width: int) -> Text:
     estimator's per-window series, the same tau the frame prints)."""
     import plotext as plt  # only with --plot: it is the slowest import of the view
 
-    panels = [next(s for s in view.series if s.name == "loss"),
-              next(s for s in view.series if s.name == "acc"),
-              next(s for s in view.series if s.name.startswith("tau"))]
+    panels = [
+        next(s for s in view.series if s.name == "loss"),
+        next(s for s in view.series if s.name == "acc"),
+        next(s for s in view.series if s.name.startswith("tau")),
+    ]
     # The series span the history; the table only the latest rows: rebuild x from the history.
     n = len(panels[0].values)
     last_start = view.windows[-1].start if view.windows else 0
@@ -102,7 +104,9 @@ def _verdict_text(d: Diagnosis) -> Text:
         text.append(f" ({verdict.reason})", style="dim")
     elif verdict.n_points:
         # The span judged: every window selected, as converge (not only those on screen).
-        text.append(f" · over {plural(verdict.n_points, 'window')} (all of them, as converge)", style="dim")
+        text.append(
+            f" · over {plural(verdict.n_points, 'window')} (all of them, as converge)", style="dim"
+        )
     return text
 
 
@@ -173,7 +177,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
             parts.append(Text("acceptance: " + tau_text(d)))
             others = " · ".join(
                 f"{e.name} {e.tau:.2f}" + (" (upper view)" if e.upper_view else "")
-                for e in d.acceptance.estimates if e.name != d.acceptance.estimator
+                for e in d.acceptance.estimates
+                if e.name != d.acceptance.estimator
             )
             if others:
                 parts.append(Text("  other estimates: " + others, style="dim"))

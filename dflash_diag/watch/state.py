@@ -93,10 +93,16 @@ class WatchConfig:
     def analysis(self) -> DiagnosisConfig:
         """The diagnosis settings (the ones converge and compare use for the same options)."""
         return DiagnosisConfig(
-            phase=self.phase, from_step=self.from_step, window=self.window, peak_lr=self.peak_lr,
+            phase=self.phase,
+            from_step=self.from_step,
+            window=self.window,
+            peak_lr=self.peak_lr,
             trend=TrendConfig(self.threshold, self.loss_threshold, self.noise_aware),
-            acceptance=AcceptanceConfig(self.block_size, self.target_acc, self.target_tau, self.baseline_tau),
-            verdict=VerdictConfig(alpha=self.alpha), spike_factor=self.spike_factor,
+            acceptance=AcceptanceConfig(
+                self.block_size, self.target_acc, self.target_tau, self.baseline_tau
+            ),
+            verdict=VerdictConfig(alpha=self.alpha),
+            spike_factor=self.spike_factor,
             forecast=ForecastConfig(self.end_step, self.schedule, self.target_loss),
         )
 
@@ -161,8 +167,9 @@ def _refuse_compressed(head: bytes, path: str | os.PathLike[str]) -> None:
     """Gzip data is told by its magic bytes, as converge tells it, not by the name: read as
     text it would be a view of malformed lines where converge reads its records."""
     if head[:2] == b"\x1f\x8b":
-        raise DiagError(f"watch cannot follow a compressed log: {path} holds gzip data "
-                        "(read it with converge)")
+        raise DiagError(
+            f"watch cannot follow a compressed log: {path} holds gzip data (read it with converge)"
+        )
 
 
 class LiveLog:
@@ -272,11 +279,21 @@ class LiveLog:
         """Read the whole input again when any of its files changed (size or time)."""
         mark = _tree_mark(self.path)
         if mark is None:
-            return RefreshStats(new_lines=0, new_records=0, reset=False, missing=True,
-                                seconds=time.perf_counter() - t0)
+            return RefreshStats(
+                new_lines=0,
+                new_records=0,
+                reset=False,
+                missing=True,
+                seconds=time.perf_counter() - t0,
+            )
         if mark == self._snapshot_mark:
-            return RefreshStats(new_lines=0, new_records=0, reset=False, missing=False,
-                                seconds=time.perf_counter() - t0)
+            return RefreshStats(
+                new_lines=0,
+                new_records=0,
+                reset=False,
+                missing=False,
+                seconds=time.perf_counter() - t0,
+            )
         assert self.snapshot is not None
         part = self.snapshot()
         before = self.total_records
@@ -284,8 +301,13 @@ class LiveLog:
         self._ingest(part)
         self._snapshot_mark = mark
         self.last_write = mark[0]
-        return RefreshStats(new_lines=part.issues.lines, new_records=self.total_records - before,
-                            reset=False, missing=False, seconds=time.perf_counter() - t0)
+        return RefreshStats(
+            new_lines=part.issues.lines,
+            new_records=self.total_records - before,
+            reset=False,
+            missing=False,
+            seconds=time.perf_counter() - t0,
+        )
 
     def _ingest(self, part: ParsedLog) -> None:
         self.issues.merge(part.issues)
@@ -338,7 +360,9 @@ class LiveLog:
         if self.window is not None:
             return self.window
         choice = choose_window(frame, self.config.window)
-        if self.config.window is not None or (frame.height and frame["step"].n_unique() >= AUTO_FIX_RECORDS):
+        if self.config.window is not None or (
+            frame.height and frame["step"].n_unique() >= AUTO_FIX_RECORDS
+        ):
             self.window = choice
         return choice
 
@@ -355,7 +379,11 @@ class LiveLog:
         if selected.height == 0:
             return
         if self.origin is None:
-            self.origin = self.config.from_step if self.config.from_step is not None else int(selected["step"][0])
+            self.origin = (
+                self.config.from_step
+                if self.config.from_step is not None
+                else int(selected["step"][0])
+            )
         choice = self.window_choice(selected)
         if self.window is None:
             return  # too few records to fix the windows: nothing worth pruning yet

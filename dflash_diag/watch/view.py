@@ -122,8 +122,13 @@ def build_view(live: LiveLog) -> WatchView:
         )
         alerts.append(Alert("nonfinite", f"NaN/Inf in {where}", max(live.nonfinite_last.values())))
     if live.missing and live.log is not None:
-        alerts.append(Alert("missing", "the log file is gone (deleted or moved away): showing what "
-                                       "was read before; it is picked up again if it comes back"))
+        alerts.append(
+            Alert(
+                "missing",
+                "the log file is gone (deleted or moved away): showing what "
+                "was read before; it is picked up again if it comes back",
+            )
+        )
     stall = stall_alert(since, config.stall)
     if stall is not None:
         alerts.append(stall)
@@ -137,11 +142,18 @@ def build_view(live: LiveLog) -> WatchView:
         "restarts": sorted(r.step for r in live.restarts.values()),
         "resets": live.tail.resets,
         "schedule_events": detect_schedule_events(
-            live.headers(), frame["step"].to_list() if frame.height else [],
-            frame["lr"].to_list() if frame.height else []),
+            live.headers(),
+            frame["step"].to_list() if frame.height else [],
+            frame["lr"].to_list() if frame.height else [],
+        ),
     }
     diagnosis = None
-    if frame.height and live.origin is not None and live.selection is not None and live.log is not None:
+    if (
+        frame.height
+        and live.origin is not None
+        and live.selection is not None
+        and live.log is not None
+    ):
         diagnosis = diagnose_frame(
             frame,
             selection=live.selection,
@@ -185,7 +197,9 @@ def build_view(live: LiveLog) -> WatchView:
     series = [
         Series("loss", [w.loss for w in windows], ".4f"),
         Series("acc", [w.acc for w in windows], ".4f"),
-        Series(f"tau ({estimator or '-'})", list(diagnosis.tau_series), ".2f", current=acceptance.tau),
+        Series(
+            f"tau ({estimator or '-'})", list(diagnosis.tau_series), ".2f", current=acceptance.tau
+        ),
         Series("lr", [w.lr for w in windows], ".2e", current=diagnosis.schedule.current),
     ]
     if any(w.tok_per_sec is not None for w in windows):  # legacy records have no tok/s

@@ -8,12 +8,19 @@ from dflash import DFlashConfig, DFlashDraftModel, TargetModel
 VOCAB = 256
 
 
-
 def make_target(seed: int = 0, layers: int = 6) -> TargetModel:
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=16, max_position_embeddings=512, tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
     model = Qwen3ForCausalLM(cfg)
     # A larger init than HF's 0.02 makes the random target's next-token distribution peaked, so
     # greedy continuations are not decided by float noise between near-tied logits.
@@ -37,7 +44,7 @@ def make_batch(seed: int = 0, n: int = 3, t: int = 40, prompt: int = 6) -> dict:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, VOCAB - 1, (n, t), generator=g)
     attn = torch.ones(n, t, dtype=torch.long)
-    attn[1, t - 12:] = 0
+    attn[1, t - 12 :] = 0
     ids[attn == 0] = 0
     loss = attn.bool().clone()
     loss[:, :prompt] = False

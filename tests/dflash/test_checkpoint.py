@@ -24,8 +24,9 @@ def trained(target, steps=2):
     drafter = make_drafter(target, num_anchors=4)
     opt = torch.optim.AdamW(drafter.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     for s in range(steps):
-        out = compute_loss_and_metrics(drafter, target, make_batch(seed=s),
-                                       torch.Generator().manual_seed(s))
+        out = compute_loss_and_metrics(
+            drafter, target, make_batch(seed=s), torch.Generator().manual_seed(s)
+        )
         opt.zero_grad()
         out.loss.backward()
         opt.step()
@@ -41,8 +42,13 @@ def test_round_trip_is_bit_exact(target, tmp_path):
     state = {"step": 2, "cursor": {"epoch": 0, "index": 17}, "schedule": {"peak_lr": 6e-4}}
     path = save_checkpoint(tmp_path / "step_2", drafter, opt, state=state, rng=rng)
     assert sorted(os.listdir(tmp_path)) == ["step_2"]  # no temporary left behind
-    assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "optimizer.safetensors",
-                                     "rng.safetensors", "state.json"]
+    assert sorted(os.listdir(path)) == [
+        "config.json",
+        "model.safetensors",
+        "optimizer.safetensors",
+        "rng.safetensors",
+        "state.json",
+    ]
 
     drafter2 = make_drafter(target, seed=99, num_anchors=4)
     opt2 = torch.optim.AdamW(drafter2.parameters(), lr=5.0)
@@ -61,7 +67,9 @@ def test_round_trip_is_bit_exact(target, tmp_path):
     restore_rng(loaded.rng, {"anchors": gen2})
     assert torch.equal(torch.rand(4, generator=gen2), torch.rand(4, generator=gen))
     for d, o in ((drafter, opt), (drafter2, opt2)):
-        out = compute_loss_and_metrics(d, target, make_batch(seed=7), torch.Generator().manual_seed(7))
+        out = compute_loss_and_metrics(
+            d, target, make_batch(seed=7), torch.Generator().manual_seed(7)
+        )
         o.zero_grad()
         out.loss.backward()
         o.step()

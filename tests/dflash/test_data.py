@@ -29,8 +29,9 @@ def synthetic(n: int = 97, seed: int = 0) -> Dataset:
         r = int(torch.randint(1, 30, (1,), generator=gen))
         # Prompt tokens are even, response tokens odd and >= 3 (the pad id is 1), so a test can
         # check the loss mask against the content itself.
-        examples.append(([2 * (i * 50 + k) + 2 for k in range(p)],
-                         [2 * (i * 50 + k) + 3 for k in range(r)]))
+        examples.append(
+            ([2 * (i * 50 + k) + 2 for k in range(p)], [2 * (i * 50 + k) + 3 for k in range(r)])
+        )
     return Dataset.from_examples(examples, {"pad_token_id": PAD})
 
 
@@ -61,7 +62,8 @@ def test_batches_respect_budget_and_masks_are_exact(budget):
         b = loader.next_batch()
         n, t = b["input_ids"].shape
         assert n * t <= budget
-        assert b["input_ids"].dtype == torch.long and b["attention_mask"].dtype == torch.long
+        assert b["input_ids"].dtype == torch.long
+        assert b["attention_mask"].dtype == torch.long
         assert b["loss_mask"].dtype == torch.bool
         real = b["attention_mask"].bool()
         # Right padding: real tokens are a prefix of each row, padding holds the pad id.
@@ -119,8 +121,12 @@ def test_cursor_is_budget_independent():
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_are_disjoint_and_cover(world_size):
     ds = synthetic()
-    shards = [TokenBudgetLoader(ds, 128, seed=2, rank=r, world_size=world_size,
-                                even_batches=False).epoch_indices(0) for r in range(world_size)]
+    shards = [
+        TokenBudgetLoader(
+            ds, 128, seed=2, rank=r, world_size=world_size, even_batches=False
+        ).epoch_indices(0)
+        for r in range(world_size)
+    ]
     flat = [[i for b in s for i in b] for s in shards]
     for r in range(world_size):
         for q in range(r + 1, world_size):
@@ -149,8 +155,9 @@ def test_bad_arguments():
         Cursor(epoch=-1)
 
 
-@pytest.mark.skipif(not (DEFAULT_DATA_DIR / "train.safetensors").is_file(),
-                    reason="bundled data not generated")
+@pytest.mark.skipif(
+    not (DEFAULT_DATA_DIR / "train.safetensors").is_file(), reason="bundled data not generated"
+)
 def test_bundled_data_loads():
     ds = load_dataset()
     assert len(ds) >= 1000

@@ -42,9 +42,13 @@ def reference_block(target, drafter, ids_row, feats_row, a):
     cfg = drafter.config
     B = cfg.block_size
     block = torch.tensor([[int(ids_row[a])] + [cfg.mask_token_id] * (B - 1)])
-    h = drafter(target.embed_tokens(block), torch.arange(a, a + B)[None],
-                ctx_features=feats_row[None, :a], ctx_positions=torch.arange(a)[None])
-    return target.lm_head(h[0, 1:]), ids_row[a + 1:a + B]
+    h = drafter(
+        target.embed_tokens(block),
+        torch.arange(a, a + B)[None],
+        ctx_features=feats_row[None, :a],
+        ctx_positions=torch.arange(a)[None],
+    )
+    return target.lm_head(h[0, 1:]), ids_row[a + 1 : a + B]
 
 
 @torch.no_grad()
@@ -73,13 +77,15 @@ def test_packed_objective_matches_one_block_at_a_time(target, layout):
     seq, anc = sample_anchors(batch["loss_mask"], 8, 4, torch.Generator().manual_seed(1))
     seq, anc = seq[1:], anc[1:]  # sequences with different block counts
     with torch.no_grad():
-        out = compute_loss_and_metrics(drafter, target, batch, None, anchors=(seq, anc),
-                                       layout=layout)
+        out = compute_loss_and_metrics(
+            drafter, target, batch, None, anchors=(seq, anc), layout=layout
+        )
     ref, ref_correct = reference_loss(target, drafter, batch, seq, anc)
     assert float(out.loss) == pytest.approx(ref, abs=1e-5)
     assert out.metrics.loss == pytest.approx(ref, abs=1e-5)
     assert out.metrics.n_correct == ref_correct
-    assert out.metrics.n_blocks == len(anc) and out.metrics.n_pred == 7 * len(anc)
+    assert out.metrics.n_blocks == len(anc)
+    assert out.metrics.n_pred == 7 * len(anc)
 
 
 @pytest.mark.parametrize("shift", [1, -1])
@@ -182,8 +188,14 @@ def test_decay_weights_enter_the_loss(target):
     for gamma in (None, 2.0):
         drafter = make_drafter(target, loss_decay_gamma=gamma)
         with torch.no_grad():
-            logits = draft_block_logits(drafter, target, b["input_ids"],
-                                        features_of(target, drafter, b["input_ids"]), seq, anc)
+            logits = draft_block_logits(
+                drafter,
+                target,
+                b["input_ids"],
+                features_of(target, drafter, b["input_ids"]),
+                seq,
+                anc,
+            )
             out = compute_loss_and_metrics(drafter, target, b, None, anchors=(seq, anc))
         labels = objective.block_labels(b["input_ids"], seq, anc, 8)
         ce = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), reduction="none")
@@ -200,7 +212,8 @@ def test_empty_batch_gives_zero_loss_with_a_graph(target):
     b["loss_mask"][:] = False
     out = compute_loss_and_metrics(drafter, target, b, torch.Generator().manual_seed(0))
     out.loss.backward()
-    assert out.metrics.n_blocks == 0 and float(out.loss) == 0.0
+    assert out.metrics.n_blocks == 0
+    assert float(out.loss) == 0.0
 
 
 def test_overfitting_one_batch_lowers_loss_and_raises_tau(target):
@@ -210,16 +223,20 @@ def test_overfitting_one_batch_lowers_loss_and_raises_tau(target):
     opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
     history = []
     for _ in range(40):
-        out = compute_loss_and_metrics(drafter, target, b, torch.Generator().manual_seed(0),
-                                       features=feats)
+        out = compute_loss_and_metrics(
+            drafter, target, b, torch.Generator().manual_seed(0), features=feats
+        )
         opt.zero_grad()
         out.loss.backward()
         opt.step()
         history.append(out.metrics)
     first, last = history[0], history[-1]
-    print(f"loss {first.loss:.3f} -> {last.loss:.3f}, tau_train {first.tau_train:.2f} -> {last.tau_train:.2f}")
+    print(
+        f"loss {first.loss:.3f} -> {last.loss:.3f}, tau_train {first.tau_train:.2f} -> {last.tau_train:.2f}"
+    )
     assert last.loss < 0.9 * first.loss
-    assert first.tau_train < 1.5 and last.tau_train > 3.0
+    assert first.tau_train < 1.5
+    assert last.tau_train > 3.0
 
 
 def test_chunked_logits_give_the_same_loss_metrics_and_gradients(target):
@@ -228,8 +245,9 @@ def test_chunked_logits_give_the_same_loss_metrics_and_gradients(target):
     results = []
     for budget in (1 << 27, 3 * 7 * VOCAB):  # everything at once; chunks of 3 blocks
         drafter = make_drafter(target)
-        out = compute_loss_and_metrics(drafter, target, b, None, anchors=(seq, anc),
-                                       logits_budget=budget)
+        out = compute_loss_and_metrics(
+            drafter, target, b, None, anchors=(seq, anc), logits_budget=budget
+        )
         out.loss.backward()
         results.append((out, [p.grad for p in drafter.parameters()]))
     (whole, g1), (chunked, g2) = results

@@ -7,8 +7,10 @@ import dflash
 def test_public_names_resolve():
     from dflash import DFlashConfig, DFlashDraftModel, TargetModel, evaluate_tau, spec_generate
 
-    assert all(callable(x) for x in (DFlashConfig, DFlashDraftModel, TargetModel, evaluate_tau,
-                                     spec_generate))
+    assert all(
+        callable(x)
+        for x in (DFlashConfig, DFlashDraftModel, TargetModel, evaluate_tau, spec_generate)
+    )
     assert sorted(dflash.__all__) == sorted(dflash._WHERE)
     for name in dflash.__all__:
         assert getattr(dflash, name) is not None

@@ -12,8 +12,10 @@ from .helpers import VOCAB, make_drafter
 
 def prompts(n=3, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, VOCAB - 1, (int(torch.randint(3, 12, (), generator=g)),), generator=g)
-            for _ in range(n)]
+    return [
+        torch.randint(0, VOCAB - 1, (int(torch.randint(3, 12, (), generator=g)),), generator=g)
+        for _ in range(n)
+    ]
 
 
 @torch.no_grad()
@@ -22,7 +24,7 @@ def plain_greedy(target, prompt, n):
     ids = prompt.tolist()
     for _ in range(n):
         ids.append(int(target.model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 class PartialOracle(GreedyOracleDrafter):
@@ -59,9 +61,14 @@ def test_greedy_is_lossless_with_an_untrained_drafter(target, block_size):
 def test_greedy_matches_hf_generate(target):
     drafter = make_drafter(target)
     p = prompts(1)[0]
-    hf = target.model.generate(p[None], max_new_tokens=20, do_sample=False, min_new_tokens=20,
-                               attention_mask=torch.ones(1, len(p), dtype=torch.long))
-    assert spec_generate(target, drafter, p, 20).tokens == hf[0, len(p):].tolist()
+    hf = target.model.generate(
+        p[None],
+        max_new_tokens=20,
+        do_sample=False,
+        min_new_tokens=20,
+        attention_mask=torch.ones(1, len(p), dtype=torch.long),
+    )
+    assert spec_generate(target, drafter, p, 20).tokens == hf[0, len(p) :].tolist()
 
 
 @pytest.mark.parametrize("block_size", [4, 8])
@@ -72,7 +79,9 @@ def test_oracle_reaches_tau_B(target, block_size):
         assert out.tokens == plain_greedy(target, p, 1 + 3 * block_size)
         assert out.accept_lengths == [block_size] * 3
     res = evaluate_tau(target, oracle, prompts(2), 1 + 3 * block_size)
-    assert res.tau == block_size and res.tau_hist[-1] == 6 and sum(res.tau_hist[:-1]) == 0
+    assert res.tau == block_size
+    assert res.tau_hist[-1] == 6
+    assert sum(res.tau_hist[:-1]) == 0
 
 
 def test_every_acceptance_length_is_lossless(target):
@@ -105,8 +114,11 @@ def test_serving_acceptance_equals_the_training_prefix_metric(target):
     torch.manual_seed(0)
     prompt = prompts(1, seed=3)[0]
     seq = torch.tensor(prompt.tolist() + plain_greedy(target, prompt, 40))[None]
-    batch = {"input_ids": seq, "attention_mask": torch.ones_like(seq),
-             "loss_mask": torch.arange(seq.shape[1])[None] >= len(prompt) - 1}
+    batch = {
+        "input_ids": seq,
+        "attention_mask": torch.ones_like(seq),
+        "loss_mask": torch.arange(seq.shape[1])[None] >= len(prompt) - 1,
+    }
     batch["loss_mask"][0, len(prompt) - 1] = False
     drafter = make_drafter(target, block_size=B, num_anchors=64)
     opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
@@ -117,7 +129,7 @@ def test_serving_acceptance_equals_the_training_prefix_metric(target):
         opt.step()
     drafter.eval()
     res = spec_generate(target, drafter, prompt, 40)
-    assert res.tokens == seq[0, len(prompt):].tolist()
+    assert res.tokens == seq[0, len(prompt) :].tolist()
     anchors, pos = [], len(prompt)
     for n in res.accept_lengths:
         anchors.append(pos)
@@ -152,8 +164,12 @@ def test_sampling_runs_and_records_an_eval(target):
     again = evaluate_tau(target, drafter, prompts(2), 12, temperature=0.7, seed=1)
     assert res == again  # seeded
     d = res.to_log_dict(step=5)
-    assert d["event"] == "eval" and d["step"] == 5 and d["n_prompts"] == 2
-    assert d["new_tokens"] == 24 and len(d["tau_hist"]) == 4 and d["temperature"] == 0.7
+    assert d["event"] == "eval"
+    assert d["step"] == 5
+    assert d["n_prompts"] == 2
+    assert d["new_tokens"] == 24
+    assert len(d["tau_hist"]) == 4
+    assert d["temperature"] == 0.7
     assert sum((i + 1) * c for i, c in enumerate(d["tau_hist"])) / sum(d["tau_hist"]) == d["tau"]
 
 

@@ -49,16 +49,24 @@ def test_from_pretrained_local_directory(target, tmp_path):
 
 def test_a_llama_target_trains_and_decodes_losslessly():
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=5,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=5,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0, 0.2)
     target = TargetModel(model)
-    drafter = DFlashDraftModel(DFlashConfig.for_target(target.config, block_size=4,
-                                                        num_draft_layers=2, num_anchors=4))
+    drafter = DFlashDraftModel(
+        DFlashConfig.for_target(target.config, block_size=4, num_draft_layers=2, num_anchors=4)
+    )
     assert drafter.config.target_layer_ids == (1, 2)
     out = compute_loss_and_metrics(drafter, target, make_batch(), torch.Generator().manual_seed(0))
     out.loss.backward()
@@ -75,7 +83,8 @@ def test_bfloat16_objective_and_decoding(target):
     drafter = make_drafter(t16).to(torch.bfloat16)
     out = compute_loss_and_metrics(drafter, t16, make_batch(), torch.Generator().manual_seed(0))
     out.loss.backward()
-    assert torch.isfinite(out.loss) and drafter.fc.weight.grad.dtype == torch.bfloat16
+    assert torch.isfinite(out.loss)
+    assert drafter.fc.weight.grad.dtype == torch.bfloat16
     assert len(spec_generate(t16, drafter, make_batch()["input_ids"][0, :5], 6).tokens) == 6
 
 
@@ -83,14 +92,18 @@ def test_ddp_wrapped_drafter_gives_the_same_gradients(target, tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     wrapped = None
     try:
         plain = make_drafter(target)
         wrapped = DDP(make_drafter(target))
         grads = []
         for d in (plain, wrapped):
-            out = compute_loss_and_metrics(d, target, make_batch(), torch.Generator().manual_seed(0))
+            out = compute_loss_and_metrics(
+                d, target, make_batch(), torch.Generator().manual_seed(0)
+            )
             out.loss.backward()
             grads.append([p.grad.clone() for p in d.parameters()])
         for a, b in zip(*grads):
@@ -112,7 +125,8 @@ def test_bundled_tiny_target():
     batch = make_batch(t=24)
     out = compute_loss_and_metrics(drafter, target, batch, torch.Generator().manual_seed(0))
     # Row 1 has only 6 supervised tokens, fewer than B-1 = 7: no block fits there.
-    assert out.metrics.n_blocks == 4 and torch.isfinite(out.loss)
+    assert out.metrics.n_blocks == 4
+    assert torch.isfinite(out.loss)
     prompt = batch["input_ids"][0, :6]
     ids = prompt.tolist()
     with torch.no_grad():

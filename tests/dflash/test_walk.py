@@ -39,9 +39,13 @@ def test_walks_add_and_render_the_log_fields():
     a = walk_accepted([0, 1, 0, 0], 5, 3)
     b = walk_accepted([2, 0, 0], 4, 3)
     s = a + b
-    assert s.tokens == a.tokens + b.tokens and s.steps == a.steps + b.steps
-    assert s.to_log_dict() == {"walk_tokens": s.tokens, "walk_steps": s.steps,
-                               "walk_hist": [x + y for x, y in zip(a.hist, b.hist)]}
+    assert s.tokens == a.tokens + b.tokens
+    assert s.steps == a.steps + b.steps
+    assert s.to_log_dict() == {
+        "walk_tokens": s.tokens,
+        "walk_steps": s.steps,
+        "walk_hist": [x + y for x, y in zip(a.hist, b.hist)],
+    }
     assert sum(s.hist) == s.steps
     assert sum((k + 1) * c for k, c in enumerate(s.hist)) == s.tokens
     assert WalkResult(3).tau != WalkResult(3).tau  # NaN before any step
@@ -56,16 +60,17 @@ def bundled():
     full = max(n - int(data.response_starts[i]) for i, n in enumerate(data.lengths))
     rows = [i for i in range(len(data)) if data.lengths[i] - int(data.response_starts[i]) == full]
     batch = collate([data[i] for i in rows[:4]], data.pad_token_id)
-    cfg = DFlashConfig.for_target(target.config, block_size=8, num_draft_layers=1,
-                                  num_anchors=32)
+    cfg = DFlashConfig.for_target(target.config, block_size=8, num_draft_layers=1, num_anchors=32)
     torch.manual_seed(0)
     drafter = DFlashDraftModel(cfg)
-    feats = target.forward(batch["input_ids"], cfg.target_layer_ids, batch["attention_mask"],
-                           logits=False).features
+    feats = target.forward(
+        batch["input_ids"], cfg.target_layer_ids, batch["attention_mask"], logits=False
+    ).features
     opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
     for i in range(25):  # partly trained: a spread of acceptance lengths
-        out = compute_loss_and_metrics(drafter, target, batch, torch.Generator().manual_seed(i),
-                                       features=feats)
+        out = compute_loss_and_metrics(
+            drafter, target, batch, torch.Generator().manual_seed(i), features=feats
+        )
         opt.zero_grad()
         out.loss.backward()
         opt.step()
@@ -93,7 +98,8 @@ def test_walk_of_the_first_rows_only(bundled):
     target, drafter, batch, feats, full = bundled
     one = walk_batch(drafter, target, batch, feats, max_seqs=1)
     two = walk_batch(drafter, target, batch, feats, max_seqs=2)
-    assert one.tokens == full - 1 and two.tokens == 2 * (full - 1)
+    assert one.tokens == full - 1
+    assert two.tokens == 2 * (full - 1)
     first = {k: v[:1] for k, v in batch.items()}
     assert walk_batch(drafter, target, first, feats[:1]).hist == one.hist
 

@@ -32,22 +32,51 @@ def original_analysis(per_window: int = 50, legacy: bool = True) -> list[dict]:
     records: list[dict] = []
     if legacy:
         for step in range(14000, 15000, 10):
-            records.append({"step": step, "time": 1.7e9 + step, "epoch": step / 5000,
-                            "loss": 1.57, "acc": 0.149, "lr": 2.4e-4})
-    records.append({"event": "run_start", "schema": 1, "script": "pipeline",
-                    "schedule": {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 37500,
-                                 "total_steps": 937500, "min_lr": 6e-5},
-                    "block_size": 16, "steps_per_epoch": 5000, "world_size": 1,
-                    "resumed_from": {"path": "ckpt/step_15000", "step": 15000}})
+            records.append(
+                {
+                    "step": step,
+                    "time": 1.7e9 + step,
+                    "epoch": step / 5000,
+                    "loss": 1.57,
+                    "acc": 0.149,
+                    "lr": 2.4e-4,
+                }
+            )
+    records.append(
+        {
+            "event": "run_start",
+            "schema": 1,
+            "script": "pipeline",
+            "schedule": {
+                "kind": "cosine",
+                "peak_lr": 6e-4,
+                "warmup_steps": 37500,
+                "total_steps": 937500,
+                "min_lr": 6e-5,
+            },
+            "block_size": 16,
+            "steps_per_epoch": 5000,
+            "world_size": 1,
+            "resumed_from": {"path": "ckpt/step_15000", "step": 15000},
+        }
+    )
     step = 15000
     for w, mean in enumerate(ORIGINAL_MEANS):
         for i in range(per_window):
             d = 0.01 * (1 + (i // 2) % 3) * (1 if i % 2 == 0 else -1)
             n_pred = 50000 + 1000 * (i // 2)
-            records.append({
-                "step": step, "time": 1.7e9 + 15000 + 4.1 * (step - 15000), "epoch": step / 5000,
-                "loss": 3.11 - 0.01 * w, "acc": mean + d, "lr": 2.43e-4 * step / 15349,
-                "tok_per_sec": 16000.0, "n_tokens": 65536, "n_pred": n_pred,
-            })
+            records.append(
+                {
+                    "step": step,
+                    "time": 1.7e9 + 15000 + 4.1 * (step - 15000),
+                    "epoch": step / 5000,
+                    "loss": 3.11 - 0.01 * w,
+                    "acc": mean + d,
+                    "lr": 2.43e-4 * step / 15349,
+                    "tok_per_sec": 16000.0,
+                    "n_tokens": 65536,
+                    "n_pred": n_pred,
+                }
+            )
             step += 1
     return records

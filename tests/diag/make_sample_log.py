@@ -81,21 +81,49 @@ def generate(seed: int = 0, *, pipeline_steps: int = 1_000, torn: bool = True) -
         t += 25 * 0.93
         acc = max(0.0, learned_acc(step) + rng.gauss(0, 0.006))  # an accuracy is never negative
         loss = 0.5 * (4.8 - 9.7 * learned_acc(step)) + rng.gauss(0, 0.02)
-        lines.append(_dump({"step": step, "time": round(t, 3), "epoch": round(step / 5000, 4),
-                            "loss": round(loss, 4), "acc": round(acc, 4), "lr": schedule_lr(step)}))
-    lines.append(_dump({"event": "checkpoint", "step": SWITCH_STEP,
-                        "path": "checkpoints/sync/step_015000"}))
+        lines.append(
+            _dump(
+                {
+                    "step": step,
+                    "time": round(t, 3),
+                    "epoch": round(step / 5000, 4),
+                    "loss": round(loss, 4),
+                    "acc": round(acc, 4),
+                    "lr": schedule_lr(step),
+                }
+            )
+        )
+    lines.append(
+        _dump({"event": "checkpoint", "step": SWITCH_STEP, "path": "checkpoints/sync/step_015000"})
+    )
 
     def header(resumed_step: int, path: str) -> str:
-        return _dump({
-            "event": "run_start", "schema": 1, "script": "pipeline", "time": round(t, 3),
-            "config": {"token_budget": 65536, "grad_accum": 4, "block_size": BLOCK,
-                       "num_anchors": 512, "target": "bundled-tiny-qwen3"},
-            "schedule": {"kind": "cosine", "peak_lr": PEAK_LR, "warmup_steps": WARMUP,
-                         "total_steps": TOTAL, "min_lr": MIN_LR},
-            "block_size": BLOCK, "steps_per_epoch": 5000, "world_size": 1,
-            "resumed_from": {"path": path, "step": resumed_step},
-        })
+        return _dump(
+            {
+                "event": "run_start",
+                "schema": 1,
+                "script": "pipeline",
+                "time": round(t, 3),
+                "config": {
+                    "token_budget": 65536,
+                    "grad_accum": 4,
+                    "block_size": BLOCK,
+                    "num_anchors": 512,
+                    "target": "bundled-tiny-qwen3",
+                },
+                "schedule": {
+                    "kind": "cosine",
+                    "peak_lr": PEAK_LR,
+                    "warmup_steps": WARMUP,
+                    "total_steps": TOTAL,
+                    "min_lr": MIN_LR,
+                },
+                "block_size": BLOCK,
+                "steps_per_epoch": 5000,
+                "world_size": 1,
+                "resumed_from": {"path": path, "step": resumed_step},
+            }
+        )
 
     def pipeline_record(step: int) -> dict:
         acc_true = learned_acc(step)
@@ -104,11 +132,19 @@ def generate(seed: int = 0, *, pipeline_steps: int = 1_000, torn: bool = True) -
         acc_pos, accept_pos = position_metrics(acc, rng)
         tok_per_sec = 16_000 + rng.gauss(0, 400)
         return {
-            "step": step, "time": round(t, 3), "epoch": round(step / 5000, 4),
-            "loss": round(4.8 - 9.7 * acc_true + rng.gauss(0, 0.04), 4), "acc": round(acc, 4),
-            "lr": schedule_lr(step), "tok_per_sec": round(tok_per_sec, 1), "n_tokens": 65536,
-            "n_blocks": n_pred // (BLOCK - 1), "n_pred": n_pred, "acc_pos": acc_pos,
-            "accept_pos": accept_pos, "tau_train": round(1 + sum(accept_pos), 4),
+            "step": step,
+            "time": round(t, 3),
+            "epoch": round(step / 5000, 4),
+            "loss": round(4.8 - 9.7 * acc_true + rng.gauss(0, 0.04), 4),
+            "acc": round(acc, 4),
+            "lr": schedule_lr(step),
+            "tok_per_sec": round(tok_per_sec, 1),
+            "n_tokens": 65536,
+            "n_blocks": n_pred // (BLOCK - 1),
+            "n_pred": n_pred,
+            "acc_pos": acc_pos,
+            "accept_pos": accept_pos,
+            "tau_train": round(1 + sum(accept_pos), 4),
             "grad_norm": round(abs(rng.gauss(0.9, 0.15)), 4),
             "stage_busy": {"loader": 0.21, "target": 0.97, "draft": 0.88, "optim": 0.05},
             "queue_fill": {"batches": 0.4, "hidden": 0.93, "grads": 0.1},
@@ -125,14 +161,32 @@ def generate(seed: int = 0, *, pipeline_steps: int = 1_000, torn: bool = True) -
             record["grad_norm"] = float("nan")  # json writes NaN: the reader must count it
         lines.append(_dump(record))
         if step % 200 == 0:
-            lines.append(_dump({"event": "checkpoint", "step": step,
-                                "path": f"checkpoints/pipeline/step_{step:06d}"}))
+            lines.append(
+                _dump(
+                    {
+                        "event": "checkpoint",
+                        "step": step,
+                        "path": f"checkpoints/pipeline/step_{step:06d}",
+                    }
+                )
+            )
         if step == SWITCH_STEP + 300:
             hist = [0] * (BLOCK + 1)
             for _ in range(128):
                 hist[min(BLOCK, max(1, int(rng.gauss(3.2, 1.3))))] += 1
-            lines.append(_dump({"event": "eval", "step": step, "tau": 3.02, "tau_hist": hist,
-                                "n_prompts": 32, "new_tokens": 4096, "temperature": 0.0}))
+            lines.append(
+                _dump(
+                    {
+                        "event": "eval",
+                        "step": step,
+                        "tau": 3.02,
+                        "tau_hist": hist,
+                        "n_prompts": 32,
+                        "new_tokens": 4096,
+                        "temperature": 0.0,
+                    }
+                )
+            )
         if step == crash_at:
             # The pipeline dies here; the next launch resumes from the step-15600 checkpoint.
             t += 600
@@ -142,8 +196,19 @@ def generate(seed: int = 0, *, pipeline_steps: int = 1_000, torn: bool = True) -
     hist = [0] * (BLOCK + 1)
     for _ in range(128):
         hist[min(BLOCK, max(1, int(rng.gauss(3.4, 1.3))))] += 1
-    lines.append(_dump({"event": "eval", "step": step, "tau": 3.41, "tau_hist": hist,
-                        "n_prompts": 32, "new_tokens": 4096, "temperature": 0.0}))
+    lines.append(
+        _dump(
+            {
+                "event": "eval",
+                "step": step,
+                "tau": 3.41,
+                "tau_hist": hist,
+                "n_prompts": 32,
+                "new_tokens": 4096,
+                "temperature": 0.0,
+            }
+        )
+    )
     text = "\n".join(lines) + "\n"
     if torn:
         t += 2 * 65536 / 16_000

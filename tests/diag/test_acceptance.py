@@ -23,9 +23,14 @@ def test_estimator_formulas():
 
 
 def _rows(acc_pos=None, accept_pos=None, n_blocks=None):
-    return pl.DataFrame({"acc_pos": acc_pos, "accept_pos": accept_pos, "n_blocks": n_blocks},
-                        schema={"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64),
-                                "n_blocks": pl.Float64})
+    return pl.DataFrame(
+        {"acc_pos": acc_pos, "accept_pos": accept_pos, "n_blocks": n_blocks},
+        schema={
+            "acc_pos": pl.List(pl.Float64),
+            "accept_pos": pl.List(pl.Float64),
+            "n_blocks": pl.Float64,
+        },
+    )
 
 
 def test_position_means_are_block_weighted():
@@ -51,11 +56,23 @@ def test_linear_only_progress_is_acc_over_target():
 def test_best_estimator_and_errors_against_measured():
     rows = _rows(acc_pos=[[0.5, 0.5]], accept_pos=[[0.5, 0.4]])
     result = estimate_acceptance(
-        0.5, "w", rows, [_eval(90, 1.5), _eval(100, 1.8), _eval(200, 9.0)],
-        AcceptanceConfig(block_size=3), up_to_step=150,
+        0.5,
+        "w",
+        rows,
+        [_eval(90, 1.5), _eval(100, 1.8), _eval(200, 9.0)],
+        AcceptanceConfig(block_size=3),
+        up_to_step=150,
     )
-    assert [e.name for e in result.estimates] == ["measured", "harmonic", "chain", "linear", "prefix"]
-    assert result.estimator == "measured" and result.tau == 1.8 and result.measured_step == 100
+    assert [e.name for e in result.estimates] == [
+        "measured",
+        "harmonic",
+        "chain",
+        "linear",
+        "prefix",
+    ]
+    assert result.estimator == "measured"
+    assert result.tau == 1.8
+    assert result.measured_step == 100
     assert result.measured_age == 50
     errors = {e.name: e.error for e in result.estimates}
     assert errors["measured"] is None
@@ -69,24 +86,32 @@ def test_best_estimator_and_errors_against_measured():
 
 def test_tau_train_is_the_upper_view_never_primary_and_header_block_size():
     rows = _rows(accept_pos=[[0.5, 0.4]])
-    result = estimate_acceptance(0.2, "w", rows, [], AcceptanceConfig(), header_block_size=8,
-                                 tau_train=2.5)
+    result = estimate_acceptance(
+        0.2, "w", rows, [], AcceptanceConfig(), header_block_size=8, tau_train=2.5
+    )
     assert result.estimator == "harmonic"
     assert [e.name for e in result.estimates] == ["harmonic", "linear", "prefix"]
     prefix = result.estimates[-1]
-    assert prefix.tau == 2.5 and prefix.upper_view and "upper view" in prefix.basis
+    assert prefix.tau == 2.5
+    assert prefix.upper_view
+    assert "upper view" in prefix.basis
     assert (result.block_size, result.block_size_source) == (8, "header")
     # tau_train alone (no accuracy, no lists): no primary estimate at all
     alone = estimate_acceptance(None, "w", _rows(), [], AcceptanceConfig(), tau_train=6.0)
-    assert alone.estimator is None and alone.tau is None and [e.name for e in alone.estimates] == ["prefix"]
+    assert alone.estimator is None
+    assert alone.tau is None
+    assert [e.name for e in alone.estimates] == ["prefix"]
 
 
 def test_target_tau_sets_target_acc_through_linear_inverse_only_under_linear():
     result = estimate_acceptance(0.2, "w", _rows(), [], AcceptanceConfig(target_tau=4.0))
     assert result.target_acc == pytest.approx(0.2)
     assert result.progress == pytest.approx(1.0)
-    measured = estimate_acceptance(0.2, "w", _rows(), [_eval(10, 2.5)], AcceptanceConfig(target_tau=4.0))
-    assert measured.target_kind == "tau" and measured.target_acc is None
+    measured = estimate_acceptance(
+        0.2, "w", _rows(), [_eval(10, 2.5)], AcceptanceConfig(target_tau=4.0)
+    )
+    assert measured.target_kind == "tau"
+    assert measured.target_acc is None
     assert measured.progress == pytest.approx(1.5 / 3.0)
 
 
@@ -94,7 +119,8 @@ def test_accuracy_target_stays_in_accuracy_units():
     # The issue's complaint: acc 0.51 with a measured tau 2.02 read "progress 25%" and
     # "target unreachable". In accuracy units it is 0.51 / 0.27, whatever the estimator.
     result = estimate_acceptance(0.5145, "w", _rows(), [_eval(10, 2.02)], AcceptanceConfig())
-    assert result.target_kind == "acc" and result.target_acc == 0.27
+    assert result.target_kind == "acc"
+    assert result.target_acc == 0.27
     assert result.progress == pytest.approx(0.5145 / 0.27)
     assert result.target_tau is None  # never converted through the linear formula here
     linear = estimate_acceptance(0.1766, "w", _rows(), [], AcceptanceConfig())
@@ -105,9 +131,12 @@ def test_mismatch_warning_high_accuracy_low_measured_tau():
     leaky = _rows(accept_pos=[[0.95] * 15])
     result = estimate_acceptance(0.95, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig())
     assert result.tau == 1.1
-    assert result.warnings and "mismatch" in result.warnings[0]
+    assert result.warnings
+    assert "mismatch" in result.warnings[0]
     # without walk or harmonic estimates there is nothing trustworthy to compare with
-    assert estimate_acceptance(0.95, "w", _rows(), [_eval(10, 1.1)], AcceptanceConfig()).warnings == []
+    assert (
+        estimate_acceptance(0.95, "w", _rows(), [_eval(10, 1.1)], AcceptanceConfig()).warnings == []
+    )
 
 
 def test_config_validation():
@@ -120,32 +149,36 @@ def test_mismatch_is_judged_against_walk_else_harmonic_not_the_upward_biased_pre
     # A healthy run of the bundled pipeline: tau_train (uniform anchors) and the linear formula
     # read far above the measured tau, the harmonic estimate close to it: no alarm.
     healthy = _rows(acc_pos=[[0.6, 0.45, 0.35, 0.3]], accept_pos=[[0.6, 0.5, 0.45, 0.42]])
-    result = estimate_acceptance(0.5, "w", healthy, [_eval(10, 1.6)], AcceptanceConfig(block_size=5),
-                                 tau_train=2.97)
+    result = estimate_acceptance(
+        0.5, "w", healthy, [_eval(10, 1.6)], AcceptanceConfig(block_size=5), tau_train=2.97
+    )
     assert [e.name for e in result.estimates][:2] == ["measured", "harmonic"]
     assert result.estimates[-1].name == "prefix"
     assert result.warnings == []
     # A label-shift or anchor-leak drafter: near-perfect per position in training, tau ~1 served.
     leaky = _rows(acc_pos=[[0.97, 0.96, 0.95, 0.95]], accept_pos=[[0.97, 0.94, 0.9, 0.87]])
     result = estimate_acceptance(0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5))
-    assert result.warnings and "harmonic" in result.warnings[0]
+    assert result.warnings
+    assert "harmonic" in result.warnings[0]
     # the walked tau, where logged, is the one compared
-    walked = estimate_acceptance(0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5),
-                                 tau_walk=3.5)
-    assert walked.warnings and "(walk)" in walked.warnings[0]
+    walked = estimate_acceptance(
+        0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5), tau_walk=3.5
+    )
+    assert walked.warnings
+    assert "(walk)" in walked.warnings[0]
 
 
 def test_only_the_first_b_minus_1_positions_count_toward_tau():
     """A block of B tokens drafts B - 1 positions: a longer list's tail (a bug in a logger, a
     hostile log) must not change the chain, harmonic or prefix estimates."""
     exact = _rows(acc_pos=[[0.9, 0.8, 0.7]], accept_pos=[[0.9, 0.7, 0.5]])
-    longer = _rows(acc_pos=[[0.9, 0.8, 0.7, 1.0, 1.0, 1.0]],
-                   accept_pos=[[0.9, 0.7, 0.5, 0.5, 0.5]])
+    longer = _rows(acc_pos=[[0.9, 0.8, 0.7, 1.0, 1.0, 1.0]], accept_pos=[[0.9, 0.7, 0.5, 0.5, 0.5]])
     config = AcceptanceConfig(block_size=4)
     want = estimate_acceptance(0.8, "w", exact, [], config)
     got = estimate_acceptance(0.8, "w", longer, [], config)
     assert {e.name: e.tau for e in got.estimates} == pytest.approx(
-        {e.name: e.tau for e in want.estimates})
+        {e.name: e.tau for e in want.estimates}
+    )
     assert mean_positions(longer, "acc_pos", 3) == pytest.approx([0.9, 0.8, 0.7])
 
 
@@ -159,8 +192,12 @@ def test_per_window_chain_series_uses_b_minus_1_positions(tmp_path):
 
     def log(extra):
         lines = [json.dumps({"event": "run_start", "block_size": 4})]
-        lines += [json.dumps({"step": s, "loss": 3 - s / 100, "acc": 0.5,
-                              "acc_pos": [0.9, 0.8, 0.7] + extra}) for s in range(1, 201)]
+        lines += [
+            json.dumps(
+                {"step": s, "loss": 3 - s / 100, "acc": 0.5, "acc_pos": [0.9, 0.8, 0.7, *extra]}
+            )
+            for s in range(1, 201)
+        ]
         path = tmp_path / f"log{len(extra)}.jsonl"
         path.write_text("\n".join(lines) + "\n")
         config = DiagnosisConfig(acceptance=AcceptanceConfig(block_size=4, target_tau=3.0))

@@ -30,7 +30,10 @@ def same(path: Path, **kwargs) -> None:
     assert cached.metrics.equals(plain.metrics)
     assert cached.events == plain.events
     assert cached.issues == plain.issues
-    assert (cached.next_line_no, cached.consumed_bytes) == (plain.next_line_no, plain.consumed_bytes)
+    assert (cached.next_line_no, cached.consumed_bytes) == (
+        plain.next_line_no,
+        plain.consumed_bytes,
+    )
     assert cached.lists_pending == plain.lists_pending
 
 
@@ -62,7 +65,8 @@ def test_appends_reuse_and_extend_the_entry(log, monkeypatch):
     real = cache.join_sequential
     monkeypatch.setattr(cache, "join_sequential", lambda parts: parsed.append(parts) or real(parts))
     same(path)
-    assert parsed and parsed[0][1].issues.lines == 30  # only the new lines were parsed
+    assert parsed
+    assert parsed[0][1].issues.lines == 30
     same(path)  # an exact hit
 
 
@@ -73,7 +77,7 @@ def test_many_growths_add_segments_then_compact(log):
     same(path)
     for i in range(12):  # each growth adds one segment of new rows; the ninth writes one again
         with path.open("ab") as out:
-            out.writelines(lines[-40 + 3 * i:-40 + 3 * i + 3])
+            out.writelines(lines[-40 + 3 * i : -40 + 3 * i + 3])
         same(path)
         frames = json.loads(entries()[0].read_text())["frames"]
         assert len(frames) == (i + 2 if i < 7 else (i - 7) % 8 + 1)
@@ -92,8 +96,9 @@ def test_a_torn_line_completed_later(log):
 
 def test_an_unterminated_valid_record_is_not_cached_as_complete(tmp_path):
     path = tmp_path / "train.jsonl"
-    records = b"".join(json.dumps({"step": s, "loss": 2.0, "acc": 0.1}).encode() + b"\n"
-                       for s in range(1, 200))
+    records = b"".join(
+        json.dumps({"step": s, "loss": 2.0, "acc": 0.1}).encode() + b"\n" for s in range(1, 200)
+    )
     path.write_bytes(records + b'{"step": 200, "loss": 1.0}')
     same(path)
     with path.open("ab") as out:
@@ -108,7 +113,9 @@ def test_truncation_and_rewrites_in_place_are_misses(log):
     same(path)
     # rewritten in place to the very same size: one digit changed in the middle of the file
     middle = data.find(b'"loss": ', len(data) // 2) + len(b'"loss": ')
-    changed = data[:middle] + (b"7" if data[middle:middle + 1] != b"7" else b"8") + data[middle + 1:]
+    changed = (
+        data[:middle] + (b"7" if data[middle : middle + 1] != b"7" else b"8") + data[middle + 1 :]
+    )
     path.write_bytes(data)
     same(path)
     stat = path.stat()
@@ -119,7 +126,7 @@ def test_truncation_and_rewrites_in_place_are_misses(log):
     same(path)
     # rewritten in place and grown (the same inode): the first block's hash differs
     head = data.find(b'"loss": ') + len(b'"loss": ')
-    rewritten = data[:head] + (b"7" if data[head:head + 1] != b"7" else b"8") + data[head + 1:]
+    rewritten = data[:head] + (b"7" if data[head : head + 1] != b"7" else b"8") + data[head + 1 :]
     with path.open("r+b") as out:
         out.write(rewritten + data.splitlines(keepends=True)[-1])
     same(path)

@@ -18,15 +18,52 @@ from .make_sample_log import generate
 runner = CliRunner()
 
 # The original contract's keys keep their names; issues 9 and 18 added the others (docs/diagnostics.md).
-JSON_KEYS = {"format_version", "windows", "lr", "acceptance", "verdict", "restarts", "skipped_lines", "nonfinite",
-             "restart_details", "alerts", "drafter", "window", "forecast"}
+JSON_KEYS = {
+    "format_version",
+    "windows",
+    "lr",
+    "acceptance",
+    "verdict",
+    "restarts",
+    "skipped_lines",
+    "nonfinite",
+    "restart_details",
+    "alerts",
+    "drafter",
+    "window",
+    "forecast",
+}
 WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend", "loss_delta", "loss_trend"}
 LR_KEYS = {"current", "peak", "peak_source", "fraction_of_peak", "phase"}
-ACCEPTANCE_KEYS = {"acc", "tau", "estimator", "block_size", "target_acc", "target_tau", "progress",
-                   "baseline_tau", "target_kind", "baseline_source", "measured_step",
-                   "measured_age_steps", "estimates", "calibration", "warnings"}
-VERDICT_KEYS = {"status", "slope_per_1k_steps", "p_value", "eta_steps", "eta_hours", "eta_reason",
-                "reason", "n_windows", "best_step", "validation"}
+ACCEPTANCE_KEYS = {
+    "acc",
+    "tau",
+    "estimator",
+    "block_size",
+    "target_acc",
+    "target_tau",
+    "progress",
+    "baseline_tau",
+    "target_kind",
+    "baseline_source",
+    "measured_step",
+    "measured_age_steps",
+    "estimates",
+    "calibration",
+    "warnings",
+}
+VERDICT_KEYS = {
+    "status",
+    "slope_per_1k_steps",
+    "p_value",
+    "eta_steps",
+    "eta_hours",
+    "eta_reason",
+    "reason",
+    "n_windows",
+    "best_step",
+    "validation",
+}
 ESTIMATE_KEYS = {"name", "tau", "basis", "error", "se", "upper_view", "held_back"}
 
 
@@ -51,7 +88,9 @@ def test_json_contract_keys_exactly(sample):
     assert set(data["acceptance"]) == ACCEPTANCE_KEYS
     assert set(data["verdict"]) == VERDICT_KEYS
     assert all(set(e) == ESTIMATE_KEYS for e in data["acceptance"]["estimates"])
-    assert data["restart_details"] == [{"step": 15602, "after": data["restart_details"][0]["after"]}]
+    assert data["restart_details"] == [
+        {"step": 15602, "after": data["restart_details"][0]["after"]}
+    ]
     assert data["restart_details"][0]["after"] > 15602
     assert data["windows"][0]["trend"] is None
     assert {w["trend"] for w in data["windows"][1:]} <= {"up", "down", "flat"}
@@ -59,7 +98,8 @@ def test_json_contract_keys_exactly(sample):
     assert data["skipped_lines"] == 0  # the torn last line is not a skipped line
     assert data["nonfinite"] == 1  # the NaN grad_norm
     assert data["acceptance"]["estimator"] == "measured"
-    assert data["lr"]["peak_source"] == "header" and data["lr"]["phase"] == "warmup"
+    assert data["lr"]["peak_source"] == "header"
+    assert data["lr"]["phase"] == "warmup"
     assert data["verdict"]["status"] in {"converging", "plateau", "diverging", "not enough data"}
 
 
@@ -67,7 +107,8 @@ def test_plain_text_when_not_a_terminal(sample):
     result = invoke(sample)
     assert result.exit_code == 0
     out = result.stdout
-    assert "\x1b" not in out and "╭" not in out  # no colour, no box drawing
+    assert "\x1b" not in out
+    assert "╭" not in out
     for label in ("steps", "schedule", "acceptance", "verdict", "restarts", "nonfinite"):
         assert label in out
     assert "15602 (after 15740)" in out
@@ -76,13 +117,16 @@ def test_plain_text_when_not_a_terminal(sample):
 def test_rich_format_renders_table_and_panel(sample):
     result = invoke(sample, "--format", "rich")
     assert result.exit_code == 0
-    assert "summary" in result.stdout and "verdict" in result.stdout
+    assert "summary" in result.stdout
+    assert "verdict" in result.stdout
 
 
 def test_markdown_and_csv(tmp_path):
     log = write(tmp_path / "a.jsonl", original_analysis())
     md = invoke(log, "--format", "markdown")
-    assert md.exit_code == 0 and "| steps |" in md.stdout and "| 15000-15049 | 50 |" in md.stdout
+    assert md.exit_code == 0
+    assert "| steps |" in md.stdout
+    assert "| 15000-15049 | 50 |" in md.stdout
     out = invoke(log, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
     assert [float(r["acc"]) for r in rows] == pytest.approx(ORIGINAL_MEANS)
@@ -91,10 +135,24 @@ def test_markdown_and_csv(tmp_path):
 
 def test_options_reach_the_analysis(tmp_path):
     log = write(tmp_path / "a.jsonl", original_analysis())
-    data = json.loads(invoke(log, "-f", "json", "--window", "100", "--from-step", "15100",
-                             "--target-tau", "6", "--block-size", "11").stdout)
+    data = json.loads(
+        invoke(
+            log,
+            "-f",
+            "json",
+            "--window",
+            "100",
+            "--from-step",
+            "15100",
+            "--target-tau",
+            "6",
+            "--block-size",
+            "11",
+        ).stdout
+    )
     assert [w["start"] for w in data["windows"]] == [15100, 15200, 15300]
-    assert data["acceptance"]["block_size"] == 11 and data["acceptance"]["target_tau"] == 6
+    assert data["acceptance"]["block_size"] == 11
+    assert data["acceptance"]["target_tau"] == 6
     every = json.loads(invoke(log, "-f", "json", "--phase", "all").stdout)
     assert every["windows"][0]["start"] == 14000
 
@@ -106,7 +164,9 @@ def test_fail_on_exit_codes(tmp_path):
     log = write(tmp_path / "b.jsonl", falling)
     result = invoke(log, "--fail-on", "diverging", "-f", "json")
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["verdict"]["status"] == "diverging"  # the report is still printed
+    assert (
+        json.loads(result.stdout)["verdict"]["status"] == "diverging"
+    )  # the report is still printed
     assert invoke(log, "--fail-on", "plateau").exit_code == 0
 
 
@@ -130,7 +190,8 @@ def test_input_errors_exit_2_with_one_line(tmp_path, content, args, message):
     result = invoke(path, *args)
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -145,15 +206,26 @@ def test_stdin_and_gz(tmp_path):
 
 
 def test_field_mapping_reads_another_trainers_log(tmp_path):
-    records = [{"global_step": s, "train/acc": 0.1 + 0.001 * s, "train/loss": 2.0} for s in range(200)]
+    records = [
+        {"global_step": s, "train/acc": 0.1 + 0.001 * s, "train/loss": 2.0} for s in range(200)
+    ]
     log = write(tmp_path / "other.jsonl", records)
     # No flags: train/acc and train/loss are in the alias table (anyone's names: no preset is
     # detected from them) and the reader takes global_step as the step; said on stderr.
     detected = invoke(log)
     assert detected.exit_code == 0, detected.output
     assert "read as JSONL, no preset" in detected.stderr
-    result = invoke(log, "-f", "json", "--field", "step=global_step", "--field", "acc=train/acc",
-                    "--field", "loss=train/loss")
+    result = invoke(
+        log,
+        "-f",
+        "json",
+        "--field",
+        "step=global_step",
+        "--field",
+        "acc=train/acc",
+        "--field",
+        "loss=train/loss",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["verdict"]["status"] == "not enough data"  # 4 windows
@@ -213,7 +285,7 @@ def test_markdown_continuations_are_sub_items(sample):
     top-level bullets of their own nor a nested list opened by the '*'."""
     md = invoke(sample, "--format", "markdown").stdout.splitlines()
     first = next(i for i, line in enumerate(md) if line.startswith("- **acceptance**: "))
-    subs = md[first + 1:first + 4]
+    subs = md[first + 1 : first + 4]
     assert all(line.startswith("  - ") for line in subs), subs
     assert any(line.startswith("  - \\* measured") for line in subs), subs
     assert not any(line.startswith("-   ") for line in md)
@@ -222,24 +294,40 @@ def test_markdown_continuations_are_sub_items(sample):
 def test_a_run_past_its_schedules_end_says_so(tmp_path):
     """A resume that continued a 4-step schedule to step 8: 'past the schedule's end (step 4)',
     not '200% of the run'."""
-    head = {"event": "run_start", "schema": 1, "script": "pipeline", "block_size": 16,
-            "schedule": {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 1, "total_steps": 4,
-                         "min_lr": 6e-5}}
-    records = [head] + [{"step": s, "loss": 9.0, "acc": 0.0, "lr": 6e-5, "tok_per_sec": 1e3}
-                        for s in range(5, 9)]
-    text = " ".join(invoke(write(tmp_path / "past.jsonl", records), "-w", "1", "-f", "text").stdout.split())
+    head = {
+        "event": "run_start",
+        "schema": 1,
+        "script": "pipeline",
+        "block_size": 16,
+        "schedule": {
+            "kind": "cosine",
+            "peak_lr": 6e-4,
+            "warmup_steps": 1,
+            "total_steps": 4,
+            "min_lr": 6e-5,
+        },
+    }
+    records = [head] + [
+        {"step": s, "loss": 9.0, "acc": 0.0, "lr": 6e-5, "tok_per_sec": 1e3} for s in range(5, 9)
+    ]
+    text = " ".join(
+        invoke(write(tmp_path / "past.jsonl", records), "-w", "1", "-f", "text").stdout.split()
+    )
     assert "past the schedule's end (step 4)" in text and "200%" not in text, text
 
 
-SAMPLE_LOG = __import__("pathlib").Path(__file__).resolve().parents[2] / "sample_logs" / "train.jsonl"
+SAMPLE_LOG = (
+    __import__("pathlib").Path(__file__).resolve().parents[2] / "sample_logs" / "train.jsonl"
+)
 
 
 @pytest.mark.parametrize("fmt", ["text", "rich"])
 @pytest.mark.parametrize("columns", range(60, 121, 4))
 def test_wrapping_keeps_a_comparison_whole(fmt, columns):
     """'p = 0.0242' and '(< 0.05)' never break across lines, plain or rich, at any width."""
-    result = runner.invoke(app, ["converge", str(SAMPLE_LOG), "-f", fmt],
-                           env={"COLUMNS": str(columns)})
+    result = runner.invoke(
+        app, ["converge", str(SAMPLE_LOG), "-f", fmt], env={"COLUMNS": str(columns)}
+    )
     assert result.exit_code == 0, result.output
     lines = [line.strip(" │") for line in result.stdout.splitlines()]
     for line in lines:
@@ -253,18 +341,20 @@ def test_wrapping_keeps_a_comparison_whole(fmt, columns):
 def test_rich_continuations_stay_under_the_estimator_column(columns):
     """In the rich summary a wrapped estimator line continues under the estimator names (as in
     plain text), not at the edge of the value column."""
-    result = runner.invoke(app, ["converge", str(SAMPLE_LOG), "-f", "rich"],
-                           env={"COLUMNS": str(columns)})
+    result = runner.invoke(
+        app, ["converge", str(SAMPLE_LOG), "-f", "rich"], env={"COLUMNS": str(columns)}
+    )
     lines = [line.rstrip(" │") for line in result.stdout.splitlines()]
     walk = next(i for i, line in enumerate(lines) if "  walk  " in line)
     column = lines[walk].index("walk")
-    following = lines[walk + 1:]
+    following = lines[walk + 1 :]
     end = next(i for i, line in enumerate(following) if "calibration" in line or "target" in line)
     for line in following[:end]:  # estimator lines, their continuations, the ranking note
         assert len(line) - len(line.lstrip(" │")) >= column - 2, (columns, line)
         body = line.lstrip(" │")
         assert body.startswith(("harmonic", "chain", "linear", "prefix", "(* primary")) or (
-            line.index(body) == column), (columns, line)
+            line.index(body) == column
+        ), (columns, line)
     assert all(len(line) <= columns for line in result.stdout.splitlines())
 
 
@@ -277,13 +367,24 @@ def test_one_step_windows_are_labelled_by_their_step(tmp_path, columns):
     text = runner.invoke(app, ["converge", str(path), "-w", "1", "-f", "text"], env=env).stdout
     labels = [line.split()[0] for line in text.splitlines() if line[:1].isdigit()]
     assert labels == ["1", "2", "3", "4", "5"], text
-    markdown = runner.invoke(app, ["converge", str(path), "-w", "2", "-f", "markdown"], env=env).stdout
-    assert "| 5 | 1 |" in markdown and "| 1-2 | 2 |" in markdown and "5-5" not in markdown.split(
-        "**accuracy**")[0], markdown
-    compare = runner.invoke(app, ["compare", str(path), str(path), "-w", "2", "-f", "text"],
-                            env=env).stdout
-    rows = [line.split()[0] for line in compare.splitlines() if line.startswith("  ") and
-            line.split()[0][:1].isdigit()]
+    markdown = runner.invoke(
+        app, ["converge", str(path), "-w", "2", "-f", "markdown"], env=env
+    ).stdout
+    assert (
+        "| 5 | 1 |" in markdown
+        and "| 1-2 | 2 |" in markdown
+        and "5-5" not in markdown.split("**accuracy**")[0]
+    ), markdown
+    compare = runner.invoke(
+        app, ["compare", str(path), str(path), "-w", "2", "-f", "text"], env=env
+    ).stdout
+    rows = [
+        line.split()[0]
+        for line in compare.splitlines()
+        if line.startswith("  ") and line.split()[0][:1].isdigit()
+    ]
     assert rows[-3:] == ["1-2", "3-4", "5"], compare
-    one = runner.invoke(app, ["compare", str(path), str(path), "-w", "1", "-f", "text"], env=env).stdout
+    one = runner.invoke(
+        app, ["compare", str(path), str(path), "-w", "1", "-f", "text"], env=env
+    ).stdout
     assert "two runs, windows of 1 step" in one.splitlines(), one

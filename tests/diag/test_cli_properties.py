@@ -19,18 +19,29 @@ from dflash_diag.cli import app
 from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
 
 runner = CliRunner()
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 CLEAN = b"".join(
-    json.dumps({"step": s, "loss": 3 - s / 50, "acc": s / 100, "lr": 1e-3, "time": float(s)}).encode()
-    + b"\n" for s in range(1, 31))
+    json.dumps(
+        {"step": s, "loss": 3 - s / 50, "acc": s / 100, "lr": 1e-3, "time": float(s)}
+    ).encode()
+    + b"\n"
+    for s in range(1, 31)
+)
 
 
 def ends_cleanly(args):
     result = runner.invoke(app, [*map(str, args)])
     assert result.exception is None or isinstance(result.exception, SystemExit), (
-        args, result.output, result.exception)
+        args,
+        result.output,
+        result.exception,
+    )
     assert "Traceback" not in result.output, args
     assert result.exit_code in (0, 1, 2), (args, result.output)
     return result
@@ -44,7 +55,9 @@ def every_command(path, *options):
 
 # -- arbitrary bytes -------------------------------------------------------------------------------
 
-lines = st.lists(st.one_of(st.binary(max_size=60), st.sampled_from(CLEAN.splitlines())), max_size=12)
+lines = st.lists(
+    st.one_of(st.binary(max_size=60), st.sampled_from(CLEAN.splitlines())), max_size=12
+)
 
 
 @SETTINGS
@@ -63,25 +76,54 @@ numbers = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
 )
 scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=6))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=12)
-FIELDS = ["step", *METRIC_NUMBERS, *METRIC_LISTS, "event", "tau", "schedule", "block_size",
-          "script", "rank", "resumed_from", "config", "steps_per_epoch", "world_size"]
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+FIELDS = [
+    "step",
+    *METRIC_NUMBERS,
+    *METRIC_LISTS,
+    "event",
+    "tau",
+    "schedule",
+    "block_size",
+    "script",
+    "rank",
+    "resumed_from",
+    "config",
+    "steps_per_epoch",
+    "world_size",
+]
 EVENTS = st.sampled_from(["run_start", "eval", "checkpoint", "nonfinite", "stop", "metrics"])
 
 
 @st.composite
 def records(draw):
-    fields = {name: draw(st.one_of(numbers, values))
-              for name in draw(st.lists(st.sampled_from(FIELDS), max_size=6, unique=True))}
+    fields = {
+        name: draw(st.one_of(numbers, values))
+        for name in draw(st.lists(st.sampled_from(FIELDS), max_size=6, unique=True))
+    }
     if draw(st.booleans()):
         fields["event"] = draw(EVENTS)
     text = json.dumps(fields)
     depth = draw(st.sampled_from([0, 0, 1, 50, 500, 1200, 5000]))
     if depth:  # one field nested ``depth`` deep, or the whole line
         inner = "[" * depth + json.dumps(draw(values)) + "]" * depth
-        text = (text[:-1] + (", " if len(text) > 2 else "") + f'"{draw(st.sampled_from(FIELDS))}": '
-                + inner + "}") if draw(st.booleans()) else inner
+        text = (
+            (
+                text[:-1]
+                + (", " if len(text) > 2 else "")
+                + f'"{draw(st.sampled_from(FIELDS))}": '
+                + inner
+                + "}"
+            )
+            if draw(st.booleans())
+            else inner
+        )
     return text.encode()
 
 
@@ -102,16 +144,40 @@ any_value = st.one_of(
     st.text(max_size=6),
     st.sampled_from(["0", "-1", "1", "nan", "inf", "-inf", "1e400", "", "9" * 40]),
 )
-field_map = st.builds(lambda new, old: f"{new}={old}",
-                      st.sampled_from([*FIELDS, "bogus", ""]),
-                      st.sampled_from([*FIELDS, "_line", "x", "", "train/acc"]) | st.text(max_size=4))
+field_map = st.builds(
+    lambda new, old: f"{new}={old}",
+    st.sampled_from([*FIELDS, "bogus", ""]),
+    st.sampled_from([*FIELDS, "_line", "x", "", "train/acc"]) | st.text(max_size=4),
+)
 OPTIONS = {
-    "converge": ["--window", "--from-step", "--to-step", "--threshold", "--loss-threshold",
-                 "--peak-lr", "--block-size", "--target-acc", "--target-tau", "--baseline-tau",
-                 "--alpha", "--rows", "--phase", "--format", "--fail-on"],
+    "converge": [
+        "--window",
+        "--from-step",
+        "--to-step",
+        "--threshold",
+        "--loss-threshold",
+        "--peak-lr",
+        "--block-size",
+        "--target-acc",
+        "--target-tau",
+        "--baseline-tau",
+        "--alpha",
+        "--rows",
+        "--phase",
+        "--format",
+        "--fail-on",
+    ],
     "compare": ["--k", "--window", "--x", "--phase", "--format"],
-    "watch": ["--interval", "--stall", "--window", "--history", "--threshold", "--block-size",
-              "--target-acc", "--phase"],
+    "watch": [
+        "--interval",
+        "--stall",
+        "--window",
+        "--history",
+        "--threshold",
+        "--block-size",
+        "--target-acc",
+        "--phase",
+    ],
 }
 
 
@@ -126,8 +192,12 @@ def command_lines(draw):
     return command, args
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(command_lines())
 def test_any_option_values_end_with_an_exit_code(tmp_path_factory, command_line):
     path = tmp_path_factory.mktemp("options") / "log.jsonl"

@@ -73,17 +73,20 @@ def test_dp2_legacy_boundary_is_explained_as_normalisation():
     assert sync.tokens_per_step_source.startswith("token_budget")
     assert pipe.tokens_per_step == 65536 * 4  # from n_tokens
     assert pipe.tokens_per_step_source == "n_tokens"
-    assert sync.tok_per_sec is None and pipe.tok_per_sec == 16000.0
+    assert sync.tok_per_sec is None
+    assert pipe.tok_per_sec == 16000.0
     # robust trends per 1k steps: the pipeline's loss falls 2 * 1.57 * 1e-4 per step
     assert pipe.loss_trend == pytest.approx(-2 * 1.57 * 0.1, rel=0.15)
-    assert abs(sync.loss_trend) < 0.1 and abs(pipe.acc_trend) < 0.02
+    assert abs(sync.loss_trend) < 0.1
+    assert abs(pipe.acc_trend) < 0.02
 
     (b,) = result.boundaries
     assert b.step == 15000
     assert b.loss_ratio == pytest.approx(2 * 1.57 * (1 - 0.0001 * 25) / 1.57, rel=0.02)
     assert abs(b.acc_delta) < 0.01
     assert b.matched == "dp=2"
-    assert b.n_before == 50 and b.n_after == 50
+    assert b.n_before == 50
+    assert b.n_after == 50
     assert b.explanation.startswith(f"loss x{b.loss_ratio:.2f} at step 15000 matches dp=2")
     assert "not a change in the model" in b.explanation
 
@@ -133,7 +136,8 @@ def test_single_regime_log_has_no_boundary():
     ]
     result = compare_regimes(_frame(rows), [PIPE])
     assert result.split_on is None
-    assert len(result.regimes) == 1 and result.boundaries == []
+    assert len(result.regimes) == 1
+    assert result.boundaries == []
     assert result.regimes[0].name == "pipeline"
 
 
@@ -143,7 +147,8 @@ def test_plain_restart_is_not_a_regime_change():
         {"step": s, "loss": 2.0, "acc": 0.1, "tok_per_sec": 1.0, "run": 1} for s in range(100, 200)
     ]
     result = compare_regimes(_frame(rows), [PIPE, dict(PIPE, resumed_from={"step": 99})])
-    assert result.boundaries == [] and len(result.regimes) == 1
+    assert result.boundaries == []
+    assert len(result.regimes) == 1
 
 
 def test_field_signature_splits_headerless_logs():
@@ -153,9 +158,11 @@ def test_field_signature_splits_headerless_logs():
     assert result.split_on == "fields"
     assert [r.name for r in result.regimes] == ["legacy", "pipeline"]
     (b,) = result.boundaries
-    assert b.step == 100 and b.loss_ratio == pytest.approx(2.0)
+    assert b.step == 100
+    assert b.loss_ratio == pytest.approx(2.0)
     assert b.matched is None  # no header, so no factor can be confirmed ...
-    assert "close to x2" in b.explanation and "no run_start header" in b.explanation
+    assert "close to x2" in b.explanation
+    assert "no run_start header" in b.explanation
     assert "not a change in the model" in b.explanation  # ... but acc did not move
 
     rows = [dict(r, loss=3.0 / 1.4) if r["step"] < 100 else r for r in rows]
@@ -257,15 +264,18 @@ def test_tokens_seen_counts_step_gaps():
 def test_two_runs_align_on_tokens_seen():
     small, big = _run(1000, 400), _run(2000, 200)  # same tokens in total
     by_tokens = align_runs(small, big, x="tokens", window=50, names=("small", "big"))
-    assert by_tokens.x == "tokens" and by_tokens.width == 50 * 1000
+    assert by_tokens.x == "tokens"
+    assert by_tokens.width == 50 * 1000
     assert len(by_tokens.windows) == 8
     for w in by_tokens.windows:
-        assert w.n_a == 50 and w.n_b == 25
+        assert w.n_a == 50
+        assert w.n_b == 25
         assert abs(w.acc_diff) < 0.003  # same curve on the token axis
     by_steps = align_runs(small, big, x="step", window=50)
     first = by_steps.windows[0]
     assert first.acc_diff > 0.002  # the big-batch run is ahead per step
-    assert by_steps.windows[-1].n_b == 0 and by_steps.windows[-1].acc_b is None
+    assert by_steps.windows[-1].n_b == 0
+    assert by_steps.windows[-1].acc_b is None
     assert alignment_json(by_tokens)["runs"] == ["small", "big"]
 
 
@@ -283,7 +293,8 @@ def test_degenerate_loss_ratios_do_not_crash():
     config = CompareConfig()
     for ratio in (0.0, -2.0, math.inf):
         text, matched = explain_boundary(100, ratio, 0.0, [("dp=2", 2.0)], config)
-        assert "not comparable" in text and matched is None
+        assert "not comparable" in text
+        assert matched is None
     text, _ = explain_boundary(100, None, 0.01, [], config)
     assert "not enough finite loss" in text
 
@@ -363,9 +374,13 @@ def test_regime_spanning_two_headers_takes_the_last_header_in_force(tmp_path):
 
     lines = [{"event": "run_start", "script": "sync", "world_size": 1, "token_budget": 4096}]
     lines += [{"step": s, "loss": 1.5 - s / 1e4, "acc": 0.3 + s / 1e5} for s in range(1, 101)]
-    lines.append({"event": "run_start", "script": "pipeline", "world_size": 1, "token_budget": 4096})
+    lines.append(
+        {"event": "run_start", "script": "pipeline", "world_size": 1, "token_budget": 4096}
+    )
     lines += [{"step": s, "loss": 3.0 - s / 1e4, "acc": 0.3 + s / 1e5} for s in range(101, 151)]
-    lines.append({"event": "run_start", "script": "pipeline", "world_size": 2, "token_budget": 8192})
+    lines.append(
+        {"event": "run_start", "script": "pipeline", "world_size": 2, "token_budget": 8192}
+    )
     lines += [{"step": s, "loss": 3.0 - s / 1e4, "acc": 0.3 + s / 1e5} for s in range(151, 301)]
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
@@ -374,11 +389,13 @@ def test_regime_spanning_two_headers_takes_the_last_header_in_force(tmp_path):
     data = json.loads(result.stdout)
     sync, pipeline = data["regimes"]
     assert (pipeline["start_step"], pipeline["end_step"]) == (101, 300)
-    assert pipeline["config"]["world_size"] == 2 and pipeline["config"]["token_budget"] == 8192
+    assert pipeline["config"]["world_size"] == 2
+    assert pipeline["config"]["token_budget"] == 8192
     assert pipeline["tokens_per_step"] == 16384.0  # 8192 x dp 2, from the last header
     assert sync["tokens_per_step"] == 4096.0
     (boundary,) = data["boundaries"]
-    assert boundary["matched"] == "dp=2" and "matches dp=2" in boundary["explanation"]
+    assert boundary["matched"] == "dp=2"
+    assert "matches dp=2" in boundary["explanation"]
 
 
 def test_acc_zero_on_one_side_only_is_an_accuracy_signal(tmp_path):

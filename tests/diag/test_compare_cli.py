@@ -82,10 +82,12 @@ def test_dp2_boundary_json_contract(tmp_path):
     for regime in data["regimes"]:
         for key in ("name", "start_step", "end_step", "n", "tokens_per_step", "tok_per_sec"):
             assert key in regime
-        assert "loss" in regime and "acc" in regime
+        assert "loss" in regime
+        assert "acc" in regime
     sync, pipe = data["regimes"]
     assert (sync["start_step"], sync["end_step"], sync["n"]) == (14800, 14999, 200)
-    assert sync["tokens_per_step"] == 16384 and pipe["tokens_per_step"] == 262144
+    assert sync["tokens_per_step"] == 16384
+    assert pipe["tokens_per_step"] == 262144
     assert pipe["tok_per_sec"] == 16000.0
     (b,) = data["boundaries"]
     assert set(b) >= {"step", "loss_ratio", "acc_delta", "explanation"}
@@ -111,14 +113,16 @@ def test_plain_and_markdown_outputs(tmp_path):
     assert "at step 15000 matches dp=2" in plain.output
     md = runner.invoke(app, ["compare", path, "--format", "markdown"])
     assert md.exit_code == 0
-    assert "| regime | steps |" in md.output and "|---|" in md.output
+    assert "| regime | steps |" in md.output
+    assert "|---|" in md.output
     assert "- loss x" in md.output
 
 
 def test_no_boundary_log(tmp_path):
     path = write_run(tmp_path / "one.jsonl", 1000, 300)
     data = run_json(str(path))
-    assert len(data["regimes"]) == 1 and data["boundaries"] == []
+    assert len(data["regimes"]) == 1
+    assert data["boundaries"] == []
     plain = runner.invoke(app, ["compare", str(path)])
     assert "no regime boundary" in plain.output
 
@@ -128,7 +132,8 @@ def test_two_runs_aligned_by_tokens(tmp_path):
     b = write_run(tmp_path / "big.jsonl", 2000, 200)
     data = run_json(str(a), str(b), "--x", "tokens", "--window", "50")
     alignment = data["alignment"]
-    assert alignment["x"] == "tokens" and alignment["runs"] == ["small.jsonl", "big.jsonl"]
+    assert alignment["x"] == "tokens"
+    assert alignment["runs"] == ["small.jsonl", "big.jsonl"]
     windows = alignment["windows"]
     assert len(windows) == 8
     assert all(w["n_a"] == 50 and w["n_b"] == 25 for w in windows)
@@ -202,7 +207,8 @@ def test_errors_are_one_line_and_exit_2(tmp_path, args, message):
     result = runner.invoke(app, ["compare", *args])
     assert result.exit_code == 2, result.output
     assert message in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
     assert "Traceback" not in result.output
 
 
@@ -220,17 +226,31 @@ def test_two_runs_name_the_run_of_each_boundary_and_note(tmp_path):
     b = write_story(tmp_path / "b.jsonl", seed=2)
     with b.open("a") as f:  # run B crashed and restarted from step 15150
         for s in range(15150, 15170):
-            f.write(json.dumps({"step": s, "time": float(s), "loss": 3.1, "acc": 0.15,
-                                "tok_per_sec": 16000.0, "n_tokens": 262144, "n_pred": 30000}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": s,
+                        "time": float(s),
+                        "loss": 3.1,
+                        "acc": 0.15,
+                        "tok_per_sec": 16000.0,
+                        "n_tokens": 262144,
+                        "n_pred": 30000,
+                    }
+                )
+                + "\n"
+            )
     data = run_json(str(a), str(b))
     assert [x["run"] for x in data["boundaries"]] == ["a.jsonl", "b.jsonl"]
     assert "b.jsonl: restart at step 15150 (after 15199)" in data["notes"]
     assert all(n.startswith(("a.jsonl: ", "b.jsonl: ")) for n in data["notes"]), data["notes"]
     one = run_json(str(a))
     assert [x["run"] for x in one["boundaries"]] == [None]
-    text = runner.invoke(app, ["compare", str(a), str(b), "-f", "text"],
-                         env={"COLUMNS": "200"}).output
-    assert "a.jsonl: boundary at step 15000" in text and "b.jsonl: boundary at step 15000" in text
+    text = runner.invoke(
+        app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}
+    ).output
+    assert "a.jsonl: boundary at step 15000" in text
+    assert "b.jsonl: boundary at step 15000" in text
 
 
 def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
@@ -239,8 +259,18 @@ def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
     text = header("pipeline", 1, token_budget=1024)
     for s in range(1, 121):  # light records lose 4.0, heavy ones 2.0: weighted mean 2.2
         heavy = s % 2 == 0
-        text += json.dumps({"step": s, "loss": 2.0 if heavy else 4.0, "acc": 0.2,
-                            "n_pred": 900 if heavy else 100, "tok_per_sec": 1e4}) + "\n"
+        text += (
+            json.dumps(
+                {
+                    "step": s,
+                    "loss": 2.0 if heavy else 4.0,
+                    "acc": 0.2,
+                    "n_pred": 900 if heavy else 100,
+                    "tok_per_sec": 1e4,
+                }
+            )
+            + "\n"
+        )
     a = tmp_path / "a.jsonl"
     a.write_text(text)
     b = write_run(tmp_path / "b.jsonl", 1000, 100)
@@ -248,7 +278,9 @@ def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
     assert windows[0]["loss_a"] == pytest.approx(2.2)
     converge = json.loads(runner.invoke(app, ["converge", str(a), "-f", "json"]).output)
     assert converge["windows"][0]["loss"] == pytest.approx(windows[0]["loss_a"])
-    out = runner.invoke(app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}).output
+    out = runner.invoke(
+        app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}
+    ).output
     assert "101-120" in out and "101-150" not in out, out
 
 
@@ -275,23 +307,30 @@ def test_from_and_to_step_select_the_compared_records(tmp_path):
     assert len(full["boundaries"]) == 1
     late = run_json(story, "--from-step", "15050", "--to-step", "15149")
     assert [(r["name"], r["start_step"], r["end_step"], r["n"]) for r in late["regimes"]] == [
-        ("pipeline", 15050, 15149, 100)]
+        ("pipeline", 15050, 15149, 100)
+    ]
     assert late["boundaries"] == []
     early = run_json(story, "--to-step", "14899")
     assert [(r["start_step"], r["end_step"]) for r in early["regimes"]] == [(14800, 14899)]
     a = write_run(tmp_path / "a.jsonl", 1000, 400)
     b = write_run(tmp_path / "b.jsonl", 1000, 400)
-    windows = run_json(str(a), str(b), "--from-step", "101", "--to-step", "250")["alignment"]["windows"]
+    windows = run_json(str(a), str(b), "--from-step", "101", "--to-step", "250")["alignment"][
+        "windows"
+    ]
     assert windows[0]["start"] == 101 and windows[-1]["end"] == 251, windows  # end exclusive
     assert sum(w["n_a"] for w in windows) == sum(w["n_b"] for w in windows) == 150
     for args, message in (
-        (["--from-step", "15100", "--to-step", "15000"], "--from-step 15100 is after --to-step 15000"),
+        (
+            ["--from-step", "15100", "--to-step", "15000"],
+            "--from-step 15100 is after --to-step 15000",
+        ),
         (["--from-step", "99999"], "no records in steps 99999-"),
         (["--to-step", str(2**60)], "--to-step must be between"),
     ):
         result = runner.invoke(app, ["compare", story, *args])
         assert result.exit_code == 2, result.output
-        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert message in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("columns", [80, 100])
@@ -303,10 +342,14 @@ def test_plain_output_has_no_trailing_spaces_and_fits(tmp_path, columns):
         assert result.exit_code == 0, result.output
         lines = result.stdout.splitlines()
         assert lines[0].startswith("regimes")
-        assert all(line == line.rstrip() for line in lines), [ln for ln in lines if ln != ln.rstrip()]
+        assert all(line == line.rstrip() for line in lines), [
+            ln for ln in lines if ln != ln.rstrip()
+        ]
         assert all(len(line) <= columns for line in lines)
         # "loss 1.5693 -> 3.1201" and the like stay whole when the boundary line wraps
-        assert not any(line.endswith(" ->") or line.lstrip().startswith("-> ") for line in lines), lines
+        assert not any(line.endswith(" ->") or line.lstrip().startswith("-> ") for line in lines), (
+            lines
+        )
 
 
 @pytest.mark.parametrize("columns", [80, 100])
@@ -319,12 +362,16 @@ def test_a_jump_without_accuracy_signal_is_unexplained(tmp_path, columns):
     zero = tmp_path / "zero.jsonl"
     zero.write_text("".join(json.dumps(r) + "\n" for r in rows))
     none = tmp_path / "none.jsonl"
-    none.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "acc"}) + "\n" for r in rows))
+    none.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "acc"}) + "\n" for r in rows)
+    )
     for path, why in ((zero, "acc is 0 on both sides"), (none, "no acc is logged around it")):
         (b,) = run_json(str(path))["boundaries"]
         assert b["matched"] is None and "the loss jump is unexplained" in b["explanation"], b
         assert why in b["explanation"] and "headers do not record" not in b["explanation"], b
-        out = runner.invoke(app, ["compare", str(path), "-f", "text"], env={"COLUMNS": str(columns)})
+        out = runner.invoke(
+            app, ["compare", str(path), "-f", "text"], env={"COLUMNS": str(columns)}
+        )
         text = " ".join(out.stdout.split())
         assert "the loss jump is unexplained" in text and "is likely" not in text, text
     rows = [dict(r, acc=0.15) for r in rows]  # a real, unchanged acc: the old reading stands

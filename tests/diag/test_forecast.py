@@ -24,12 +24,20 @@ from dflash_diag.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_logs" / "train.jsonl"
 #: A completed public HF Trainer run of the corpus (48 logged losses, linear decay, 2445 steps).
-REAL_RUN = ROOT / "shared" / "wild" / "Jaypee34__Sentiment-Analysis-for-Customer-Feedback" / "trainer_state.json"
+REAL_RUN = (
+    ROOT
+    / "shared"
+    / "wild"
+    / "Jaypee34__Sentiment-Analysis-for-Customer-Feedback"
+    / "trainer_state.json"
+)
 runner = CliRunner()
 
 
 def cli(*args, columns: int = 100):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns), "NO_COLOR": "1"})
+    return runner.invoke(
+        app, [str(a) for a in args], env={"COLUMNS": str(columns), "NO_COLOR": "1"}
+    )
 
 
 def progress(steps) -> Progress:
@@ -79,10 +87,13 @@ def test_the_asymptote_stops_at_the_floor():
 def test_schedule_lr_is_the_pipeline_schedule(kind, start):
     from pipelines.schedule import Schedule, lr_at
 
-    s = Schedule(peak_lr=6e-4, warmup_steps=10, total_steps=200, min_lr=6e-5, kind=kind, start_step=start)
+    s = Schedule(
+        peak_lr=6e-4, warmup_steps=10, total_steps=200, min_lr=6e-5, kind=kind, start_step=start
+    )
     for step in (1, 5, 10, 11, 50, 120, 199, 200, 260):
-        assert schedule_lr(step, kind=kind, peak=6e-4, floor=6e-5, warmup=10, end=200,
-                           start=start) == pytest.approx(lr_at(step, s), rel=1e-12)
+        assert schedule_lr(
+            step, kind=kind, peak=6e-4, floor=6e-5, warmup=10, end=200, start=start
+        ) == pytest.approx(lr_at(step, s), rel=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["cosine", "linear", "constant"])
@@ -94,12 +105,20 @@ def test_the_schedule_shape_is_read_off_the_logged_lr(kind):
 
 
 def test_plan_sources_and_flags():
-    header = ScheduleHeader(kind="cosine", peak_lr=6e-4, warmup_steps=6, total_steps=150, min_lr=6e-5)
+    header = ScheduleHeader(
+        kind="cosine", peak_lr=6e-4, warmup_steps=6, total_steps=150, min_lr=6e-5
+    )
     plan = plan_of(header)
-    assert (plan.end_step, plan.end_source, plan.kind, plan.kind_source) == (150, "header", "cosine", "header")
+    assert (plan.end_step, plan.end_source, plan.kind, plan.kind_source) == (
+        150,
+        "header",
+        "cosine",
+        "header",
+    )
     assert plan_of(header, end_step=300).end_source == "--end-step"
     unknown = plan_of(None)
-    assert unknown.end_step is None and not unknown.knows_lr
+    assert unknown.end_step is None
+    assert not unknown.knows_lr
     assert plan_of(None, end_step=100, schedule="linear", peak_lr=1e-3).lr_at(100) == 0.0
     with pytest.raises(ValueError, match="--schedule"):
         plan_of(None, schedule="wsd")
@@ -110,15 +129,23 @@ def test_plan_sources_and_flags():
 
 
 def _series(x, y) -> Series:
-    return Series(tuple(float(v) for v in x), tuple(float(v) for v in y), tuple(1 for _ in x), "test points")
+    return Series(
+        tuple(float(v) for v in x), tuple(float(v) for v in y), tuple(1 for _ in x), "test points"
+    )
 
 
 def test_not_enough_evidence_below_the_minimum():
     x = np.arange(1, MIN_POINTS) * 10.0
     timeline = Timeline(RunPlan(end_step=1000, end_source="header"), (), (), 1000)
-    m = forecast_series("loss", _series(x, 3.0 / np.sqrt(x)), timeline=timeline, target_step=1000,
-                        higher_is_better=False)
-    assert not m.available and m.method == "not enough evidence"
+    m = forecast_series(
+        "loss",
+        _series(x, 3.0 / np.sqrt(x)),
+        timeline=timeline,
+        target_step=1000,
+        higher_is_better=False,
+    )
+    assert not m.available
+    assert m.method == "not enough evidence"
     assert f"need {MIN_POINTS}" in m.reason
 
 
@@ -131,12 +158,19 @@ def test_a_saturating_curve_cut_at_30_percent_is_forecast_within_its_interval():
         return 0.6 - 0.4 * np.exp(-s / 600.0)  # an accuracy rising to 0.6
 
     timeline = Timeline(RunPlan(end_step=int(end), end_source="header"), (), (), end)
-    m = forecast_series("acc", _series(x, curve(x) + rng.normal(0, 0.003, x.size)), timeline=timeline,
-                        target_step=end, higher_is_better=True, best=1.0)
+    m = forecast_series(
+        "acc",
+        _series(x, curve(x) + rng.normal(0, 0.003, x.size)),
+        timeline=timeline,
+        target_step=end,
+        higher_is_better=True,
+        best=1.0,
+    )
     truth = float(curve(end))
     assert m.low <= truth <= m.high
     assert abs(m.value - truth) < abs(float(curve(x[-1])) - truth)  # better than "no change"
-    assert m.path[0][0] == pytest.approx(x[-1]) and m.path[-1][0] == end
+    assert m.path[0][0] == pytest.approx(x[-1])
+    assert m.path[-1][0] == end
 
 
 # ------------------------------------------------------------------------------------------
@@ -144,35 +178,75 @@ def test_a_saturating_curve_cut_at_30_percent_is_forecast_within_its_interval():
 
 
 def _forecast(values, *, end=1000):
-    path = tuple((s, v, v - 0.05, v + 0.05) for s, v in zip(np.linspace(500, end, len(values)), values))
+    path = tuple(
+        (s, v, v - 0.05, v + 0.05) for s, v in zip(np.linspace(500, end, len(values)), values)
+    )
     from dflash_diag.analysis.forecast import MetricForecast
 
-    return MetricForecast(metric="tau", step=end, value=path[-1][1], low=path[-1][2], high=path[-1][3],
-                          method="test", higher_is_better=True, path=path)
+    return MetricForecast(
+        metric="tau",
+        step=end,
+        value=path[-1][1],
+        low=path[-1][2],
+        high=path[-1][3],
+        method="test",
+        higher_is_better=True,
+        path=path,
+    )
 
 
 def test_eta_is_the_first_crossing_with_its_interval():
-    eta = eta_to(_forecast([2.0, 2.5, 3.0, 3.5]), target=3.0, current=2.0, last_step=500, planned=True,
-                 seconds_per_step=2.0)
-    assert eta.within_run is True and eta.eta_step == 833
+    eta = eta_to(
+        _forecast([2.0, 2.5, 3.0, 3.5]),
+        target=3.0,
+        current=2.0,
+        last_step=500,
+        planned=True,
+        seconds_per_step=2.0,
+    )
+    assert eta.within_run is True
+    assert eta.eta_step == 833
     assert eta.eta_low_step < eta.eta_step < eta.eta_high_step
     assert eta.eta_hours == pytest.approx((833 - 500) * 2.0 / 3600.0, rel=1e-3)
 
 
 def test_no_eta_past_the_planned_end():
-    eta = eta_to(_forecast([2.0, 2.2, 2.4]), target=3.0, current=2.0, last_step=500, planned=True,
-                 seconds_per_step=1.0)
-    assert eta.within_run is False and eta.eta_step is None and eta.eta_hours is None
+    eta = eta_to(
+        _forecast([2.0, 2.2, 2.4]),
+        target=3.0,
+        current=2.0,
+        last_step=500,
+        planned=True,
+        seconds_per_step=1.0,
+    )
+    assert eta.within_run is False
+    assert eta.eta_step is None
+    assert eta.eta_hours is None
     assert eta.reason.startswith("not within this run: at the planned end tau 2.4 (2.35-2.45)")
-    unplanned = eta_to(_forecast([2.0, 2.2, 2.4]), target=3.0, current=2.0, last_step=500,
-                       planned=False, seconds_per_step=1.0)
-    assert unplanned.within_run is None and unplanned.eta_step is None
+    unplanned = eta_to(
+        _forecast([2.0, 2.2, 2.4]),
+        target=3.0,
+        current=2.0,
+        last_step=500,
+        planned=False,
+        seconds_per_step=1.0,
+    )
+    assert unplanned.within_run is None
+    assert unplanned.eta_step is None
 
 
 def test_a_target_already_met_is_reached_now():
-    eta = eta_to(_forecast([2.0, 2.1]), target=1.5, current=2.0, last_step=500, planned=True,
-                 seconds_per_step=None)
-    assert eta.eta_step == 500 and eta.within_run is True and eta.reason.startswith("target reached")
+    eta = eta_to(
+        _forecast([2.0, 2.1]),
+        target=1.5,
+        current=2.0,
+        last_step=500,
+        planned=True,
+        seconds_per_step=None,
+    )
+    assert eta.eta_step == 500
+    assert eta.within_run is True
+    assert eta.reason.startswith("target reached")
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,25 +275,51 @@ def test_a_real_run_cut_at_half_is_forecast_better_than_the_straight_line():
 
 #: A completed public Lightning run of the corpus (small LM pretraining, 20 epochs, the loss
 #: logged every 50 steps): a curve still falling at 30% of its plan.
-REAL_LIGHTNING = ROOT / "shared" / "wild" / "0Xero7__slm_training" / "lightning_logs" / "version_9" / "metrics.csv"
+REAL_LIGHTNING = (
+    ROOT
+    / "shared"
+    / "wild"
+    / "0Xero7__slm_training"
+    / "lightning_logs"
+    / "version_9"
+    / "metrics.csv"
+)
 
 
-@pytest.mark.skipif(not REAL_LIGHTNING.is_file(), reason="the corpus run is merged into shared/wild/")
+@pytest.mark.skipif(
+    not REAL_LIGHTNING.is_file(), reason="the corpus run is merged into shared/wild/"
+)
 def test_a_real_run_still_falling_at_30_percent_is_forecast_better_than_no_change(tmp_path):
     import csv
 
     with REAL_LIGHTNING.open() as handle:
-        losses = [(int(r["step"]), float(r["train_loss_step"])) for r in csv.DictReader(handle)
-                  if r["train_loss_step"]]
+        losses = [
+            (int(r["step"]), float(r["train_loss_step"]))
+            for r in csv.DictReader(handle)
+            if r["train_loss_step"]
+        ]
     first, end = losses[0][0], losses[-1][0]
     final = np.mean([v for s, v in losses if s >= end - 0.05 * (end - first)])
     cut = round(first + 0.3 * (end - first))
     prefix = tmp_path / "metrics.csv"
     lines = REAL_LIGHTNING.read_text().splitlines()
     step_col = lines[0].split(",").index("step")
-    prefix.write_text("\n".join([lines[0]] + [ln for ln in lines[1:] if int(ln.split(",")[step_col]) <= cut]) + "\n")
-    result = cli("converge", prefix, "-f", "json", "--phase", "all", "--field", "loss=train_loss_step",
-                 "--end-step", end)
+    prefix.write_text(
+        "\n".join([lines[0]] + [ln for ln in lines[1:] if int(ln.split(",")[step_col]) <= cut])
+        + "\n"
+    )
+    result = cli(
+        "converge",
+        prefix,
+        "-f",
+        "json",
+        "--phase",
+        "all",
+        "--field",
+        "loss=train_loss_step",
+        "--end-step",
+        end,
+    )
     assert result.exit_code == 0, result.output
     loss = json.loads(result.stdout)["forecast"]["metrics"]["loss"]
     seen = [v for s, v in losses if s <= cut]
@@ -245,7 +345,15 @@ def cli_json_of(state: dict) -> dict:
 
 FORECAST_KEYS = {"end_step", "end_source", "metrics", "target"}
 METRIC_KEYS = {"value", "low", "high", "level", "method"}
-TARGET_KEYS = {"metric", "target", "eta_step", "eta_low_step", "eta_high_step", "eta_hours", "within_run"}
+TARGET_KEYS = {
+    "metric",
+    "target",
+    "eta_step",
+    "eta_low_step",
+    "eta_high_step",
+    "eta_hours",
+    "within_run",
+}
 
 
 def test_sample_log_promises_no_eta_after_its_schedule_ended():
@@ -255,50 +363,70 @@ def test_sample_log_promises_no_eta_after_its_schedule_ended():
     assert "target tau 3: not within this run" in " ".join(result.stdout.split())
     data = json.loads(cli("converge", SAMPLE, "--target-tau", "3", "-f", "json").stdout)
     fc = data["forecast"]
-    assert set(fc) == FORECAST_KEYS and (fc["end_step"], fc["end_source"]) == (410, "header")
+    assert set(fc) == FORECAST_KEYS
+    assert (fc["end_step"], fc["end_source"]) == (410, "header")
     assert set(fc["metrics"]) >= {"loss", "acc", "tau"}
     assert all(set(m) == METRIC_KEYS and m["level"] == 0.8 for m in fc["metrics"].values())
     assert set(fc["target"]) == TARGET_KEYS
-    assert fc["target"]["within_run"] is False and fc["target"]["eta_step"] is None
+    assert fc["target"]["within_run"] is False
+    assert fc["target"]["eta_step"] is None
     assert data["verdict"]["eta_steps"] is None
 
 
 def test_fail_on_target_unreachable():
-    assert cli("converge", SAMPLE, "--target-tau", "3", "--fail-on", "target-unreachable").exit_code == 1
-    assert cli("converge", SAMPLE, "--target-tau", "2", "--fail-on", "target-unreachable").exit_code == 0
+    assert (
+        cli("converge", SAMPLE, "--target-tau", "3", "--fail-on", "target-unreachable").exit_code
+        == 1
+    )
+    assert (
+        cli("converge", SAMPLE, "--target-tau", "2", "--fail-on", "target-unreachable").exit_code
+        == 0
+    )
 
 
 def test_target_loss_and_end_step():
-    data = json.loads(cli("converge", SAMPLE, "--target-loss", "0.5", "--end-step", "5000", "-f", "json").stdout)
+    data = json.loads(
+        cli("converge", SAMPLE, "--target-loss", "0.5", "--end-step", "5000", "-f", "json").stdout
+    )
     target = data["forecast"]["target"]
-    assert data["forecast"]["end_source"] == "--end-step" and target["metric"] == "loss"
+    assert data["forecast"]["end_source"] == "--end-step"
+    assert target["metric"] == "loss"
     assert target["target"] == 0.5
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--end-step", "0"], "--end-step must be >= 1"),
-    (["--schedule", "wsd"], "--schedule"),
-    (["--target-loss", "nan"], "--target-loss must be a finite number"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--end-step", "0"], "--end-step must be >= 1"),
+        (["--schedule", "wsd"], "--schedule"),
+        (["--target-loss", "nan"], "--target-loss must be a finite number"),
+    ],
+)
 def test_bad_forecast_options_are_one_line_and_exit_2(args, message):
     result = cli("converge", SAMPLE, *args)
     assert result.exit_code == 2
-    assert message in result.output and "Traceback" not in result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
 
 
 def test_without_a_plan_the_forecast_looks_ahead_and_says_so(tmp_path):
-    lines = [json.dumps({"step": s, "loss": 2.0 + 3.0 / math.sqrt(s), "acc": 0.5 - 0.3 / math.sqrt(s)})
-             for s in range(1, 601)]
+    lines = [
+        json.dumps({"step": s, "loss": 2.0 + 3.0 / math.sqrt(s), "acc": 0.5 - 0.3 / math.sqrt(s)})
+        for s in range(1, 601)
+    ]
     path = tmp_path / "plain.jsonl"
     path.write_text("\n".join(lines) + "\n")
     data = json.loads(cli("converge", path, "-f", "json", "--target-acc", "0.495").stdout)
-    assert data["forecast"]["end_step"] is None and data["forecast"]["end_source"] is None
+    assert data["forecast"]["end_step"] is None
+    assert data["forecast"]["end_source"] is None
     assert data["forecast"]["target"]["within_run"] is None
     text = " ".join(cli("converge", path, "-f", "text").stdout.split())
     assert "at +599 steps (no planned end)" in text
 
 
-@pytest.mark.parametrize("command", [("converge", "-f", "text"), ("compare", "-f", "text"), ("watch", "--once")])
+@pytest.mark.parametrize(
+    "command", [("converge", "-f", "text"), ("compare", "-f", "text"), ("watch", "--once")]
+)
 @pytest.mark.parametrize("columns", [80, 100])
 def test_one_forecast_line_in_every_command_that_fits(command, columns):
     result = cli(command[0], SAMPLE, *command[1:], columns=columns)
@@ -318,7 +446,9 @@ def test_watch_plot_draws_the_band_after_the_data():
     live.refresh()
     view = build_view(live)
     path = _forecast_path(view, "tau (measured)")
-    assert path and path[0][0] >= 400 and path[-1][0] == 410
+    assert path
+    assert path[0][0] >= 400
+    assert path[-1][0] == 410
     assert all(low <= value <= high for _, value, low, high in path)
 
 

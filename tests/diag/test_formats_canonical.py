@@ -19,15 +19,24 @@ def scalars(rows: list[tuple[object, dict]]) -> Scalars:
 
 
 def test_train_and_eval_at_one_step_merge_and_only_a_rewind_restarts():
-    log = to_parsed_log(scalars([
-        (10, {"loss": 2.0, "learning_rate": 1e-3}),
-        (10, {"eval_loss": 2.2}),  # HF's eval entry at the train step: not a restart
-        (20, {"loss": 1.5, "learning_rate": 9e-4}),
-        (15, {"loss": 1.7, "learning_rate": 9e-4}),  # resumed from an earlier checkpoint
-        (20, {"loss": 1.4, "learning_rate": 8e-4}),
-    ]), preset=get_preset("hf-trainer")).log
+    log = to_parsed_log(
+        scalars(
+            [
+                (10, {"loss": 2.0, "learning_rate": 1e-3}),
+                (10, {"eval_loss": 2.2}),  # HF's eval entry at the train step: not a restart
+                (20, {"loss": 1.5, "learning_rate": 9e-4}),
+                (15, {"loss": 1.7, "learning_rate": 9e-4}),  # resumed from an earlier checkpoint
+                (20, {"loss": 1.4, "learning_rate": 8e-4}),
+            ]
+        ),
+        preset=get_preset("hf-trainer"),
+    ).log
     assert log.metrics.select("seq", "step", "loss").rows() == [
-        (1, 10, 2.0), (2, 20, 1.5), (3, 15, 1.7), (4, 20, 1.4)]
+        (1, 10, 2.0),
+        (2, 20, 1.5),
+        (3, 15, 1.7),
+        (4, 20, 1.4),
+    ]
     assert [(e.step, e.fields["loss"]) for e in log.evals] == [(10, 2.2)]
     from dflash_diag.analysis.restarts import resolve_restarts
 
@@ -39,26 +48,47 @@ def test_train_and_eval_at_one_step_merge_and_only_a_rewind_restarts():
 def test_torchspec_positions_tau_plus_one_and_eval_step_key():
     rows = []
     for step in (1, 2):
-        rows.append((None, {"train/step": step, "train/avg_loss": 1.0, "train/avg_acc": 0.5,
-                            "train/lr": 1e-4, "train/simulated_acc_len": 1.25,
-                            **{f"train/acc_{i}": 0.9 - 0.1 * i for i in range(12)}}))
+        rows.append(
+            (
+                None,
+                {
+                    "train/step": step,
+                    "train/avg_loss": 1.0,
+                    "train/avg_acc": 0.5,
+                    "train/lr": 1e-4,
+                    "train/simulated_acc_len": 1.25,
+                    **{f"train/acc_{i}": 0.9 - 0.1 * i for i in range(12)},
+                },
+            )
+        )
     rows.append((99, {"eval/step": 2, "eval/simulated_acc_len": 1.5, "eval/avg_acc": 0.4}))
     canonical = to_parsed_log(scalars(rows))
     log = canonical.log
-    assert canonical.resolution.preset.name == "torchspec" and canonical.resolution.detected
+    assert canonical.resolution.preset.name == "torchspec"
+    assert canonical.resolution.detected
     assert log.metrics["step"].to_list() == [1, 2]
     assert log.metrics["tau_train"].to_list() == [2.25, 2.25]  # the verified token added
     positions = log.metrics["acc_pos"][0].to_list()
-    assert len(positions) == 12 and positions[:3] == pytest.approx([0.9, 0.8, 0.7])  # 0..11, not 0,1,10,11
+    assert len(positions) == 12
+    assert positions[:3] == pytest.approx([0.9, 0.8, 0.7])
     (evaluation,) = log.evals
-    assert evaluation.step == 2 and evaluation.fields["tau"] == 2.5
+    assert evaluation.step == 2
+    assert evaluation.fields["tau"] == 2.5
     assert log.run_starts[0].fields["block_size"] == 13  # 12 positions + the anchor
 
 
 def test_eagle3_overall_accuracy_and_loss_from_positions():
-    rows = [(1, {"train/lr": 1e-4, **{f"train/acc_{i}": a for i, a in enumerate([0.8, 0.6, 0.4])},
-                 **{f"train/ploss_{i}": 1.0 for i in range(3)},
-                 **{f"train/acceptance_rate_{i}": 0.5 for i in range(3)}})]
+    rows = [
+        (
+            1,
+            {
+                "train/lr": 1e-4,
+                **{f"train/acc_{i}": a for i, a in enumerate([0.8, 0.6, 0.4])},
+                **{f"train/ploss_{i}": 1.0 for i in range(3)},
+                **{f"train/acceptance_rate_{i}": 0.5 for i in range(3)},
+            },
+        )
+    ]
     canonical = to_parsed_log(scalars(rows))
     row = canonical.log.metrics.row(0, named=True)
     assert canonical.resolution.preset.name == "specforge-eagle3"
@@ -77,13 +107,17 @@ def test_nested_and_dotted_names_are_one_field():
 
 
 def test_mapped_fields_that_never_occur_are_named():
-    canonical = to_parsed_log(scalars([(1, {"train/acc": 0.5, "train/loss": 1.0})]),
-                              fields={"acc": "train/acuracy", "acc_pos": "train/acc_{i}"},
-                              detect=False)
+    canonical = to_parsed_log(
+        scalars([(1, {"train/acc": 0.5, "train/loss": 1.0})]),
+        fields={"acc": "train/acuracy", "acc_pos": "train/acc_{i}"},
+        detect=False,
+    )
     assert canonical.notes == ["never in the log: acc=train/acuracy; acc_pos=train/acc_{i}"]
-    preset = to_parsed_log(scalars([(1, {"train/accuracy": 0.5})]),
-                           preset=get_preset("specforge-dflash"))
-    assert "loss (train/loss)" in preset.notes[0] and "lr (train/lr)" in preset.notes[0]
+    preset = to_parsed_log(
+        scalars([(1, {"train/accuracy": 0.5})]), preset=get_preset("specforge-dflash")
+    )
+    assert "loss (train/loss)" in preset.notes[0]
+    assert "lr (train/lr)" in preset.notes[0]
 
 
 def test_field_map_of_one_numbered_key_means_its_family():
@@ -102,19 +136,28 @@ def test_detection_needs_a_signature():
     assert detect_preset(["train.full_acc", "train.eal"]).name == "speculators"
     with pytest.raises(DiagError, match="known: specforge-dflash"):
         get_preset("nope")
-    assert set(PRESETS) == {"specforge-dflash", "specforge-eagle3", "torchspec", "speculators",
-                            "hf-trainer", "torchtitan", "hf-trainer-tensorboard", "lightning",
-                            "llama-factory", "nanogpt"}
+    assert set(PRESETS) == {
+        "specforge-dflash",
+        "specforge-eagle3",
+        "torchspec",
+        "speculators",
+        "hf-trainer",
+        "torchtitan",
+        "hf-trainer-tensorboard",
+        "lightning",
+        "llama-factory",
+        "nanogpt",
+    }
 
 
 def test_rows_without_step_are_counted():
     log = to_parsed_log(scalars([(None, {"loss": 1.0}), (1, {"loss": 0.5})])).log
-    assert log.issues.without_step == 1 and log.metrics.height == 1
+    assert log.issues.without_step == 1
+    assert log.metrics.height == 1
 
 
 def test_per_input_presets_and_fields():
-    presets, fields = split_per_input(2, ["specforge-dflash", "torchspec"],
-                                      ["acc=x", "2:loss=y"])
+    presets, fields = split_per_input(2, ["specforge-dflash", "torchspec"], ["acc=x", "2:loss=y"])
     assert presets == ["specforge-dflash", "torchspec"]
     assert fields == [["acc=x"], ["acc=x", "loss=y"]]
     assert split_per_input(2, ["auto"], [])[0] == [None, None]
@@ -126,9 +169,21 @@ def test_per_input_presets_and_fields():
 
 def test_long_frame_keys_named_like_columns():
     """A log key called "step" or "time" cannot clash with the pivot's own columns."""
-    frame = pl.DataFrame({"row": [0, 0, 0], "step": [1, 1, 1], "key": ["step", "time", "loss"],
-                          "value": [1.0, 5.0, 2.0], "time": [None, None, None]},
-                         schema={"row": pl.Int64, "step": pl.Int64, "key": pl.String,
-                                 "value": pl.Float64, "time": pl.Float64})
+    frame = pl.DataFrame(
+        {
+            "row": [0, 0, 0],
+            "step": [1, 1, 1],
+            "key": ["step", "time", "loss"],
+            "value": [1.0, 5.0, 2.0],
+            "time": [None, None, None],
+        },
+        schema={
+            "row": pl.Int64,
+            "step": pl.Int64,
+            "key": pl.String,
+            "value": pl.Float64,
+            "time": pl.Float64,
+        },
+    )
     log = to_parsed_log(Scalars(frame=frame, format="t")).log
     assert log.metrics.select("step", "loss", "time").rows() == [(1, 2.0, 5.0)]

@@ -43,8 +43,12 @@ def _varint(n: int) -> bytes:
 
 def _framed(event: bytes) -> bytes:
     header = struct.pack("<Q", len(event))
-    return (header + struct.pack("<I", masked_crc32c(header)) + event
-            + struct.pack("<I", masked_crc32c(event)))
+    return (
+        header
+        + struct.pack("<I", masked_crc32c(header))
+        + event
+        + struct.pack("<I", masked_crc32c(event))
+    )
 
 
 def _scalar_event(step: int, tag: str, value: float, wall: float = 1.7e9) -> bytes:
@@ -52,8 +56,15 @@ def _scalar_event(step: int, tag: str, value: float, wall: float = 1.7e9) -> byt
     raw = tag.encode()
     item = b"\x0a" + _varint(len(raw)) + raw + b"\x15" + struct.pack("<f", value)
     summary = b"\x0a" + _varint(len(item)) + item
-    return _framed(b"\x09" + struct.pack("<d", wall + step) + b"\x10" + _varint(step)
-                   + b"\x2a" + _varint(len(summary)) + summary)
+    return _framed(
+        b"\x09"
+        + struct.pack("<d", wall + step)
+        + b"\x10"
+        + _varint(step)
+        + b"\x2a"
+        + _varint(len(summary))
+        + summary
+    )
 
 
 def _tensor_event(step: int, tag: str, value: float) -> bytes:
@@ -102,9 +113,11 @@ def test_tensorboard_against_tensorboards_own_reader(tmp_path):
 def test_tensorboard_fast_path_equals_record_by_record(tmp_path, monkeypatch):
     events = [VERSION]
     for step in range(1, 400):  # varint length changes at 128: two fast runs and a break
-        events += [_scalar_event(step, "train/loss", 1.0 / step),
-                   _scalar_event(step, "train/acc_0", step / 400),
-                   _scalar_event(step, "train/acc_1", step / 800)]
+        events += [
+            _scalar_event(step, "train/loss", 1.0 / step),
+            _scalar_event(step, "train/acc_0", step / 400),
+            _scalar_event(step, "train/acc_1", step / 800),
+        ]
         if step % 37 == 0:
             events.append(_scalar_event(step, "eval/accuracy", 0.25))
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"".join(events))
@@ -163,10 +176,13 @@ def test_trainer_state_latest_checkpoint_wins():
     assert {"loss", "learning_rate", "grad_norm", "mean_token_accuracy", "eval_loss"} <= keys
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"{not json", "not valid JSON"),
-    (b'{"global_step": 3}', "no log_history"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"global_step": 3}', "no log_history"),
+    ],
+)
 def test_trainer_state_malformed(tmp_path, content, message):
     path = tmp_path / "trainer_state.json"
     path.write_bytes(content)
@@ -225,10 +241,13 @@ def test_wandb_offline_records_across_blocks():
     frame = scalars.frame
     assert frame["row"].n_unique() == 80
     assert scalars.meta["block_size"] == 8
-    assert frame.filter(pl.col("key") == "train/full_acc")["step"].to_list() == list(range(0, 320, 4))
+    assert frame.filter(pl.col("key") == "train/full_acc")["step"].to_list() == list(
+        range(0, 320, 4)
+    )
     # the fixture is larger than one 32 KiB block: records were cut and joined again
     size = next((FIXTURES / "speculators" / "wandb").rglob("*.wandb")).stat().st_size
-    assert size > 32768 and scalars.issues.malformed == 0
+    assert size > 32768
+    assert scalars.issues.malformed == 0
 
 
 def test_wandb_bad_checksum_stops_the_read(tmp_path):
@@ -237,7 +256,8 @@ def test_wandb_bad_checksum_stops_the_read(tmp_path):
     path = tmp_path / "run-x.wandb"
     path.write_bytes(bytes(data))
     scalars = read_wandb(path)
-    assert scalars.issues.malformed == 1 and scalars.frame.height == 0
+    assert scalars.issues.malformed == 1
+    assert scalars.frame.height == 0
     path.write_bytes(b":W&Bxx" + bytes(20))
     with pytest.raises(DiagError) as exc:
         read_wandb(path)
@@ -253,22 +273,35 @@ def test_console_lines(tmp_path):
         "step 20: {'train/loss': 2.0, 'train/accuracy': 0.2, 'note': 'x'}\n"
         "epoch 1 step=30 loss=1.5 acc=0.3\r"
         "step=40 loss=nan\n"
-        "[2026] Step 50 something without numbers\n")
+        "[2026] Step 50 something without numbers\n"
+    )
     rows = read_console(path).frame.group_by("step").agg(pl.col("key").sort()).sort("step").rows()
-    assert rows == [(10, ["eval/acc", "eval/loss", "train/acc", "train/loss"]),
-                    (20, ["train/accuracy", "train/loss"]), (30, ["acc", "loss"]), (40, ["loss"])]
+    assert rows == [
+        (10, ["eval/acc", "eval/loss", "train/acc", "train/loss"]),
+        (20, ["train/accuracy", "train/loss"]),
+        (30, ["acc", "loss"]),
+        (40, ["loss"]),
+    ]
 
 
 def test_jsonl_rows_flatten_nested_and_count_bad_lines(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text('{"step": 1, "train": {"full_acc": 0.5, "pos": {"k": 1}}}\n'
-                    "not json\n"
-                    '{"step": 2, "train.full_acc": 0.6}\n'
-                    '{"step": 3, "tra')
+    path.write_text(
+        '{"step": 1, "train": {"full_acc": 0.5, "pos": {"k": 1}}}\n'
+        "not json\n"
+        '{"step": 2, "train.full_acc": 0.6}\n'
+        '{"step": 3, "tra'
+    )
     scalars = read_jsonl_rows(path)
     assert scalars.frame.select("step", "key").rows() == [
-        (1, "step"), (1, "train/full_acc"), (1, "train/pos/k"), (2, "step"), (2, "train.full_acc")]
-    assert scalars.issues.malformed == 1 and scalars.issues.torn_tail == [0]
+        (1, "step"),
+        (1, "train/full_acc"),
+        (1, "train/pos/k"),
+        (2, "step"),
+        (2, "train.full_acc"),
+    ]
+    assert scalars.issues.malformed == 1
+    assert scalars.issues.torn_tail == [0]
     with pytest.raises(DiagError) as exc:
         read_jsonl_rows(path, strict=True)
     assert "malformed line 2" in one_line(exc)
@@ -278,19 +311,22 @@ def test_jsonl_rows_flatten_nested_and_count_bad_lines(tmp_path):
 # detection
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("specforge_dflash/runs", "tensorboard"),
-    ("specforge_dflash", "tensorboard"),
-    ("hf_trainer", "hf-trainer-state"),
-    ("hf_trainer/checkpoint-260/trainer_state.json", "hf-trainer-state"),
-    ("specforge_eagle3/mlruns", "mlflow"),
-    ("specforge_dflash_mlflow/mlflow.db", "mlflow-sqlite"),
-    ("specforge_dflash_mlflow", "mlflow-sqlite"),
-    ("speculators/wandb", "wandb"),
-    ("lightning", "csv"),
-    ("specforge_console/train.log", "console"),
-    ("speculators_jsonl/metrics.jsonl", "jsonl"),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("specforge_dflash/runs", "tensorboard"),
+        ("specforge_dflash", "tensorboard"),
+        ("hf_trainer", "hf-trainer-state"),
+        ("hf_trainer/checkpoint-260/trainer_state.json", "hf-trainer-state"),
+        ("specforge_eagle3/mlruns", "mlflow"),
+        ("specforge_dflash_mlflow/mlflow.db", "mlflow-sqlite"),
+        ("specforge_dflash_mlflow", "mlflow-sqlite"),
+        ("speculators/wandb", "wandb"),
+        ("lightning", "csv"),
+        ("specforge_console/train.log", "console"),
+        ("speculators_jsonl/metrics.jsonl", "jsonl"),
+    ],
+)
 def test_detect_by_content(path, expected):
     assert detect.detect_format(FIXTURES / path) == expected
 
@@ -309,7 +345,8 @@ def test_unknown_content_and_format(tmp_path):
     path.write_bytes(bytes(range(256)) * 4)
     with pytest.raises(DiagError) as exc:
         detect.detect_format(path)
-    assert "supported: jsonl, tensorboard" in one_line(exc) and "--input-format" in str(exc.value)
+    assert "supported: jsonl, tensorboard" in one_line(exc)
+    assert "--input-format" in str(exc.value)
     with pytest.raises(DiagError) as exc:
         detect.check_format("parquet")
     assert "unknown input format 'parquet'" in one_line(exc)
@@ -332,15 +369,18 @@ def test_random_bytes_never_escape_as_another_exception(tmp_path, name):
     import random
 
     rng = random.Random(sum(map(ord, name)))
-    fixture_bytes = [p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()
-                     and p.suffix != ".py" and p.stat().st_size < 200_000]
+    fixture_bytes = [
+        p.read_bytes()
+        for p in FIXTURES.rglob("*")
+        if p.is_file() and p.suffix != ".py" and p.stat().st_size < 200_000
+    ]
     for trial in range(40):
         if trial % 2 and fixture_bytes:
             data = bytearray(rng.choice(fixture_bytes))  # a real file, damaged
             for _ in range(rng.randint(1, 20)):
                 if data:
                     data[rng.randrange(len(data))] = rng.randrange(256)
-            data = bytes(data[:rng.randint(0, len(data))])
+            data = bytes(data[: rng.randint(0, len(data))])
         else:
             data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 3000)))
         path = tmp_path / f"input{trial}"
@@ -357,8 +397,10 @@ def test_tensorboard_resumed_run_in_a_second_file_is_a_restart(tmp_path):
     from dflash_diag.read.formats.canonical import to_parsed_log
 
     def run(steps) -> bytes:
-        return VERSION + b"".join(_scalar_event(s, "train/loss", 1.0 / s)
-                                  + _scalar_event(s, "train/accuracy", s / 1000) for s in steps)
+        return VERSION + b"".join(
+            _scalar_event(s, "train/loss", 1.0 / s) + _scalar_event(s, "train/accuracy", s / 1000)
+            for s in steps
+        )
 
     (tmp_path / "events.out.tfevents.100.host").write_bytes(run(range(1, 301)))
     (tmp_path / "events.out.tfevents.200.host").write_bytes(run(range(201, 401)))
@@ -373,7 +415,8 @@ def test_tensorboard_resumed_run_in_a_second_file_is_a_restart(tmp_path):
 def test_varint_encoding_round_trips_and_matches_the_wire_format():
     from dflash_diag.read.formats.protobuf import encode_varint, read_varint
 
-    assert encode_varint(0) == b"\x00" and encode_varint(1) == b"\x01"
+    assert encode_varint(0) == b"\x00"
+    assert encode_varint(1) == b"\x01"
     assert encode_varint(300) == b"\xac\x02"  # the protobuf documentation's example
     for n in (127, 128, 2**31, 2**63 - 1):
         raw = encode_varint(n)

@@ -47,19 +47,32 @@ def test_eval_loss_rising_while_train_loss_falls_is_overfitting(tmp_path):
     """The issue's run: eval loss 1.11 -> 2.75 while the train loss falls (was CONVERGING)."""
     history = []
     for step in range(10, 1010, 10):
-        history.append({"step": step, "loss": 2.0 * math.exp(-step / 400) + 0.05,
-                        "learning_rate": 1e-4, "epoch": step / 100})
+        history.append(
+            {
+                "step": step,
+                "loss": 2.0 * math.exp(-step / 400) + 0.05,
+                "learning_rate": 1e-4,
+                "epoch": step / 100,
+            }
+        )
         if step % 100 == 0:
-            history.append({"step": step, "eval_loss": 1.11 + 1.64 * (step - 100) / 900 if step > 100 else 1.3,
-                            "epoch": step / 100})
+            history.append(
+                {
+                    "step": step,
+                    "eval_loss": 1.11 + 1.64 * (step - 100) / 900 if step > 100 else 1.3,
+                    "epoch": step / 100,
+                }
+            )
     run = _trainer_state(tmp_path / "out", history, max_steps=1000)
     data = _converge_json(run)
     v = data["verdict"]
     assert v["status"] == "overfitting"
     assert v["best_step"] == 200
     loss = next(t for t in v["validation"] if t["field"] == "loss")
-    assert loss["status"] == "worse" and loss["best"] == pytest.approx(1.11 + 1.64 * 100 / 900)
-    assert "best" in v["reason"] and "step 200" in v["reason"]
+    assert loss["status"] == "worse"
+    assert loss["best"] == pytest.approx(1.11 + 1.64 * 100 / 900)
+    assert "best" in v["reason"]
+    assert "step 200" in v["reason"]
     assert v["eta_steps"] is None
     assert invoke("converge", run, "--fail-on", "overfitting").exit_code == 1
 
@@ -67,7 +80,9 @@ def test_eval_loss_rising_while_train_loss_falls_is_overfitting(tmp_path):
 def test_eval_loss_falling_with_the_train_loss_stays_converging(tmp_path):
     history = []
     for step in range(10, 1010, 10):
-        history.append({"step": step, "loss": 2.0 * math.exp(-step / 400) + 0.05, "learning_rate": 1e-4})
+        history.append(
+            {"step": step, "loss": 2.0 * math.exp(-step / 400) + 0.05, "learning_rate": 1e-4}
+        )
         if step % 100 == 0:
             history.append({"step": step, "eval_loss": 2.0 * math.exp(-step / 500) + 0.3})
     data = _converge_json(_trainer_state(tmp_path / "out", history))
@@ -78,14 +93,33 @@ def test_eval_loss_falling_with_the_train_loss_stays_converging(tmp_path):
 def _drafter_with_evals(taus, hist_scale=2000):
     """A JSONL drafter log (our schema) whose loss keeps falling and whose measured tau is
     ``taus`` at evenly spaced evals; each eval's tau_hist holds ``hist_scale`` verify steps."""
-    records = [{"event": "run_start", "schema": 1, "script": "pipeline", "block_size": 8,
-                "schedule": None, "steps_per_epoch": 1000, "world_size": 1, "resumed_from": None,
-                "config": {}, "time": 0.0}]
+    records = [
+        {
+            "event": "run_start",
+            "schema": 1,
+            "script": "pipeline",
+            "block_size": 8,
+            "schedule": None,
+            "steps_per_epoch": 1000,
+            "world_size": 1,
+            "resumed_from": None,
+            "config": {},
+            "time": 0.0,
+        }
+    ]
     n_steps = 1000
     eval_steps = [int(n_steps * (i + 1) / len(taus)) for i in range(len(taus))]
     for step in range(1, n_steps + 1):
-        records.append({"step": step, "time": float(step), "epoch": step / 1000,
-                        "loss": 3.0 - step / 1000, "acc": 0.2 + step / 10000, "lr": 1e-4})
+        records.append(
+            {
+                "step": step,
+                "time": float(step),
+                "epoch": step / 1000,
+                "loss": 3.0 - step / 1000,
+                "acc": 0.2 + step / 10000,
+                "lr": 1e-4,
+            }
+        )
         if step in eval_steps:
             tau = taus[eval_steps.index(step)]
             # a histogram of verify-step lengths 1..8 with mean tau: mass on floor/ceil
@@ -94,8 +128,18 @@ def _drafter_with_evals(taus, hist_scale=2000):
             hist = [0] * 8
             hist[lo - 1] = round(hist_scale * (1 - frac))
             hist[lo] = round(hist_scale * frac)
-            records.append({"event": "eval", "step": step, "time": float(step), "tau": tau,
-                            "tau_hist": hist, "n_prompts": 8, "new_tokens": 1000, "temperature": 0})
+            records.append(
+                {
+                    "event": "eval",
+                    "step": step,
+                    "time": float(step),
+                    "tau": tau,
+                    "tau_hist": hist,
+                    "n_prompts": 8,
+                    "new_tokens": 1000,
+                    "temperature": 0,
+                }
+            )
     return records
 
 
@@ -108,12 +152,15 @@ def test_measured_tau_peaked_and_fell_beyond_its_interval(tmp_path):
     assert v["best_step"] == 400  # the earliest of the two 3.34 evals
     assert "measured tau peaked at step 400" in v["reason"]
     tau = next(t for t in v["validation"] if t["field"] == "tau")
-    assert tau["best_se"] is not None and tau["latest_se"] is not None
+    assert tau["best_se"] is not None
+    assert tau["latest_se"] is not None
 
 
 def test_tau_wobble_within_its_interval_is_no_peak(tmp_path):
     # 20 verify steps per eval: the intervals are wide, 3.34 -> 3.30 tells nothing
-    log = write(tmp_path / "train.jsonl", _drafter_with_evals([3.28, 3.34, 3.34, 3.32, 3.30], hist_scale=20))
+    log = write(
+        tmp_path / "train.jsonl", _drafter_with_evals([3.28, 3.34, 3.34, 3.32, 3.30], hist_scale=20)
+    )
     assert _converge_json(log)["verdict"]["status"] == "converging"
 
 
@@ -128,11 +175,14 @@ def test_tau_standard_error_from_the_record():
 def test_validation_series_rules():
     falling = [EvalPoint(100 * i, 3.0 - 0.1 * i) for i in range(8)]
     acc = judge_series(falling, field="acc", label="eval acc", higher_is_better=True)
-    assert acc.status == "worse" and acc.best_step == 0
+    assert acc.status == "worse"
+    assert acc.best_step == 0
     loss = judge_series(falling, field="loss", label="eval loss", higher_is_better=False)
     assert loss.status == "improving"
-    assert judge_series(falling[:2], field="loss", label="eval loss",
-                        higher_is_better=False).status == "not enough data"
+    assert (
+        judge_series(falling[:2], field="loss", label="eval loss", higher_is_better=False).status
+        == "not enough data"
+    )
 
 
 # -- alive checks -------------------------------------------------------------------------------
@@ -147,13 +197,14 @@ def test_loss_exactly_zero_in_every_record_is_broken(tmp_path):
 
 
 def test_loss_that_drops_to_exactly_zero_and_stays_is_broken():
-    frame = pl.DataFrame({"step": list(range(10, 110, 10)),
-                          "loss": [122.1] + [0.0] * 9})
+    frame = pl.DataFrame({"step": list(range(10, 110, 10)), "loss": [122.1] + [0.0] * 9})
     assert "exactly 0.0 in the last 9 records (since step 20)" in broken_reason(frame)
     healthy = pl.DataFrame({"step": list(range(10)), "loss": [1.0 - 0.05 * i for i in range(10)]})
     assert broken_reason(healthy) is None
     # a loss that decays geometrically to 7e-12 and then underflows to 0.0 fitted perfectly
-    fitted = pl.DataFrame({"step": list(range(12)), "loss": [17.6 * 1e-2**i for i in range(7)] + [0.0] * 5})
+    fitted = pl.DataFrame(
+        {"step": list(range(12)), "loss": [17.6 * 1e-2**i for i in range(7)] + [0.0] * 5}
+    )
     assert broken_reason(fitted) is None
 
 
@@ -165,8 +216,10 @@ def test_constant_loss_and_constant_accuracy_are_broken():
 
 
 def test_constant_accuracy_beside_a_moving_loss_is_judged_on_the_loss(tmp_path):
-    log = write(tmp_path / "acc.jsonl", [{"step": s, "loss": 3.0 - s / 500, "acc": 0.25}
-                                         for s in range(1, 501)])
+    log = write(
+        tmp_path / "acc.jsonl",
+        [{"step": s, "loss": 3.0 - s / 500, "acc": 0.25} for s in range(1, 501)],
+    )
     data = _converge_json(log)
     assert data["verdict"]["status"] == "converging"
     assert "Theil-Sen slope of loss" in data["verdict"]["reason"]
@@ -180,7 +233,8 @@ def test_accuracy_out_of_range_is_left_out_and_counted(tmp_path, bad):
     log = write(tmp_path / "acc.jsonl", records)
     report = diagnose(load_log(str(log)))
     assert any("20 accuracy values outside [0, 1] left out" in n for n in report.notes)
-    assert report.acceptance.tau is not None and report.acceptance.tau < 16
+    assert report.acceptance.tau is not None
+    assert report.acceptance.tau < 16
     assert 0 <= report.acceptance.acc <= 1
 
 
@@ -199,7 +253,8 @@ def test_nonpositive_n_pred_gets_no_vote():
     from dflash_diag.analysis.windows import compute_windows
 
     (window, *_) = compute_windows(frame, 100)
-    assert window.acc == pytest.approx(0.2) and window.weighted
+    assert window.acc == pytest.approx(0.2)
+    assert window.weighted
 
 
 # -- one drafter detector -----------------------------------------------------------------------
@@ -207,8 +262,16 @@ def test_nonpositive_n_pred_gets_no_vote():
 
 def test_an_sft_run_is_no_drafter(tmp_path):
     """TRL SFT's mean_token_accuracy: no tau, no baseline, acceptance null, with the reason."""
-    history = [{"step": s, "loss": 2.0 - s / 1000, "mean_token_accuracy": 0.5 + s / 4000,
-                "learning_rate": 1e-4 * (1 - s / 1000), "epoch": s / 100} for s in range(10, 1000, 10)]
+    history = [
+        {
+            "step": s,
+            "loss": 2.0 - s / 1000,
+            "mean_token_accuracy": 0.5 + s / 4000,
+            "learning_rate": 1e-4 * (1 - s / 1000),
+            "epoch": s / 100,
+        }
+        for s in range(10, 1000, 10)
+    ]
     run = _trainer_state(tmp_path / "sft", history, max_steps=1000)
     data = _converge_json(run)
     assert data["acceptance"] is None
@@ -236,7 +299,8 @@ def test_a_drafter_preset_without_a_header_says_where_b_comes_from(tmp_path):
     assert data["drafter"]["is_drafter"]
     assert data["acceptance"]["estimator"] == "chain"
     text = invoke("converge", log, "-f", "text").stdout
-    assert "(header)" not in text and "B=8 (7 acc positions + 1)" in text
+    assert "(header)" not in text
+    assert "B=8 (7 acc positions + 1)" in text
     assert "run_start header" not in text  # no "run" line for a header the reader made up
 
 
@@ -257,8 +321,15 @@ def test_auto_window_rule():
 
 def test_watch_and_converge_judge_the_same_windows(tmp_path):
     """HF's logging_steps=500: converge said CONVERGING, watch --once "not enough data"."""
-    history = [{"step": s, "loss": 3.0 * math.exp(-s / 30000) + 0.01 * math.sin(s),
-                "learning_rate": 1e-4, "epoch": s / 5000} for s in range(500, 100001, 500)]
+    history = [
+        {
+            "step": s,
+            "loss": 3.0 * math.exp(-s / 30000) + 0.01 * math.sin(s),
+            "learning_rate": 1e-4,
+            "epoch": s / 5000,
+        }
+        for s in range(500, 100001, 500)
+    ]
     run = _trainer_state(tmp_path / "hf", history, logging_steps=500)
     converge = _converge_json(run)
     watch = invoke("watch", run, "--once", "-f", "json")
@@ -271,12 +342,15 @@ def test_watch_and_converge_judge_the_same_windows(tmp_path):
 
 def test_watch_judges_the_pruned_windows_too(tmp_path):
     """A long log: watch keeps 40 windows but judges all of them, as converge does."""
-    records = [{"step": s, "loss": 3.0 - s / 20000, "acc": 0.1 + s / 40000 + 0.02 * math.sin(s / 7)}
-               for s in range(1, 8001)]
+    records = [
+        {"step": s, "loss": 3.0 - s / 20000, "acc": 0.1 + s / 40000 + 0.02 * math.sin(s / 7)}
+        for s in range(1, 8001)
+    ]
     log = write(tmp_path / "long.jsonl", records)
     converge = _converge_json(log)
     frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
-    assert len(frame["windows"]) == 40 and len(converge["windows"]) == 160
+    assert len(frame["windows"]) == 40
+    assert len(converge["windows"]) == 160
     assert frame["verdict"] == converge["verdict"]
 
 
@@ -284,18 +358,31 @@ def test_watch_judges_the_pruned_windows_too(tmp_path):
 
 
 def _header(block_size):
-    return {"event": "run_start", "schema": 1, "script": "pipeline", "block_size": block_size,
-            "schedule": None, "steps_per_epoch": 1000, "world_size": 1, "resumed_from": None,
-            "config": {}, "time": 0.0}
+    return {
+        "event": "run_start",
+        "schema": 1,
+        "script": "pipeline",
+        "block_size": block_size,
+        "schedule": None,
+        "steps_per_epoch": 1000,
+        "world_size": 1,
+        "resumed_from": None,
+        "config": {},
+        "time": 0.0,
+    }
 
 
 def test_a_block_size_change_is_a_regime_boundary_and_a_note(tmp_path):
     records = [_header(16)]
-    records += [{"step": s, "loss": 3.0 - s / 1000, "acc": 0.2 + s / 10000, "tok_per_sec": 1e4}
-                for s in range(1, 301)]
+    records += [
+        {"step": s, "loss": 3.0 - s / 1000, "acc": 0.2 + s / 10000, "tok_per_sec": 1e4}
+        for s in range(1, 301)
+    ]
     records.append(_header(8))
-    records += [{"step": s, "loss": 2.5 - s / 2000, "acc": 0.35 + s / 10000, "tok_per_sec": 1e4}
-                for s in range(301, 601)]
+    records += [
+        {"step": s, "loss": 2.5 - s / 2000, "acc": 0.35 + s / 10000, "tok_per_sec": 1e4}
+        for s in range(301, 601)
+    ]
     log = write(tmp_path / "b.jsonl", records)
     report = diagnose(load_log(str(log)))
     assert any("block size changes at step 301: B=16 -> B=8" in n for n in report.notes)
@@ -315,33 +402,46 @@ def test_spikes_respect_the_data_resolution():
     assert loss_spikes(real, resolution=value_resolution(real)) == [5]
 
 
-
 def test_no_spike_alert_below_the_logs_rounding(tmp_path):
     """Losses written to 4 decimals: one window at 0.0003 among 0.0002 ones is no spike."""
-    records = [{"step": s, "loss": 0.0003 if 500 <= s < 550 else 0.0002, "acc": 0.5 + s / 1e5}
-               for s in range(1, 1001)]
+    records = [
+        {"step": s, "loss": 0.0003 if 500 <= s < 550 else 0.0002, "acc": 0.5 + s / 1e5}
+        for s in range(1, 1001)
+    ]
     data = _converge_json(write(tmp_path / "rounded.jsonl", records))
     assert not [a for a in data["alerts"] if a["kind"] == "loss_spike"]
-    records = [{"step": s, "loss": 0.0020 if 500 <= s < 550 else 0.0002 + (s % 7) * 1e-5,
-                "acc": 0.5 + s / 1e5} for s in range(1, 1001)]
+    records = [
+        {
+            "step": s,
+            "loss": 0.0020 if 500 <= s < 550 else 0.0002 + (s % 7) * 1e-5,
+            "acc": 0.5 + s / 1e5,
+        }
+        for s in range(1, 1001)
+    ]
     data = _converge_json(write(tmp_path / "spike.jsonl", records))
     assert [a["step"] for a in data["alerts"] if a["kind"] == "loss_spike"] == [501]
 
 
 def test_the_final_eval_after_the_last_record_counts(tmp_path):
     """HF evaluates at max_steps, after the last logged step: that eval is the run's last."""
-    history = [{"step": s, "loss": 2.0 - s / 1000, "learning_rate": 1e-4} for s in range(10, 1000, 10)]
+    history = [
+        {"step": s, "loss": 2.0 - s / 1000, "learning_rate": 1e-4} for s in range(10, 1000, 10)
+    ]
     history += [{"step": s, "eval_loss": 1.5 - s / 2000} for s in (200, 400, 600, 800, 1000)]
     data = _converge_json(_trainer_state(tmp_path / "hf", history, max_steps=1000))
     (loss,) = [t for t in data["verdict"]["validation"] if t["field"] == "loss"]
-    assert loss["latest_step"] == 1000 and loss["n_evals"] == 5
+    assert loss["latest_step"] == 1000
+    assert loss["n_evals"] == 5
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-3", "1.5"])
 def test_a_bad_window_is_one_line_and_exit_2(tmp_path, value):
     log = write(tmp_path / "t.jsonl", [{"step": s, "loss": 1.0 / s} for s in range(1, 20)])
     for command in ("converge", "compare", "watch"):
-        result = invoke(command, log, "--window", value, *(["--once"] if command == "watch" else []))
+        result = invoke(
+            command, log, "--window", value, *(["--once"] if command == "watch" else [])
+        )
         assert result.exit_code == 2, (command, result.output)
-        assert "--window must be" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert "--window must be" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
     assert invoke("converge", log, "--window", "AUTO").exit_code == 0

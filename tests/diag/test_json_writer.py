@@ -29,7 +29,8 @@ def _json_text(command: str) -> str:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_format_version_is_the_first_key(command):
     data = json.loads(_json_text(command))
-    assert next(iter(data)) == "format_version" and data["format_version"] == 1
+    assert next(iter(data)) == "format_version"
+    assert data["format_version"] == 1
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -52,4 +53,5 @@ def test_every_estimate_says_whether_it_is_held_back(command):
     assert all("held_back" in e for e in by_name.values())
     assert by_name["measured"]["held_back"] is None
     walk = by_name["walk"]["held_back"]
-    assert walk.startswith("walk in-sample") and by_name["walk"]["basis"].endswith(walk)
+    assert walk.startswith("walk in-sample")
+    assert by_name["walk"]["basis"].endswith(walk)

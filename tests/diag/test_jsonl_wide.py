@@ -17,9 +17,11 @@ from dflash_diag.read.formats.jsonl_rows import FORMAT, STEP_KEYS, read_jsonl_ro
 from dflash_diag.read.formats.jsonl_wide import read_jsonl_wide
 
 ROOT = Path(__file__).resolve().parents[2]
-REAL = [ROOT / "shared/wild/AolinGuo__graduate_agent/trainer_log.jsonl",
-        ROOT / "shared/wild/gi7014__SunXiaochuan-V1/trainer_log.jsonl",
-        ROOT / "tests/fixtures/formats/speculators_jsonl/metrics.jsonl"]
+REAL = [
+    ROOT / "shared/wild/AolinGuo__graduate_agent/trainer_log.jsonl",
+    ROOT / "shared/wild/gi7014__SunXiaochuan-V1/trainer_log.jsonl",
+    ROOT / "tests/fixtures/formats/speculators_jsonl/metrics.jsonl",
+]
 
 
 def both(path: Path):
@@ -30,7 +32,8 @@ def both(path: Path):
         assert got.log.metrics.equals(slow.log.metrics)
         assert got.log.events == slow.log.events
         assert got.log.issues == slow.log.issues
-        assert got.notes == slow.notes and got.description == slow.description
+        assert got.notes == slow.notes
+        assert got.description == slow.description
     return fast, slow
 
 
@@ -43,8 +46,13 @@ def test_real_logs_read_fast_and_the_same(path):
 
 
 def _hf(step: int) -> dict:
-    return {"loss": 2.0 / step, "grad_norm": 1.5, "learning_rate": 1e-4, "epoch": step / 100,
-            "step": step}
+    return {
+        "loss": 2.0 / step,
+        "grad_norm": 1.5,
+        "learning_rate": 1e-4,
+        "epoch": step / 100,
+        "step": step,
+    }
 
 
 def _write(path: Path, records, tail: str = "") -> Path:
@@ -61,10 +69,24 @@ def test_keys_first_written_after_the_head_are_found(tmp_path):
     assert slow.log.events  # the eval record became an eval event both ways
 
 
-@pytest.mark.parametrize("case", [
-    "null", "numeric_string", "duplicate_key", "bool", "torn", "malformed", "nan", "list",
-    "time", "late_nested_field", "colon_text", "event", "type_change",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "null",
+        "numeric_string",
+        "duplicate_key",
+        "bool",
+        "torn",
+        "malformed",
+        "nan",
+        "list",
+        "time",
+        "late_nested_field",
+        "colon_text",
+        "event",
+        "type_change",
+    ],
+)
 def test_dirty_files_decline_or_agree(tmp_path, case):
     records = [_hf(s) for s in range(1, 400)]
     tail = ""
@@ -103,6 +125,14 @@ def test_dirty_files_decline_or_agree(tmp_path, case):
     fast, _ = both(path)
     if case in ("late_nested_field", "colon_text", "bool"):
         assert fast is not None  # clean enough: the fast path must take it
-    if case in ("duplicate_key", "torn", "malformed", "nan", "list", "time", "type_change",
-                "numeric_string"):
+    if case in (
+        "duplicate_key",
+        "torn",
+        "malformed",
+        "nan",
+        "list",
+        "time",
+        "type_change",
+        "numeric_string",
+    ):
         assert fast is None

@@ -38,14 +38,18 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
         forbidden = FORBIDDEN.get(_layer(module), set())
         if module in PLAIN_DATA:
             forbidden = forbidden | {"render", "cli"}
-        bad += [f"{module} -> {m}" for m in sorted(imported)
-                if _layer(m) in forbidden or (module in PLAIN_DATA and m == "dflash_diag.watch.render")]
+        bad += [
+            f"{module} -> {m}"
+            for m in sorted(imported)
+            if _layer(m) in forbidden or (module in PLAIN_DATA and m == "dflash_diag.watch.render")
+        ]
     return bad
 
 
 def test_layers_point_one_way():
     graph = import_graph(ROOT, "dflash_diag")
-    assert "dflash_diag.read.jsonl" in graph and "dflash_diag.render.json" in graph
+    assert "dflash_diag.read.jsonl" in graph
+    assert "dflash_diag.render.json" in graph
     assert layer_violations(graph) == []
 
 
@@ -55,10 +59,14 @@ def test_no_import_cycle_in_dflash_diag():
 
 
 def test_the_checker_sees_a_reader_that_imports_a_renderer():
-    graph = {"dflash_diag.read.jsonl": {"dflash_diag.text", "dflash_diag.render.safe_text"},
-             "dflash_diag.converge.report": {"dflash_diag.render.json"},
-             "dflash_diag.watch.view": {"dflash_diag.watch.render"},
-             "dflash_diag.render.json": {"dflash_diag.analysis.acceptance"}}
-    assert layer_violations(graph) == ["dflash_diag.converge.report -> dflash_diag.render.json",
-                                       "dflash_diag.read.jsonl -> dflash_diag.render.safe_text",
-                                       "dflash_diag.watch.view -> dflash_diag.watch.render"]
+    graph = {
+        "dflash_diag.read.jsonl": {"dflash_diag.text", "dflash_diag.render.safe_text"},
+        "dflash_diag.converge.report": {"dflash_diag.render.json"},
+        "dflash_diag.watch.view": {"dflash_diag.watch.render"},
+        "dflash_diag.render.json": {"dflash_diag.analysis.acceptance"},
+    }
+    assert layer_violations(graph) == [
+        "dflash_diag.converge.report -> dflash_diag.render.json",
+        "dflash_diag.read.jsonl -> dflash_diag.render.safe_text",
+        "dflash_diag.watch.view -> dflash_diag.watch.render",
+    ]

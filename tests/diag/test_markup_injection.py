@@ -48,11 +48,14 @@ def test_rich_output_shows_markup_literally_and_no_raw_escapes():
     assert "[link=http://x]here[/link]" in out
     assert "\\x1b[31mRED" in out
     # rich's own styling uses ESC, but none of the log's sequences get through
-    assert "\x1b[31mRED" not in out and "\x1b]0;title" not in out and "\x1b[2J" not in out
+    assert "\x1b[31mRED" not in out
+    assert "\x1b]0;title" not in out
+    assert "\x1b[2J" not in out
     assert "\x07" not in out
 
 
 def test_plain_and_markdown_outputs_are_escape_free():
     for out in (render_text(_report()), render_markdown(_report())):
-        assert "\x1b" not in out and "\x07" not in out
+        assert "\x1b" not in out
+        assert "\x07" not in out
         assert "pwned" in out

@@ -45,8 +45,13 @@ def test_noise_aware_loss_arrow_uses_the_loss_standard_error(tmp_path):
     records = []
     for step in range(1, 21):
         base = 2.0 if step <= 10 else 1.98
-        records.append({"step": step, "loss": base + (0.001 if step % 2 else -0.001),
-                         "acc": 0.1 if step % 2 else 0.9})
+        records.append(
+            {
+                "step": step,
+                "loss": base + (0.001 if step % 2 else -0.001),
+                "acc": 0.1 if step % 2 else 0.9,
+            }
+        )
     log = write_records(tmp_path / "noisy_acc.jsonl", records)
     rows = csv_rows(converge(log, "--window", 10, "--noise-aware", "-f", "csv"))
     assert [r["loss_trend"] for r in rows] == ["", "up"]
@@ -62,9 +67,11 @@ def test_loss_threshold_is_relative_to_the_previous_loss(tmp_path):
     10.00 -> 10.05 is a 0.5% change: flat under the default 1% (an absolute 0.01 would call it
     worse); 1.00 -> 1.05 is 5%: worse.
     """
+
     def trend(first, second):
-        records = [{"step": s, "loss": first if s <= 10 else second, "acc": 0.2}
-                   for s in range(1, 21)]
+        records = [
+            {"step": s, "loss": first if s <= 10 else second, "acc": 0.2} for s in range(1, 21)
+        ]
         log = write_records(tmp_path / f"loss_{first}_{second}.jsonl", records)
         return csv_rows(converge(log, "--window", 10, "-f", "csv"))[1]["loss_trend"]
 
@@ -88,13 +95,18 @@ def test_eval_rerun_at_the_same_step_keeps_the_later_record(tmp_path):
 def test_the_step_at_warmup_steps_is_not_warmup(tmp_path):
     """Bug guarded: the step exactly at ``warmup_steps`` labelled warmup (warmup is
     ``step < warmup_steps``: the lr peaks there and decays after)."""
-    header = {"event": "run_start", "schema": 1, "script": "sync",
-              "schedule": {"kind": "cosine", "peak_lr": 1e-3, "warmup_steps": 100,
-                           "total_steps": 1000}}
+    header = {
+        "event": "run_start",
+        "schema": 1,
+        "script": "sync",
+        "schedule": {"kind": "cosine", "peak_lr": 1e-3, "warmup_steps": 100, "total_steps": 1000},
+    }
 
     def phase(last_step):
-        records = [header] + [{"step": s, "loss": 2.0, "acc": 0.2, "lr": 1e-3 * min(1, s / 100)}
-                              for s in range(1, last_step + 1)]
+        records = [header] + [
+            {"step": s, "loss": 2.0, "acc": 0.2, "lr": 1e-3 * min(1, s / 100)}
+            for s in range(1, last_step + 1)
+        ]
         log = write_records(tmp_path / f"warmup_{last_step}.jsonl", records)
         return json.loads(converge(log, "-f", "json"))["lr"]["phase"]
 
@@ -108,12 +120,14 @@ def test_two_run_window_loss_leaves_nan_records_out_of_the_weights():
     from dflash_diag.compare.report import align_runs
 
     steps = list(range(1, 11))
-    a = pl.DataFrame({"step": steps, "loss": [2.0] * 4 + [float("nan")] * 2 + [2.0] * 4,
-                      "acc": [0.5] * 10})
+    a = pl.DataFrame(
+        {"step": steps, "loss": [2.0] * 4 + [float("nan")] * 2 + [2.0] * 4, "acc": [0.5] * 10}
+    )
     b = pl.DataFrame({"step": steps, "loss": [3.0] * 10, "acc": [0.5] * 10})
 
     (window,) = align_runs(a, b, window=10).windows
-    assert window.loss_a == pytest.approx(2.0) and window.loss_b == pytest.approx(3.0)
+    assert window.loss_a == pytest.approx(2.0)
+    assert window.loss_b == pytest.approx(3.0)
 
 
 def test_level_shift_and_noise_are_no_loss_spikes():
@@ -134,4 +148,5 @@ def test_window_label_never_ends_before_the_window_starts():
 
     window = SimpleNamespace(start=101, end=150)
     assert window_label(window, 90) == "101"  # data behind the window: its start alone
-    assert window_label(window, 120) == "101-120" and window_label(window, None) == "101-150"
+    assert window_label(window, 120) == "101-120"
+    assert window_label(window, None) == "101-150"

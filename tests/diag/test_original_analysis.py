@@ -45,7 +45,8 @@ def test_linear_tau_and_progress(report):
 def test_schedule_still_warming_up(report):
     lr = converge_json(report)["lr"]
     assert lr["current"] == pytest.approx(2.43e-4)
-    assert lr["peak"] == 6e-4 and lr["peak_source"] == "header"
+    assert lr["peak"] == 6e-4
+    assert lr["peak_source"] == "header"
     assert lr["phase"] == "warmup"
     assert lr["fraction_of_peak"] == pytest.approx(2.43e-4 / 6e-4)
 
@@ -59,7 +60,8 @@ def test_verdict_converging_with_eta(report):
     # line says, and the same number in the verdict and the forecast object.
     slope_per_step = verdict["slope_per_1k_steps"] / 1000
     target = converge_json(report)["forecast"]["target"]
-    assert target["metric"] == "acc" and target["eta_step"] is not None
+    assert target["metric"] == "acc"
+    assert target["eta_step"] is not None
     assert verdict["eta_steps"] == target["eta_step"] - report.last_step
     assert verdict["eta_steps"] > (0.27 - ORIGINAL_MEANS[-1]) / slope_per_step
     assert math.isclose(report.verdict.seconds_per_step, 4.1, rel_tol=1e-6)

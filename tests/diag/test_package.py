@@ -19,31 +19,49 @@ MODULES = sorted(
 
 
 def _run(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=ROOT).stdout
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
 
 
 def test_no_heavy_imports():
-    code = ("import sys, importlib\n"
-            f"for m in {MODULES!r}: importlib.import_module(m)\n"
-            "import dflash_diag\n"
-            "dflash_diag.build_converge_report\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'dflash') if m in sys.modules))")
+    code = (
+        "import sys, importlib\n"
+        f"for m in {MODULES!r}: importlib.import_module(m)\n"
+        "import dflash_diag\n"
+        "dflash_diag.build_converge_report\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'dflash') if m in sys.modules))"
+    )
     assert _run(code).strip() == "[]"
 
 
 def test_cli_import_does_not_load_polars():
-    code = ("import sys, dflash_diag.cli\n"
-            "print(sorted(m for m in ('polars', 'numpy', 'scipy') if m in sys.modules))")
+    code = (
+        "import sys, dflash_diag.cli\n"
+        "print(sorted(m for m in ('polars', 'numpy', 'scipy') if m in sys.modules))"
+    )
     assert _run(code).strip() == "[]"
 
 
 def test_help_lists_converge():
     result = CliRunner().invoke(app, ["--help"])
-    assert result.exit_code == 0 and "converge" in result.stdout
+    assert result.exit_code == 0
+    assert "converge" in result.stdout
     options = CliRunner().invoke(app, ["converge", "--help"]).stdout
-    for flag in ("--phase", "--window", "--threshold", "--target-acc", "--target-tau", "--fail-on",
-                 "--keep-all", "--strict", "--format", "--field", "--peak-lr", "--block-size"):
+    for flag in (
+        "--phase",
+        "--window",
+        "--threshold",
+        "--target-acc",
+        "--target-tau",
+        "--fail-on",
+        "--keep-all",
+        "--strict",
+        "--format",
+        "--field",
+        "--peak-lr",
+        "--block-size",
+    ):
         assert flag in options
 
 

@@ -52,47 +52,63 @@ def test_strict_makes_a_malformed_line_an_error():
 
 
 def test_bisection_keeps_every_good_line_of_a_large_buffer():
-    records = [{"step": s, "loss": 2.0 - s / 1e4, "acc": s / 1e4, "acc_pos": [0.5, 0.25]}
-               for s in range(3000)]
+    records = [
+        {"step": s, "loss": 2.0 - s / 1e4, "acc": s / 1e4, "acc_pos": [0.5, 0.25]}
+        for s in range(3000)
+    ]
     clean = parse_records(dumps(records)).metrics
     lines = dumps(records).split(b"\n")
     lines[1234] = b'{"step": 1234, "loss": '  # one bad line in the middle
     dirty = parse_records(b"\n".join(lines))
-    assert dirty.issues.malformed == 1 and dirty.issues.malformed_lines == [(0, 1235)]
+    assert dirty.issues.malformed == 1
+    assert dirty.issues.malformed_lines == [(0, 1235)]
     expected = clean.filter(pl.col("step") != 1234).drop("seq")
     assert dirty.metrics.drop("seq").equals(expected)
 
 
 def test_nan_and_infinity_tokens_are_parsed_and_counted():
-    data = dumps([
-        {"step": 1, "loss": float("nan"), "acc": 0.5, "acc_pos": [0.5, float("-inf")]},
-        {"step": 2, "loss": float("inf"), "acc": 0.6, "grad_norm": float("nan")},
-        {"step": 3, "loss": 1.0, "acc": 0.7},
-    ])
-    assert b"NaN" in data and b"Infinity" in data
+    data = dumps(
+        [
+            {"step": 1, "loss": float("nan"), "acc": 0.5, "acc_pos": [0.5, float("-inf")]},
+            {"step": 2, "loss": float("inf"), "acc": 0.6, "grad_norm": float("nan")},
+            {"step": 3, "loss": 1.0, "acc": 0.7},
+        ]
+    )
+    assert b"NaN" in data
+    assert b"Infinity" in data
     log = parse_records(data)
     loss = log.metrics["loss"].to_list()
-    assert math.isnan(loss[0]) and loss[1] == math.inf and loss[2] == 1.0
+    assert math.isnan(loss[0])
+    assert loss[1] == math.inf
+    assert loss[2] == 1.0
     assert log.metrics["acc_pos"][0].to_list() == [0.5, -math.inf]
     assert log.issues.nonfinite == {"loss": 2, "acc_pos": 1, "grad_norm": 1}
     assert log.issues.nonfinite_total == 4
 
 
 def test_nan_inside_a_string_is_left_alone():
-    log = parse_records(b'{"event": "checkpoint", "step": 5, "path": "runs/NaN,Infinity]"}\n{"step": 5}\n')
+    log = parse_records(
+        b'{"event": "checkpoint", "step": 5, "path": "runs/NaN,Infinity]"}\n{"step": 5}\n'
+    )
     assert log.events[0].fields["path"] == "runs/NaN,Infinity]"
 
 
 def test_strings_where_numbers_belong_are_converted_or_counted():
-    log = parse_records(dumps([
-        {"step": 1, "loss": "1.5", "acc": "nan"},
-        {"step": "2", "loss": "abc", "acc": True},
-        {"step": 3, "loss": 1.0, "acc": {"x": 1}, "acc_pos": "0.5"},
-    ]))
+    log = parse_records(
+        dumps(
+            [
+                {"step": 1, "loss": "1.5", "acc": "nan"},
+                {"step": "2", "loss": "abc", "acc": True},
+                {"step": 3, "loss": 1.0, "acc": {"x": 1}, "acc_pos": "0.5"},
+            ]
+        )
+    )
     frame = log.metrics
     assert frame["step"].to_list() == [1, 2, 3]
     assert frame["loss"].to_list() == [1.5, None, 1.0]
-    assert math.isnan(frame["acc"][0]) and frame["acc"][1] is None and frame["acc"][2] is None
+    assert math.isnan(frame["acc"][0])
+    assert frame["acc"][1] is None
+    assert frame["acc"][2] is None
     assert log.issues.coerced == 3  # "1.5", "nan", "2"
     assert log.issues.nonnumeric == 4  # "abc", true, {"x": 1}, "0.5" for a list
     assert [line for _, line in log.issues.nonnumeric_lines] == [2, 3]
@@ -107,18 +123,28 @@ def test_float_steps_blank_lines_and_crlf():
 
 
 def test_mixed_record_kinds():
-    log = parse_records(dumps([
-        {"step": 1, "acc": 0.1},
-        {"event": "run_start", "script": "pipeline", "schedule": {"kind": "cosine", "peak_lr": 1e-3},
-         "config": {"a": [1, 2]}, "resumed_from": {"path": "ck", "step": 1}, "block_size": 8},
-        {"step": 2, "acc": 0.2, "tok_per_sec": 100.0},
-        {"event": "metrics", "step": 3, "acc": 0.3},
-        {"event": "eval", "step": 3, "tau": 2.5, "tau_hist": [0, 1, 1], "n_prompts": 4},
-        {"event": "checkpoint", "step": 3, "path": "ck3"},
-        {"hello": "a record with neither step nor event"},
-        {"event": "run_start", "script": "sync"},
-        {"step": 4, "acc": 0.4},
-    ]))
+    log = parse_records(
+        dumps(
+            [
+                {"step": 1, "acc": 0.1},
+                {
+                    "event": "run_start",
+                    "script": "pipeline",
+                    "schedule": {"kind": "cosine", "peak_lr": 1e-3},
+                    "config": {"a": [1, 2]},
+                    "resumed_from": {"path": "ck", "step": 1},
+                    "block_size": 8,
+                },
+                {"step": 2, "acc": 0.2, "tok_per_sec": 100.0},
+                {"event": "metrics", "step": 3, "acc": 0.3},
+                {"event": "eval", "step": 3, "tau": 2.5, "tau_hist": [0, 1, 1], "n_prompts": 4},
+                {"event": "checkpoint", "step": 3, "path": "ck3"},
+                {"hello": "a record with neither step nor event"},
+                {"event": "run_start", "script": "sync"},
+                {"step": 4, "acc": 0.4},
+            ]
+        )
+    )
     assert log.metrics["step"].to_list() == [1, 2, 3, 4]
     assert log.metrics["run"].to_list() == [-1, 0, 0, 1]
     assert log.metrics["script"].to_list() == [None, "pipeline", "pipeline", "sync"]
@@ -128,7 +154,8 @@ def test_mixed_record_kinds():
     assert header.fields["schedule"] == {"kind": "cosine", "peak_lr": 1e-3}
     assert header.fields["config"] == {"a": [1, 2]}
     assert header.fields["block_size"] == 8
-    assert log.evals[0].fields["tau"] == 2.5 and log.evals[0].fields["tau_hist"] == [0, 1, 1]
+    assert log.evals[0].fields["tau"] == 2.5
+    assert log.evals[0].fields["tau_hist"] == [0, 1, 1]
     assert log.issues.without_step == 1
 
 
@@ -140,11 +167,13 @@ def test_field_map_renames_other_trainers_fields():
 
 
 def test_append_continues_runs_and_positions():
-    records = [{"event": "run_start", "script": "pipeline"}] + [{"step": s, "acc": 0.1} for s in range(6)]
+    records = [{"event": "run_start", "script": "pipeline"}] + [
+        {"step": s, "acc": 0.1} for s in range(6)
+    ]
     data = dumps(records)
     cut = data.index(b'{"step": 3')
     first = parse_records(data[: cut + 5], final=False)
-    rest = data[first.consumed_bytes:]
+    rest = data[first.consumed_bytes :]
     joined = first.append(parse_records(rest))
     whole = parse_records(data)
     assert joined.metrics.equals(whole.metrics)
@@ -168,8 +197,12 @@ def test_load_log_stdin(monkeypatch):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(b"", "empty log"), (b"\n\n", "empty log"), (b'{"acc": 0.1}\n', "no record has a 'step'"),
-     (b'{"event": "run_start"}\n', "no metric records")],
+    [
+        (b"", "empty log"),
+        (b"\n\n", "empty log"),
+        (b'{"acc": 0.1}\n', "no record has a 'step'"),
+        (b'{"event": "run_start"}\n', "no metric records"),
+    ],
 )
 def test_load_log_input_errors(tmp_path, content, message):
     path = tmp_path / "log.jsonl"
@@ -197,14 +230,18 @@ def test_streaming_in_small_chunks_matches_one_parse():
     whole = parse_records(data)
     streamed = parse_stream(io.BytesIO(data), chunk_bytes=4096)
     assert streamed.metrics.equals(whole.metrics)
-    assert [(e.kind, e.seq, e.step) for e in streamed.events] == [(e.kind, e.seq, e.step) for e in whole.events]
+    assert [(e.kind, e.seq, e.step) for e in streamed.events] == [
+        (e.kind, e.seq, e.step) for e in whole.events
+    ]
     assert streamed.issues == whole.issues
     assert streamed.issues.malformed_lines == [(0, 301)]
     assert streamed.issues.torn_tail == [0]
 
 
 def test_event_and_record_line_numbers():
-    log = parse_records(b'{"step": 1}\n\n{"event": "eval", "step": 1, "tau": 2.0}\n  \n{"step": 2}\n')
+    log = parse_records(
+        b'{"step": 1}\n\n{"event": "eval", "step": 1, "tau": 2.0}\n  \n{"step": 2}\n'
+    )
     assert log.metrics["seq"].to_list() == [1, 5]
     assert log.events[0].seq == 3
 
@@ -218,9 +255,12 @@ def test_lists_read_lazily_for_the_rows_that_need_them(tmp_path):
     path.write_bytes(gzip.compress(generate(seed=4, pipeline_steps=300)))
     eager = load_log(path, lists=True)
     lazy = load_log(path, lists=False)
-    assert lazy.lists_pending == [0] and eager.lists_pending == []
+    assert lazy.lists_pending == [0]
+    assert eager.lists_pending == []
     assert lazy.metrics["acc_pos"].null_count() == lazy.metrics.height
-    assert lazy.metrics.drop("acc_pos", "accept_pos").equals(eager.metrics.drop("acc_pos", "accept_pos"))
+    assert lazy.metrics.drop("acc_pos", "accept_pos").equals(
+        eager.metrics.drop("acc_pos", "accept_pos")
+    )
     tail = lazy.metrics.tail(40)
     fetched = fetch_lists(lazy, tail, chunk_bytes=2048)
     assert fetched.equals(eager.metrics.tail(40))
@@ -262,20 +302,25 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
     path = tmp_path / "train.jsonl"
     path.write_bytes(data)
     whole = parse_records(data)
-    assert whole.issues.malformed_lines == [(0, 201)] and whole.issues.nonfinite.get("loss") == 1
+    assert whole.issues.malformed_lines == [(0, 201)]
+    assert whole.issues.nonfinite.get("loss") == 1
     for chunk_bytes in (700, 4096, 50_000):
         with path.open("rb") as handle:
             streamed = parse_stream(handle, chunk_bytes=chunk_bytes)
         assert streamed.metrics.equals(whole.metrics)
         assert streamed.issues == whole.issues
-        assert [(e.kind, e.seq, e.step) for e in streamed.events] == [(e.kind, e.seq, e.step) for e in whole.events]
+        assert [(e.kind, e.seq, e.step) for e in streamed.events] == [
+            (e.kind, e.seq, e.step) for e in whole.events
+        ]
         with path.open("rb") as handle, pytest.raises(DiagError, match="line 201"):
             parse_stream(handle, chunk_bytes=chunk_bytes, strict=True)
     eager = load_log(path, lists=True)
     lazy = load_log(path, lists=False)
     assert len(lazy.chunk_starts[0]) == 1  # one default-sized chunk for a small file
     rows = lazy.metrics.filter(pl.col("seq") > 250)
-    assert fetch_lists(lazy, rows, chunk_bytes=2048).equals(eager.metrics.filter(pl.col("seq") > 250))
+    assert fetch_lists(lazy, rows, chunk_bytes=2048).equals(
+        eager.metrics.filter(pl.col("seq") > 250)
+    )
     middle = pl.col("seq").is_between(100, 140)  # inside one chunk: only those lines are parsed
     assert fetch_lists(lazy, lazy.metrics.filter(middle)).equals(eager.metrics.filter(middle))
     with path.open("rb") as handle:  # recorded chunk starts of a many-chunk parse
@@ -284,12 +329,16 @@ def test_plain_file_pipelined_chunks_keep_lines_issues_and_list_offsets(tmp_path
     assert len(chunked.chunk_starts[0]) > 10
     rows = chunked.metrics.filter(pl.col("seq").is_between(180, 260))
     assert fetch_lists(chunked, rows, chunk_bytes=700).equals(
-        eager.metrics.filter(pl.col("seq").is_between(180, 260)))
+        eager.metrics.filter(pl.col("seq").is_between(180, 260))
+    )
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
-       st.booleans(), st.sampled_from([1, 3, 16, 2**16]))
+@given(
+    st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
+    st.booleans(),
+    st.sampled_from([1, 3, 16, 2**16]),
+)
 def test_line_index_finds_every_line_like_a_split(lines, trailing_newline, block):
     from dflash_diag.read.jsonl import _count_newlines, _LineIndex
 

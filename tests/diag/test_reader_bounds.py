@@ -34,6 +34,7 @@ def peak_bytes(function, *args):
 
 # -- TensorBoard: a record longer than a chunk ---------------------------------------------------
 
+
 def _claim(length: int) -> bytes:
     header = struct.pack("<Q", length)
     return header + struct.pack("<I", masked_crc32c(header))
@@ -57,18 +58,27 @@ def test_tensorboard_record_longer_than_a_chunk_is_passed_over(tmp_path, monkeyp
     """A real record larger than a chunk (an image, a graph) inside the file: skipped without
     being held, and the records after it are read."""
     monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
-    big = b"\x09" + struct.pack("<d", 1.7e9) + b"\x10\x05" + b"\x22" + b"\x80\x80\x80\x02" + bytes(2**22)
-    big_record = (_claim(len(big)) + big + struct.pack("<I", 0))
+    big = (
+        b"\x09"
+        + struct.pack("<d", 1.7e9)
+        + b"\x10\x05"
+        + b"\x22"
+        + b"\x80\x80\x80\x02"
+        + bytes(2**22)
+    )
+    big_record = _claim(len(big)) + big + struct.pack("<I", 0)
     before = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 51))
     after = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(51, 101))
     (tmp_path / "events.out.tfevents.1.host").write_bytes(VERSION + before + big_record + after)
     scalars, peak = peak_bytes(read_tensorboard, tmp_path)
     assert scalars.long_frame()["step"].to_list() == list(range(1, 101))
-    assert scalars.issues.torn_tail == [] and scalars.issues.malformed == 0
+    assert scalars.issues.torn_tail == []
+    assert scalars.issues.malformed == 0
     assert peak < 1_500_000, peak
 
 
 # -- W&B: streamed by blocks ------------------------------------------------------------------
+
 
 def _varint(n: int) -> bytes:
     from dflash_diag.read.formats.protobuf import encode_varint
@@ -82,11 +92,11 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def _history(step: int) -> bytes:
     row = {"train/loss": 3 - step / 1000, "train/acc": step / 2000, "_step": step}
-    items = b"".join(_field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
-                     for k, v in row.items())
+    items = b"".join(
+        _field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
+        for k, v in row.items()
+    )
     return _varint(1 << 3) + _varint(step) + _field(2, items)
-
-
 
 
 def _wandb_file(path, middle: bytes) -> None:
@@ -105,7 +115,8 @@ def test_wandb_file_is_streamed_not_held(tmp_path):
     _wandb_file(path, bytes(64 * 2**20))  # zero-filled blocks
     scalars, peak = peak_bytes(read_wandb, path)
     steps = scalars.frame.filter(pl.col("key") == "train/loss")["step"].to_list()
-    assert steps == list(range(1, 101)) and scalars.issues.malformed == 0
+    assert steps == list(range(1, 101))
+    assert scalars.issues.malformed == 0
     assert peak < 20 * 2**20, peak  # one 16 MiB chunk, not the 64 MiB file
 
 
@@ -115,7 +126,11 @@ def test_wandb_overlong_record_is_dropped_and_counted(tmp_path, monkeypatch):
     monkeypatch.setattr(wandb_offline, "MAX_RECORD_BYTES", 2**20)
     monkeypatch.setattr(wandb_offline, "CHUNK_BLOCKS", 8, raising=False)
     path = tmp_path / "run-x.wandb"
-    blob = _varint(1 << 3) + _varint(7) + _field(2, _field(1, _field(1, b"x") + _field(16, bytes(4 * 2**20))))
+    blob = (
+        _varint(1 << 3)
+        + _varint(7)
+        + _field(2, _field(1, _field(1, b"x") + _field(16, bytes(4 * 2**20))))
+    )
     _wandb_file(path, _blocks([blob], 0) + b"\x00" * (-len(_blocks([blob], 0)) % 32768))
     scalars, peak = peak_bytes(wandb_offline.read_wandb, path)
     steps = scalars.frame.filter(pl.col("key") == "train/loss")["step"].to_list()
@@ -125,6 +140,7 @@ def test_wandb_overlong_record_is_dropped_and_counted(tmp_path, monkeypatch):
 
 
 # -- MLflow: metric files streamed, parsed by polars ------------------------------------------
+
 
 def _mlflow_run(root, lines: str):
     run = root / "mlruns" / "0" / "r1"
@@ -142,7 +158,8 @@ def test_mlflow_metric_file_is_streamed(tmp_path, monkeypatch):
     monkeypatch.setattr(mlflow_store, "CHUNK_BYTES", 2**16, raising=False)
     text = "".join(f"{1700000000000 + s} {3 - s * 1e-6:.6f} {s}\n" for s in range(200_000))
     scalars, peak = peak_bytes(mlflow_store.read_file_store, _mlflow_run(tmp_path, text))
-    assert scalars.frame.height == 200_000 and scalars.issues.lines == 200_000
+    assert scalars.frame.height == 200_000
+    assert scalars.issues.lines == 200_000
     assert scalars.frame["step"].to_list()[-3:] == [199_997, 199_998, 199_999]
     assert peak < 2 * 2**20, peak
 
@@ -152,22 +169,28 @@ def test_mlflow_metric_lines_lenient_and_strict_parses_agree(tmp_path):
     which reads what the old line-by-line reader read."""
     from dflash_diag.read.formats.mlflow_store import read_file_store
 
-    text = ("1000 0.5 1\n1001\t0.25\t2\n\n1002  0.125   3\r\n1003 0.0625\n"
-            "garbage\n1004 abc 5\n1005 0.5 x\n1006 nan 7\n")
+    text = (
+        "1000 0.5 1\n1001\t0.25\t2\n\n1002  0.125   3\r\n1003 0.0625\n"
+        "garbage\n1004 abc 5\n1005 0.5 x\n1006 nan 7\n"
+    )
     scalars = read_file_store(_mlflow_run(tmp_path, text))
     frame = scalars.frame
     assert frame["step"].to_list() == [1, 2, 3, 0, 7]  # 1003 has no step: 0
-    assert scalars.issues.lines == 8 and scalars.issues.malformed == 3
+    assert scalars.issues.lines == 8
+    assert scalars.issues.malformed == 3
 
 
 # -- Lightning CSV: a very wide header ----------------------------------------------------------
+
 
 def test_csv_wide_and_narrow_readers_agree(tmp_path, monkeypatch):
     """The row reader of a wide file gives what polars' reader gives on the same file."""
     from dflash_diag.read.formats import csv_metrics
 
-    text = ("\ufeffstep,loss,acc,val_loss,note\n1,3.0,0.1,,x\n2, 2.5 ,nan,,\n\n3,,,2.9,\n"
-            "x,1.0,0.5,,\n4,inf,0.2,2.8,y,extra\n5,2.0\n")
+    text = (
+        "\ufeffstep,loss,acc,val_loss,note\n1,3.0,0.1,,x\n2, 2.5 ,nan,,\n\n3,,,2.9,\n"
+        "x,1.0,0.5,,\n4,inf,0.2,2.8,y,extra\n5,2.0\n"
+    )
     path = tmp_path / "metrics.csv"
     path.write_text(text)
     narrow = csv_metrics.read_metrics_csv(path)
@@ -188,19 +211,27 @@ def test_csv_with_100k_columns_reads_in_bounded_memory(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
     # VmHWM, not ru_maxrss: the latter keeps the forking pytest process's peak across exec
-    code = ("import sys\n"
-            "from dflash_diag.read.formats.csv_metrics import read_metrics_csv\n"
-            "s = read_metrics_csv(sys.argv[1])\n"
-            "assert s.frame.height == 100, s.frame\n"
-            "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-            "print(int(hwm.split()[1]) // 1024)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], check=False, capture_output=True,
-                         text=True, timeout=120)
+    code = (
+        "import sys\n"
+        "from dflash_diag.read.formats.csv_metrics import read_metrics_csv\n"
+        "s = read_metrics_csv(sys.argv[1])\n"
+        "assert s.frame.height == 100, s.frame\n"
+        "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "print(int(hwm.split()[1]) // 1024)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) < 250, out.stdout  # MiB; about 60 now, over 1,000 before
 
 
 # -- acc_pos lists of a million elements --------------------------------------------------------
+
 
 def test_list_fields_are_cut_to_the_bound(tmp_path):
     """A list of 10^6 elements is kept as its first MAX_LIST_ELEMENTS (a 5 MB log with one
@@ -232,12 +263,14 @@ def test_numbered_position_keys_are_cut_to_the_bound():
         row = {"train/loss": 1.0, "train/lr": 1e-4}
         row.update({f"train/acc_{k}": 0.5 for k in range(MAX_LIST_ELEMENTS + 50)})
         collector.add(row, step=step)
-    log = to_parsed_log(Scalars(frame=collector.frame(), format="test"),
-                        preset=get_preset("specforge-eagle3")).log
+    log = to_parsed_log(
+        Scalars(frame=collector.frame(), format="test"), preset=get_preset("specforge-eagle3")
+    ).log
     assert log.metrics["acc_pos"].list.len().to_list() == [MAX_LIST_ELEMENTS] * 3
 
 
 # -- trainer_state.json: log_history entry by entry -----------------------------------------------
+
 
 def test_trainer_state_is_read_entry_by_entry(tmp_path, monkeypatch):
     """A large state's log_history is decoded one entry at a time and its values packed into
@@ -253,23 +286,30 @@ def test_trainer_state_is_read_entry_by_entry(tmp_path, monkeypatch):
     entry = '{{"step": {s}, "loss": {l:.6f}, "learning_rate": 0.0001, "grad_norm": 1.25}}'
     history = ",".join(entry.format(s=s, l=3 - s * 1e-6) for s in range(1, 20_001))
     path = tmp_path / "trainer_state.json"
-    path.write_text('{"best_metric": null, "global_step": 20000, "log_history": ['
-                    + history + '], "max_steps": 20000, "train_batch_size": 8}')
+    path.write_text(
+        '{"best_metric": null, "global_step": 20000, "log_history": ['
+        + history
+        + '], "max_steps": 20000, "train_batch_size": 8}'
+    )
     scalars, peak = peak_bytes(trainer_state.read_trainer_state, path)
-    assert scalars.frame.height == 60_000 and scalars.issues.lines == 20_000
+    assert scalars.frame.height == 60_000
+    assert scalars.issues.lines == 20_000
     assert scalars.meta["max_steps"] == 20_000  # a key after log_history
     assert scalars.frame["step"].to_list()[-1] == 20_000
     assert peak < 4 * 2**20, peak  # the file is 1.4 MB; its objects were over 12 MB
 
 
-@pytest.mark.parametrize("text", [
-    '{"log_history": [{"step": 1, "loss": 2}], "global_step": 1} x',
-    '{"log_history": [{"step": 1, "loss": 2},]}',
-    '{"log_history": [{"step": 1, "loss": 2}',
-    '{"log_history": {"step": 1}}',
-    '[{"step": 1}]',
-    '{"log_history": [' + "[" * 100_000 + "]}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"log_history": [{"step": 1, "loss": 2}], "global_step": 1} x',
+        '{"log_history": [{"step": 1, "loss": 2},]}',
+        '{"log_history": [{"step": 1, "loss": 2}',
+        '{"log_history": {"step": 1}}',
+        '[{"step": 1}]',
+        '{"log_history": [' + "[" * 100_000 + "]}",
+    ],
+)
 def test_trainer_state_scanner_refuses_what_json_load_refuses(tmp_path, text):
     from dflash_diag.errors import DiagError
     from dflash_diag.read.formats.trainer_state import read_trainer_state
@@ -288,16 +328,21 @@ def test_trainer_state_scanner_values_across_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer_state._Scanner, "CHUNK", 7, raising=False)
     history = [{"step": s, "loss": 1.0 / s, "note": "é" * s} for s in range(1, 40)]
     path = tmp_path / "trainer_state.json"
-    path.write_text(json.dumps({"global_step": 39, "log_history": history, "max_steps": 1234567},
-                               ensure_ascii=False))
+    path.write_text(
+        json.dumps(
+            {"global_step": 39, "log_history": history, "max_steps": 1234567}, ensure_ascii=False
+        )
+    )
     scalars = trainer_state.read_trainer_state(path)
     assert scalars.frame.filter(pl.col("key") == "loss")["value"].to_list() == [
-        1.0 / s for s in range(1, 40)]
+        1.0 / s for s in range(1, 40)
+    ]
     assert scalars.meta["max_steps"] == 1234567
 
 
 def test_tensorboard_oversize_record_past_the_first_chunk_and_one_torn_at_the_end(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """The skip seeks to the oversize record's end in the FILE (the offset of a record after
     the first chunk, not within its chunk), and a record whose framing (16 bytes) would end past
     the file is a torn tail, not a record passed over (audit survivors 1 and 2)."""

@@ -47,6 +47,7 @@ def text_report(path):
 
 # -- writers: the 40 records, and bad steps where given --------------------------------------
 
+
 def write_jsonl(folder, extra_steps=()):
     path = folder / "train.jsonl"
     lines = [json.dumps({"step": s, "loss": loss(s), "acc": s / 100}) for s in STEPS]
@@ -67,8 +68,10 @@ def write_tensorboard(folder, extra_steps=()):
 
 
 def _wandb_row(row: dict) -> bytes:
-    items = b"".join(_field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
-                     for k, v in row.items())
+    items = b"".join(
+        _field(1, _field(1, k.encode()) + _field(16, json.dumps(v).encode()))
+        for k, v in row.items()
+    )
     return _field(2, items)
 
 
@@ -100,17 +103,22 @@ def write_mlflow_sqlite(folder, extra_steps=(), value_rows=()):
         "CREATE TABLE runs (run_uuid TEXT, name TEXT, start_time INT, lifecycle_stage TEXT);"
         "CREATE TABLE metrics (key TEXT, value DOUBLE, timestamp BIGINT, step BIGINT,"
         " is_nan BOOLEAN, run_uuid TEXT);"
-        "INSERT INTO runs VALUES ('r1', 'run', 1, 'active');")
+        "INSERT INTO runs VALUES ('r1', 'run', 1, 'active');"
+    )
     for s in STEPS:
         value = loss(s)
         # MLflow stores NaN as 0 with is_nan set, infinities as they are
-        connection.execute("INSERT INTO metrics VALUES ('loss', ?, ?, ?, ?, 'r1')",
-                           (0.0 if math.isnan(value) else value, 1000 * s, s, math.isnan(value)))
-        connection.execute("INSERT INTO metrics VALUES ('acc', ?, ?, ?, 0, 'r1')",
-                           (s / 100, 1000 * s, s))
+        connection.execute(
+            "INSERT INTO metrics VALUES ('loss', ?, ?, ?, ?, 'r1')",
+            (0.0 if math.isnan(value) else value, 1000 * s, s, math.isnan(value)),
+        )
+        connection.execute(
+            "INSERT INTO metrics VALUES ('acc', ?, ?, ?, 0, 'r1')", (s / 100, 1000 * s, s)
+        )
     for i, bad in enumerate(extra_steps):
-        connection.execute("INSERT INTO metrics VALUES ('loss', 1.0, ?, ?, 0, 'r1')",
-                           (41_000 + i, bad))
+        connection.execute(
+            "INSERT INTO metrics VALUES ('loss', 1.0, ?, ?, 0, 'r1')", (41_000 + i, bad)
+        )
     for value in value_rows:
         connection.execute("INSERT INTO metrics VALUES ('loss', ?, 5500, 5, 0, 'r1')", (value,))
     connection.commit()
@@ -134,9 +142,15 @@ def write_csv(folder, extra_steps=()):
     return path
 
 
-WRITERS = {"jsonl": write_jsonl, "tensorboard": write_tensorboard, "wandb": write_wandb,
-           "mlflow": write_mlflow_files, "mlflow-sqlite": write_mlflow_sqlite,
-           "hf-trainer-state": write_trainer_state, "csv": write_csv}
+WRITERS = {
+    "jsonl": write_jsonl,
+    "tensorboard": write_tensorboard,
+    "wandb": write_wandb,
+    "mlflow": write_mlflow_files,
+    "mlflow-sqlite": write_mlflow_sqlite,
+    "hf-trainer-state": write_trainer_state,
+    "csv": write_csv,
+}
 
 
 @pytest.mark.parametrize("fmt", list(WRITERS))
@@ -151,7 +165,8 @@ def test_mlflow_is_nan_reads_back_as_nan(tmp_path):
     scalars = read_sqlite_store(write_mlflow_sqlite(tmp_path))
     loss_values = scalars.frame.filter(scalars.frame["key"] == "loss")
     at_10 = loss_values.filter(loss_values["step"] == 10)["value"].to_list()
-    assert len(at_10) == 1 and math.isnan(at_10[0])  # stored as 0 with is_nan set
+    assert len(at_10) == 1
+    assert math.isnan(at_10[0])
 
 
 def test_mlflow_sqlite_text_value_is_left_out_and_counted(tmp_path):
@@ -162,10 +177,15 @@ def test_mlflow_sqlite_text_value_is_left_out_and_counted(tmp_path):
 
 # steps: 2^63 (wraps to -2^63 in a TensorBoard varint), 2^62 (int64, beyond 2^53), 10^30
 # (beyond int64: a JSON integer in W&B, text in an MLflow file, a REAL in SQLite)
-BAD_STEPS = {"jsonl": (2**63, 2**62, 10**30), "tensorboard": (2**63, 2**62),
-             "wandb": (2**63, 2**62, 10**30), "mlflow": (2**63, 2**62, 10**30),
-             "mlflow-sqlite": (2**62, 1e30), "hf-trainer-state": (2**63, 2**62, 10**30),
-             "csv": (2**63, 2**62, 10**30)}
+BAD_STEPS = {
+    "jsonl": (2**63, 2**62, 10**30),
+    "tensorboard": (2**63, 2**62),
+    "wandb": (2**63, 2**62, 10**30),
+    "mlflow": (2**63, 2**62, 10**30),
+    "mlflow-sqlite": (2**62, 1e30),
+    "hf-trainer-state": (2**63, 2**62, 10**30),
+    "csv": (2**63, 2**62, 10**30),
+}
 
 
 @pytest.mark.parametrize("fmt", list(WRITERS))
@@ -190,8 +210,10 @@ def test_tensorboard_step_of_2_63_alone_is_refused_with_one_line(tmp_path):
 
 def test_step_keys_of_a_preset_out_of_range(tmp_path):
     """A step taken from a preset's key (W&B's global_step here) is checked the same way."""
-    rows = [{"train/loss": 3 - s / 100, "train/full_acc": s / 100, "global_step": s, "_step": s}
-            for s in STEPS]
+    rows = [
+        {"train/loss": 3 - s / 100, "train/full_acc": s / 100, "global_step": s, "_step": s}
+        for s in STEPS
+    ]
     rows.append({"train/loss": 1.0, "train/full_acc": 0.5, "global_step": 1e300, "_step": 41})
     header = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
     path = tmp_path / "run-x.wandb"
@@ -219,8 +241,10 @@ def test_tensorboard_events_without_wall_time_have_no_nonfinite_values(tmp_path)
     missing time is not a NaN metric value."""
     from .test_formats_readers import _tensor_event
 
-    data = VERSION + b"".join(_tensor_event(s, "train/loss", 3 - s / 100)
-                              + _tensor_event(s, "train/acc", s / 100) for s in STEPS)
+    data = VERSION + b"".join(
+        _tensor_event(s, "train/loss", 3 - s / 100) + _tensor_event(s, "train/acc", s / 100)
+        for s in STEPS
+    )
     (tmp_path / "events.out.tfevents.1.host").write_bytes(data)
     assert converge(tmp_path)["nonfinite"] == 0
 

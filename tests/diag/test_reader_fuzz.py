@@ -18,9 +18,28 @@ mutation = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, len(BASE) - 1), st.integers(0, 255)),
     st.tuples(st.just("insert"), st.integers(0, len(BASE)), st.binary(min_size=1, max_size=12)),
     st.tuples(st.just("delete"), st.integers(0, len(BASE) - 1), st.integers(1, 40)),
-    st.tuples(st.just("insert"), st.integers(0, len(BASE)),
-              st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b'"', b"\n", b"{", b"}", b"[",
-                               b",", b"\xff", b"\x00", b'"step":', b"1e999", b"true"])),
+    st.tuples(
+        st.just("insert"),
+        st.integers(0, len(BASE)),
+        st.sampled_from(
+            [
+                b"NaN",
+                b"Infinity",
+                b"-Infinity",
+                b'"',
+                b"\n",
+                b"{",
+                b"}",
+                b"[",
+                b",",
+                b"\xff",
+                b"\x00",
+                b'"step":',
+                b"1e999",
+                b"true",
+            ]
+        ),
+    ),
 )
 
 
@@ -33,7 +52,7 @@ def mutate(data: bytes, edits) -> bytes:
         elif kind == "insert":
             buffer[position:position] = value
         elif kind == "delete":
-            del buffer[position:position + value]
+            del buffer[position : position + value]
     return bytes(buffer)
 
 

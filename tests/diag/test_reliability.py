@@ -34,13 +34,20 @@ def run(*args):
 
 def every_command(path):
     """One result per command on one log."""
-    return [run("converge", path, "-f", "json"), run("converge", path, "-f", "text"),
-            run("compare", path, "-f", "json"), run("watch", path, "--once")]
+    return [
+        run("converge", path, "-f", "json"),
+        run("converge", path, "-f", "text"),
+        run("compare", path, "-f", "json"),
+        run("watch", path, "--once"),
+    ]
 
 
 def clean_records(n=40):
-    return "".join(json.dumps({"step": s, "loss": 3 - s / 100, "acc": s / 200, "lr": 1e-3,
-                               "time": float(s)}) + "\n" for s in range(1, n + 1))
+    return "".join(
+        json.dumps({"step": s, "loss": 3 - s / 100, "acc": s / 200, "lr": 1e-3, "time": float(s)})
+        + "\n"
+        for s in range(1, n + 1)
+    )
 
 
 def one_line_error(result):
@@ -51,14 +58,18 @@ def one_line_error(result):
 
 # -- 1. deep nesting ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("line", [
-    "[" * 1000,                                               # the issue's example
-    "[" * 100_000,
-    '{"step": 5, "loss": 1, "extra": ' + "[" * 5000 + "]" * 5000 + "}",
-    '{"event": "run_start", "config": ' + '{"a":' * 3000 + "1" + "}" * 3000 + "}",
-    '{"event": "eval", "step": 3, "tau": 2, "x": ' + "[" * 990 + "]" * 990 + "}",
-    '{"step": 1, "loss": NaN, "x": ' + "[" * 990 + "]" * 990 + "}",  # the NaN rewrite path
-])
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[" * 1000,  # the issue's example
+        "[" * 100_000,
+        '{"step": 5, "loss": 1, "extra": ' + "[" * 5000 + "]" * 5000 + "}",
+        '{"event": "run_start", "config": ' + '{"a":' * 3000 + "1" + "}" * 3000 + "}",
+        '{"event": "eval", "step": 3, "tau": 2, "x": ' + "[" * 990 + "]" * 990 + "}",
+        '{"step": 1, "loss": NaN, "x": ' + "[" * 990 + "]" * 990 + "}",  # the NaN rewrite path
+    ],
+)
 def test_deep_nesting_is_a_malformed_line_never_a_recursion_error(tmp_path, line):
     path = tmp_path / "deep.jsonl"
     path.write_text(clean_records() + line + "\n" + clean_records(5))
@@ -79,16 +90,25 @@ def test_deep_nesting_in_a_rank_log_and_its_header(tmp_path):
 
 # -- 2. integers beyond the float range ----------------------------------------------------------
 
-@pytest.mark.parametrize("record, expect", [
-    ('{"step": 41, "loss": BIG, "acc": 0.3}', "nonfinite"),
-    ('{"step": 41, "loss": 1, "acc_pos": [BIG, 0.5], "accept_pos": [-BIG]}', "nonfinite"),
-    ('{"step": BIG, "loss": 1, "acc": 0.3}', "bad_step"),
-    ('{"step": -BIG, "loss": 1, "acc": 0.3}', "bad_step"),
-    ('{"event": "eval", "step": 30, "tau": BIG}', "ignored"),
-    ('{"event": "eval", "step": BIG, "tau": 2.5}', "ignored"),
-    (('{"event": "run_start", "block_size": BIG, "steps_per_epoch": BIG, "schedule": {"kind": '
-      '"cosine", "peak_lr": BIG, "warmup_steps": BIG, "total_steps": -BIG}}'), "ignored"),
-])
+
+@pytest.mark.parametrize(
+    ("record", "expect"),
+    [
+        ('{"step": 41, "loss": BIG, "acc": 0.3}', "nonfinite"),
+        ('{"step": 41, "loss": 1, "acc_pos": [BIG, 0.5], "accept_pos": [-BIG]}', "nonfinite"),
+        ('{"step": BIG, "loss": 1, "acc": 0.3}', "bad_step"),
+        ('{"step": -BIG, "loss": 1, "acc": 0.3}', "bad_step"),
+        ('{"event": "eval", "step": 30, "tau": BIG}', "ignored"),
+        ('{"event": "eval", "step": BIG, "tau": 2.5}', "ignored"),
+        (
+            (
+                '{"event": "run_start", "block_size": BIG, "steps_per_epoch": BIG, "schedule": {"kind": '
+                '"cosine", "peak_lr": BIG, "warmup_steps": BIG, "total_steps": -BIG}}'
+            ),
+            "ignored",
+        ),
+    ],
+)
 def test_huge_integers_are_counted_never_an_overflow_error(tmp_path, record, expect):
     path = tmp_path / "huge.jsonl"
     path.write_text(record.replace("BIG", BIG) + "\n" + clean_records())
@@ -98,15 +118,20 @@ def test_huge_integers_are_counted_never_an_overflow_error(tmp_path, record, exp
     if expect == "nonfinite":
         assert log.issues.nonfinite_total >= 1
     elif expect == "bad_step":
-        assert log.issues.bad_step == 1 and log.issues.bad_step_lines == [(0, 1)]
+        assert log.issues.bad_step == 1
+        assert log.issues.bad_step_lines == [(0, 1)]
         assert "out of range" in run("converge", path, "-f", "text").stdout
 
 
 def test_steps_at_2_pow_63_are_counted_and_noted_not_wrapped(tmp_path):
     path = tmp_path / "steps.jsonl"
-    path.write_text(clean_records() + "".join(
-        json.dumps({"step": s, "loss": 1, "acc": 0.9}) + "\n"
-        for s in (2**63, -(2**63) - 1, 2**63 - 1, 2**53, float("nan"))))
+    path.write_text(
+        clean_records()
+        + "".join(
+            json.dumps({"step": s, "loss": 1, "acc": 0.9}) + "\n"
+            for s in (2**63, -(2**63) - 1, 2**63 - 1, 2**53, float("nan"))
+        )
+    )
     report = json.loads(run("converge", path, "-f", "json").stdout)
     assert all(0 < w["start"] <= 40 for w in report["windows"])  # no wrapped-around window
     assert load_log(path).issues.bad_step == 5
@@ -120,6 +145,7 @@ def test_steps_at_2_pow_63_are_counted_and_noted_not_wrapped(tmp_path):
 
 
 # -- 3. damaged and endless compressed input -----------------------------------------------------
+
 
 def test_damaged_gzip_is_one_line_exit_2(tmp_path):
     data = gzip.compress(clean_records(3000).encode())
@@ -136,7 +162,9 @@ def test_damaged_gzip_is_one_line_exit_2(tmp_path):
             line = one_line_error(run(*command))
             assert "compressed data" in line and name in line, (name, line)
     stdin = runner.invoke(app, ["converge", "-"], input=cases["corrupt_deflate.gz"])
-    assert stdin.exit_code == 2 and "standard input" in stdin.stderr or "compressed" in stdin.stderr
+    assert (
+        stdin.exit_code == 2 and "standard input" in stdin.stderr
+    ) or "compressed" in stdin.stderr
 
 
 def _zeros_bomb(path, members, member_bytes=2**20):
@@ -163,7 +191,8 @@ def test_overlong_line_is_skipped_while_streaming_in_bounded_memory():
         tracemalloc.stop()
     assert peak < 8 * 2**20, peak
     assert b"".join(texts) == b'{"step": 1}\n' + OVERLONG_LINE + b'\n{"step": 2}\n'
-    assert stats.overlong == 1 and stats.consumed == 12 + 64 * 2**20 + 13
+    assert stats.overlong == 1
+    assert stats.consumed == 12 + 64 * 2**20 + 13
 
 
 def test_a_small_gzip_bomb_is_one_malformed_line(tmp_path):
@@ -183,8 +212,10 @@ def test_an_overlong_line_in_a_plain_file_keeps_line_numbers_and_lists(tmp_path)
     """The pread fast path hands a long line to the streaming reader; the chunk offsets stay the
     file's, so the per-position lists of the last window are still found."""
     path = tmp_path / "long.jsonl"
-    records = [json.dumps({"step": s, "loss": 2.0, "acc": 0.2, "acc_pos": [0.5, 0.25]})
-               for s in range(1, 201)]
+    records = [
+        json.dumps({"step": s, "loss": 2.0, "acc": 0.2, "acc_pos": [0.5, 0.25]})
+        for s in range(1, 201)
+    ]
     records.insert(100, "x" * (3 * 2**20))
     path.write_text("\n".join(records) + "\n")
     log = load_log(path, lists=False)
@@ -197,13 +228,14 @@ def test_an_overlong_line_in_a_plain_file_keeps_line_numbers_and_lists(tmp_path)
 
 # -- 4. control characters on stderr -------------------------------------------------------------
 
+
 def test_error_messages_escape_control_characters(tmp_path):
     evil = "x\x1b]0;PWNED\x07\x9b31m.jsonl"
     cases = [
         ["converge", str(tmp_path / evil)],
         ["compare", str(tmp_path / evil)],
         ["watch", str(tmp_path / evil), "--once"],
-        ["converge", str(tmp_path / ("*" + evil))],            # a glob matching nothing
+        ["converge", str(tmp_path / ("*" + evil))],  # a glob matching nothing
     ]
     (tmp_path / "empty\x1b[2J.jsonl").write_text("")
     cases.append(["converge", str(tmp_path / "empty\x1b[2J.jsonl")])
@@ -256,7 +288,8 @@ def test_out_of_range_options_are_one_line_usage_errors(tmp_path, args):
     if "Usage:" in result.stderr:
         # typer's own range check (min=...) caught it first: its error box is made one line by
         # the shared CLI error handling, not here
-        assert result.exit_code == 2 and args[1] in result.stderr
+        assert result.exit_code == 2
+        assert args[1] in result.stderr
         return
     assert args[1] in one_line_error(result)
 
@@ -272,14 +305,20 @@ def test_field_maps_that_lose_or_clash_are_one_line_usage_errors(tmp_path, comma
 
 def test_a_field_swap_is_allowed(tmp_path):
     path = tmp_path / "swapped.jsonl"
-    path.write_text(clean_records().replace('"loss"', '"tmp"').replace('"acc"', '"loss"')
-                    .replace('"tmp"', '"acc"'))
-    report = json.loads(run("converge", path, "--field", "acc=loss", "--field", "loss=acc",
-                            "-f", "json").stdout)
+    path.write_text(
+        clean_records()
+        .replace('"loss"', '"tmp"')
+        .replace('"acc"', '"loss"')
+        .replace('"tmp"', '"acc"')
+    )
+    report = json.loads(
+        run("converge", path, "--field", "acc=loss", "--field", "loss=acc", "-f", "json").stdout
+    )
     assert report["windows"][0]["acc"] == pytest.approx(sum(s / 200 for s in range(1, 41)) / 40)
 
 
 # -- 6. encodings, deleted logs, pipes, links ----------------------------------------------------
+
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
 def test_a_utf16_log_is_named_as_such(tmp_path, encoding):
@@ -320,8 +359,10 @@ def test_a_fifo_without_writer_does_not_block(tmp_path, monkeypatch):
 def test_a_fifo_with_a_writer_is_read_once_lists_included(tmp_path):
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
-    records = "".join(json.dumps({"step": s, "loss": 2.0, "acc": 0.2, "acc_pos": [0.5, 0.5]})
-                      + "\n" for s in range(1, 61))
+    records = "".join(
+        json.dumps({"step": s, "loss": 2.0, "acc": 0.2, "acc_pos": [0.5, 0.5]}) + "\n"
+        for s in range(1, 61)
+    )
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer open without blocking
     writer = os.open(fifo, os.O_WRONLY)
     os.write(writer, records.encode())
@@ -344,15 +385,28 @@ def test_symlink_loop_and_broken_link_have_their_own_messages(tmp_path):
 
 
 def test_parse_records_survives_every_fault_class_in_one_buffer():
-    data = ("[" * 2000 + "\n" + '{"step": BIG, "loss": 1}\n' + '{"step": 1, "loss": BIG}\n'
-            + "\x00" * 100 + "\n" + '{"step": 2, "loss": 1.5}\n').replace("BIG", BIG).encode()
+    data = (
+        (
+            "[" * 2000
+            + "\n"
+            + '{"step": BIG, "loss": 1}\n'
+            + '{"step": 1, "loss": BIG}\n'
+            + "\x00" * 100
+            + "\n"
+            + '{"step": 2, "loss": 1.5}\n'
+        )
+        .replace("BIG", BIG)
+        .encode()
+    )
     log = parse_records(data)
     assert log.metrics["step"].to_list() == [1, 2]
-    assert log.issues.malformed == 2 and log.issues.bad_step == 1
+    assert log.issues.malformed == 2
+    assert log.issues.bad_step == 1
     assert log.issues.nonfinite == {"loss": 1}
 
 
 # -- the line limit itself, against a reference ----------------------------------------------------
+
 
 def _reference(data: bytes, limit: int) -> bytes:
     """What line_chunks must hand out: every line over ``limit`` bytes (newline excluded) replaced
@@ -373,20 +427,40 @@ def test_line_chunks_match_the_reference_on_files_and_streams(tmp_path, seed):
     rng = random.Random(seed)
     chunk = rng.choice([8, 64, 256])
     limit = rng.choice([chunk, chunk * 2, chunk * 5])
-    lines = [b"y" * rng.choice([0, 1, 5, chunk - 1, chunk, chunk + 1, limit, limit + 1,
-                                 3 * limit, rng.randrange(1, 4 * limit)]) for _ in range(40)]
+    lines = [
+        b"y"
+        * rng.choice(
+            [
+                0,
+                1,
+                5,
+                chunk - 1,
+                chunk,
+                chunk + 1,
+                limit,
+                limit + 1,
+                3 * limit,
+                rng.randrange(1, 4 * limit),
+            ]
+        )
+        for _ in range(40)
+    ]
     data = b"\n".join(lines) + rng.choice([b"", b"\n", b"tail", b"z" * (limit + 3)])
     path = tmp_path / "lines.bin"
     path.write_bytes(data)
     expected = _reference(data, max(limit, chunk))
     with open(path, "rb") as handle:  # the pread fast path
         stats = LineStats()
-        assert b"".join(t for t, _ in line_chunks(handle, chunk, max_line_bytes=limit,
-                                                  stats=stats)) == expected
+        assert (
+            b"".join(t for t, _ in line_chunks(handle, chunk, max_line_bytes=limit, stats=stats))
+            == expected
+        )
         assert stats.consumed == len(data)
     stats = LineStats()
     stream = io.BytesIO(data)  # the streaming path
-    assert b"".join(t for t, _ in line_chunks(stream, chunk, max_line_bytes=limit,
-                                              stats=stats)) == expected
+    assert (
+        b"".join(t for t, _ in line_chunks(stream, chunk, max_line_bytes=limit, stats=stats))
+        == expected
+    )
     assert stats.consumed == len(data)
     assert stats.overlong == expected.count(OVERLONG_LINE)

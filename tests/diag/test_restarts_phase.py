@@ -13,8 +13,14 @@ from .logs import dumps
 
 
 def _frame(steps, source=0):
-    return pl.DataFrame({"source": [source] * len(steps), "seq": list(range(len(steps))),
-                         "step": steps, "acc": [float(i) for i in range(len(steps))]})
+    return pl.DataFrame(
+        {
+            "source": [source] * len(steps),
+            "seq": list(range(len(steps))),
+            "step": steps,
+            "acc": [float(i) for i in range(len(steps))],
+        }
+    )
 
 
 def test_later_entries_replace_orphaned_ones():
@@ -56,18 +62,22 @@ def test_sources_are_resolved_separately_then_merged():
 
 
 def _mixed():
-    return parse_records(dumps(
-        [{"step": s, "acc": 0.1} for s in range(1, 6)]
-        + [{"step": s, "acc": 0.2, "tok_per_sec": 10.0} for s in range(6, 9)]
-        + [{"event": "run_start", "script": "pipeline"}]
-        + [{"step": s, "acc": 0.3} for s in range(9, 12)]
-    )).metrics
+    return parse_records(
+        dumps(
+            [{"step": s, "acc": 0.1} for s in range(1, 6)]
+            + [{"step": s, "acc": 0.2, "tok_per_sec": 10.0} for s in range(6, 9)]
+            + [{"event": "run_start", "script": "pipeline"}]
+            + [{"step": s, "acc": 0.3} for s in range(9, 12)]
+        )
+    ).metrics
 
 
 def test_auto_phase_picks_pipeline_entries():
     frame, selection = select_phase(_mixed(), "auto")
     assert frame["step"].to_list() == list(range(6, 12))
-    assert selection.phase == "pipeline" and selection.pipeline == 6 and selection.total == 11
+    assert selection.phase == "pipeline"
+    assert selection.pipeline == 6
+    assert selection.total == 11
 
 
 def test_auto_phase_falls_back_to_all_and_step_bounds():
@@ -100,23 +110,30 @@ def _reference(rows, keep_all):
             if i and step <= mine[i - 1][2]:
                 segment += 1
                 restarts.append((src, step, mine[i - 1][2], segment))
-            later = [r[2] for r in mine[i + 1:]]
+            later = [r[2] for r in mine[i + 1 :]]
             if keep_all or not later or step < min(later):
                 out.append((src, seq, step, segment))
     return sorted(out, key=lambda r: (r[2], r[0], r[1])), sorted(restarts)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30)), max_size=25), st.booleans(),
-       st.randoms(use_true_random=False))
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30)), max_size=25),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
 def test_resolve_restarts_matches_a_plain_python_reference(pairs, keep_all, rng):
     rows = [(source, seq, step) for seq, (source, step) in enumerate(pairs)]
     shuffled = rows[:]
     rng.shuffle(shuffled)  # also out of file order
     for given_rows in (rows, shuffled):
-        frame = pl.DataFrame(given_rows, schema={"source": pl.Int32, "seq": pl.Int64, "step": pl.Int64},
-                             orient="row")
+        frame = pl.DataFrame(
+            given_rows, schema={"source": pl.Int32, "seq": pl.Int64, "step": pl.Int64}, orient="row"
+        )
         merged, restarts = resolve_restarts(frame, keep_all=keep_all)
         expected_rows, expected_restarts = _reference(rows, keep_all)
         assert list(merged.select("source", "seq", "step", "segment").iter_rows()) == expected_rows
-        assert sorted((r.source, r.step, r.previous_step, r.segment) for r in restarts) == expected_restarts
+        assert (
+            sorted((r.source, r.step, r.previous_step, r.segment) for r in restarts)
+            == expected_restarts
+        )

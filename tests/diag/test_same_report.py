@@ -50,20 +50,44 @@ def test_lazy_lists_give_the_eager_report(tmp_path, log):
 def _hf_lines(n: int) -> str:
     lines = []
     for step in range(1, n + 1):
-        lines.append(json.dumps({"loss": round(2.0 / step**0.3, 4), "grad_norm": 1.0 + step % 7 / 10,
-                                 "learning_rate": 2e-4 * (1 - step / (n + 1)),
-                                 "epoch": step / 500, "step": step}))
+        lines.append(
+            json.dumps(
+                {
+                    "loss": round(2.0 / step**0.3, 4),
+                    "grad_norm": 1.0 + step % 7 / 10,
+                    "learning_rate": 2e-4 * (1 - step / (n + 1)),
+                    "epoch": step / 500,
+                    "step": step,
+                }
+            )
+        )
         if step % 250 == 0:
-            lines.append(json.dumps({"eval_loss": 1.0 / step**0.2, "epoch": step / 500,
-                                     "step": step}))
+            lines.append(
+                json.dumps({"eval_loss": 1.0 / step**0.2, "epoch": step / 500, "step": step})
+            )
     return "\n".join(lines) + "\n"
 
 
 def _nested_lines(n: int) -> str:
-    return "".join(json.dumps({"global_step": s, "lr": 1e-4, "train": {
-        "loss": 3.0 - s / n, "full_acc": 0.2 + 0.3 * s / n, "eal": 1.5 + s / n,
-        **{f"position_{k}_acc": round((0.2 + 0.3 * s / n) * 0.9**k, 4) for k in range(1, 6)}}})
-        + "\n" for s in range(n))
+    return "".join(
+        json.dumps(
+            {
+                "global_step": s,
+                "lr": 1e-4,
+                "train": {
+                    "loss": 3.0 - s / n,
+                    "full_acc": 0.2 + 0.3 * s / n,
+                    "eal": 1.5 + s / n,
+                    **{
+                        f"position_{k}_acc": round((0.2 + 0.3 * s / n) * 0.9**k, 4)
+                        for k in range(1, 6)
+                    },
+                },
+            }
+        )
+        + "\n"
+        for s in range(n)
+    )
 
 
 @pytest.mark.parametrize("shape", ["hf", "nested"])
@@ -74,8 +98,7 @@ def test_polars_read_of_foreign_jsonl_gives_the_line_readers_report(tmp_path, mo
 
     calls = []
     real = jsonl_wide.read_jsonl_wide
-    monkeypatch.setattr(jsonl_wide, "read_jsonl_wide",
-                        lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(jsonl_wide, "read_jsonl_wide", lambda *a: calls.append(1) or real(*a))
     fast = _converge_json(path)
     assert calls
     monkeypatch.setattr(jsonl_wide, "read_jsonl_wide", lambda *a: None)

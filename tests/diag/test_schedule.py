@@ -10,11 +10,15 @@ from dflash_diag.analysis.schedule import header_phase, infer_phase
 
 
 def _frame(steps, lrs, epochs=None):
-    return pl.DataFrame({"step": steps, "lr": lrs, "epoch": epochs or [None] * len(steps)},
-                        schema={"step": pl.Int64, "lr": pl.Float64, "epoch": pl.Float64})
+    return pl.DataFrame(
+        {"step": steps, "lr": lrs, "epoch": epochs or [None] * len(steps)},
+        schema={"step": pl.Int64, "lr": pl.Float64, "epoch": pl.Float64},
+    )
 
 
-HEADER = ScheduleHeader(kind="cosine", peak_lr=6e-4, warmup_steps=1000, total_steps=10000, min_lr=6e-5)
+HEADER = ScheduleHeader(
+    kind="cosine", peak_lr=6e-4, warmup_steps=1000, total_steps=10000, min_lr=6e-5
+)
 
 
 def test_header_gives_peak_phase_and_fractions():
@@ -30,9 +34,12 @@ def test_header_gives_peak_phase_and_fractions():
 def test_total_epochs_of_a_resumed_run_continue_from_the_logged_epoch():
     """A pipeline resumed at step 150 from sync (282 steps per epoch) runs 70.5 steps per epoch:
     at its last step (410 of 410) the run ends at the logged epoch, not at 410 / 70.5 = 5.82."""
-    header = ScheduleHeader(kind="cosine", peak_lr=6e-4, warmup_steps=17, total_steps=410,
-                            min_lr=6e-5, start_step=150)
-    end = schedule_position(_frame([409, 410], [6e-5, 6e-5], [4.2, 4.2163]), header, steps_per_epoch=70.5)
+    header = ScheduleHeader(
+        kind="cosine", peak_lr=6e-4, warmup_steps=17, total_steps=410, min_lr=6e-5, start_step=150
+    )
+    end = schedule_position(
+        _frame([409, 410], [6e-5, 6e-5], [4.2, 4.2163]), header, steps_per_epoch=70.5
+    )
     assert (end.epoch, end.epoch_source) == (4.2163, "log")
     assert end.total_epochs == pytest.approx(4.2163)
     mid = schedule_position(_frame([300], [3e-4], [2.0]), header, steps_per_epoch=70.5)
@@ -51,13 +58,19 @@ def test_peak_from_flag_then_max_seen():
     flagged = schedule_position(frame, None, peak_lr=4e-4)
     assert (flagged.peak, flagged.peak_source) == (4e-4, "--peak-lr")
     seen = schedule_position(frame, None)
-    assert (seen.peak, seen.peak_source, seen.phase, seen.phase_source) == (3e-4, "max seen", "decay", "inferred")
+    assert (seen.peak, seen.peak_source, seen.phase, seen.phase_source) == (
+        3e-4,
+        "max seen",
+        "decay",
+        "inferred",
+    )
     assert seen.fraction_of_peak == pytest.approx(2 / 3)
 
 
 def test_flag_ignored_when_header_has_peak_is_noted():
     pos = schedule_position(_frame([1], [1e-4]), HEADER, peak_lr=1e-3)
-    assert pos.peak == 6e-4 and "ignored" in pos.notes[0]
+    assert pos.peak == 6e-4
+    assert "ignored" in pos.notes[0]
 
 
 def test_inferred_phase_and_epoch_from_log():
@@ -70,7 +83,10 @@ def test_inferred_phase_and_epoch_from_log():
 
 def test_no_lr_at_all():
     pos = schedule_position(_frame([1, 2], [None, None]))
-    assert pos.current is None and pos.peak is None and pos.fraction_of_peak is None and pos.phase is None
+    assert pos.current is None
+    assert pos.peak is None
+    assert pos.fraction_of_peak is None
+    assert pos.phase is None
 
 
 def test_header_from_fields_tolerates_junk():
@@ -82,8 +98,17 @@ def test_header_from_fields_tolerates_junk():
 def test_a_restarted_schedule_phase_counts_from_its_start_step():
     from dflash_diag.analysis.schedule import WARMUP, ScheduleHeader, header_phase
 
-    h = ScheduleHeader.from_fields({"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 10,
-                                    "total_steps": 300, "min_lr": 6e-5, "start_step": 150})
+    h = ScheduleHeader.from_fields(
+        {
+            "kind": "cosine",
+            "peak_lr": 6e-4,
+            "warmup_steps": 10,
+            "total_steps": 300,
+            "min_lr": 6e-5,
+            "start_step": 150,
+        }
+    )
     assert h.start_step == 150
-    assert header_phase(155, h) == WARMUP and header_phase(165, h) == "decay"
+    assert header_phase(155, h) == WARMUP
+    assert header_phase(165, h) == "decay"
     assert ScheduleHeader.from_fields({"warmup_steps": 10}).start_step == 0

@@ -20,8 +20,11 @@ SYNC = {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 6, "total_steps": 150
 
 
 def header(schedule, resumed=None, mode=None):
-    h = {"script": "pipeline" if resumed else "sync", "schedule": schedule,
-         "resumed_from": {"path": "ck", "step": resumed} if resumed is not None else None}
+    h = {
+        "script": "pipeline" if resumed else "sync",
+        "schedule": schedule,
+        "resumed_from": {"path": "ck", "step": resumed} if resumed is not None else None,
+    }
     if mode is not None:
         h["resume_schedule"] = mode
     return h
@@ -40,7 +43,8 @@ def series(*schedules_until):
 
 def test_scheduled_lr_mirrors_the_trainer():
     assert scheduled_lr(SYNC, 3) == pytest.approx(3e-4)
-    assert scheduled_lr(SYNC, 150) == pytest.approx(6e-5) and scheduled_lr(SYNC, 400) == 6e-5
+    assert scheduled_lr(SYNC, 150) == pytest.approx(6e-5)
+    assert scheduled_lr(SYNC, 400) == 6e-5
     restarted = {**SYNC, "warmup_steps": 10, "total_steps": 300, "start_step": 150}
     assert scheduled_lr(restarted, 151) == pytest.approx(6e-5)
     assert scheduled_lr(restarted, 160) == pytest.approx(6e-4)
@@ -53,11 +57,22 @@ def test_a_restart_header_is_an_event_with_the_logged_rates():
     new = {**SYNC, "warmup_steps": 10, "total_steps": 410, "start_step": 150}
     steps, lrs = series((SYNC, 150), (new, 200))
     events = detect_schedule_events([header(SYNC), header(new, 150, "restart")], steps, lrs)
-    assert events == [ScheduleEvent(step=151, lr_before=pytest.approx(6e-5),
-                                    lr_after=pytest.approx(6e-5), warmup_steps=10, source=HEADER)]
-    assert events[0].text() == "lr schedule restarted at step 151: 6.0e-05 -> 6.0e-05, warmup 10 steps"
+    assert events == [
+        ScheduleEvent(
+            step=151,
+            lr_before=pytest.approx(6e-5),
+            lr_after=pytest.approx(6e-5),
+            warmup_steps=10,
+            source=HEADER,
+        )
+    ]
+    assert (
+        events[0].text() == "lr schedule restarted at step 151: 6.0e-05 -> 6.0e-05, warmup 10 steps"
+    )
     j = schedule_event_json(events[0])
-    assert j["step"] == 151 and j["source"] == "header" and j["text"].startswith("lr schedule")
+    assert j["step"] == 151
+    assert j["source"] == "header"
+    assert j["text"].startswith("lr schedule")
 
 
 def test_continue_is_no_event_even_past_the_old_end():
@@ -74,9 +89,12 @@ def test_an_older_log_is_judged_by_the_lr_against_the_previous_schedule():
     assert len(events) == 1  # the resume at 275 continued the same schedule: no event
     e = events[0]
     assert (e.step, e.source, e.warmup_steps) == (151, LR_JUMP, 0)
-    assert e.lr_before == pytest.approx(6e-5) and e.lr_after == pytest.approx(scheduled_lr(new, 151))
-    assert e.text() == ("lr schedule restarted at step 151: 6.0e-05 -> 4.6e-04, no warmup "
-                        "(seen in the lr; the header does not say)")
+    assert e.lr_before == pytest.approx(6e-5)
+    assert e.lr_after == pytest.approx(scheduled_lr(new, 151))
+    assert e.text() == (
+        "lr schedule restarted at step 151: 6.0e-05 -> 4.6e-04, no warmup "
+        "(seen in the lr; the header does not say)"
+    )
 
 
 def test_without_schedules_only_a_big_jump_counts():
@@ -91,10 +109,13 @@ def test_restart_header_without_logged_rates_uses_the_schedules():
     new = {**SYNC, "warmup_steps": 4, "total_steps": 300, "start_step": 150}
     events = detect_schedule_events([header(SYNC), header(new, 150, "restart")], [], [])
     assert events[0].lr_before == pytest.approx(6e-5)
-    assert events[0].lr_after == pytest.approx(1.5e-4) and events[0].warmup_steps == 4
+    assert events[0].lr_after == pytest.approx(1.5e-4)
+    assert events[0].warmup_steps == 4
 
 
 def test_event_at_a_boundary():
     e = ScheduleEvent(step=151, lr_before=None, lr_after=1e-4, warmup_steps=None, source=HEADER)
-    assert event_at([e], 150) is e and event_at([e], 151) is e and event_at([e], 149) is None
+    assert event_at([e], 150) is e
+    assert event_at([e], 151) is e
+    assert event_at([e], 149) is None
     assert e.text() == "lr schedule restarted at step 151: 1.0e-04"

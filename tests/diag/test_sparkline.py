@@ -17,7 +17,8 @@ def test_linear_ramp_uses_every_level_in_order():
 
 def test_min_and_max_map_to_the_lowest_and_highest_blocks():
     line = sparkline([3.11, 3.0, 2.9, 2.7])
-    assert line[0] == "█" and line[-1] == "▁"
+    assert line[0] == "█"
+    assert line[-1] == "▁"
     assert len(line) == 4
 
 

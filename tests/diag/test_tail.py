@@ -104,10 +104,12 @@ def test_file_created_after_the_tail_started(tmp_path):
     log = tmp_path / "later.jsonl"
     tail = LogTail(log)
     chunk = tail.read_new()
-    assert chunk.missing and chunk.data == b""
+    assert chunk.missing
+    assert chunk.data == b""
     log.write_bytes(b'{"step": 1}\n')
     chunk = tail.read_new()
-    assert not chunk.missing and not chunk.reset
+    assert not chunk.missing
+    assert not chunk.reset
     assert chunk.data == b'{"step": 1}\n'
 
 
@@ -129,7 +131,8 @@ def test_max_chunk_bytes_consumes_a_backlog_in_pieces(tmp_path):
     assert got == b"".join(lines)
     assert tail.backlog_bytes == 0
     # every piece starts where the previous one ended
-    assert first_numbers[0] == 1 and first_numbers == sorted(set(first_numbers))
+    assert first_numbers[0] == 1
+    assert first_numbers == sorted(set(first_numbers))
 
 
 def test_rejects_a_nonpositive_chunk_bound(tmp_path):

@@ -19,7 +19,8 @@ def _walk(path: Path) -> dict:
 
 
 def test_the_rule():
-    assert walk_in_sample(False, 0.99) is None and walk_in_sample(True, 4.2) is None
+    assert walk_in_sample(False, 0.99) is None
+    assert walk_in_sample(True, 4.2) is None
     assert walk_in_sample(False, None) is None
     assert walk_in_sample(False, 1.0).startswith("walk in-sample, unfit to lead: it walks training")
 
@@ -29,12 +30,14 @@ def test_a_log_without_a_held_out_split_keeps_its_walk_but_not_its_lead_past_epo
     window (epoch 4.2) lists the walk, held back as in-sample; the same log cut in its first
     epoch, and the same log whose header names a split, do not say so."""
     walk = _walk(SAMPLE)
-    assert "walk in-sample" in walk["basis"] and "epoch 4.2" in walk["basis"]
+    assert "walk in-sample" in walk["basis"]
+    assert "epoch 4.2" in walk["basis"]
     assert walk["tau"] > 0  # kept, listed
     lines = SAMPLE.read_text().splitlines()
     early = tmp_path / "early.jsonl"
-    early.write_text("\n".join(line for line in lines
-                               if json.loads(line).get("step", 0) <= 180) + "\n")
+    early.write_text(
+        "\n".join(line for line in lines if json.loads(line).get("step", 0) <= 180) + "\n"
+    )
     assert "in-sample" not in _walk(early)["basis"]
     named = tmp_path / "named.jsonl"
     out = []

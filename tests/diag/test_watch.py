@@ -82,15 +82,18 @@ def test_refresh_parses_only_the_appended_lines(log):
     live = LiveLog(log, WatchConfig(), clock=clock)
     first = live.refresh()
     assert (first.new_lines, first.new_records) == (301, 300)
-    assert live.total_records == 300 and live.last_step == 15299
+    assert live.total_records == 300
+    assert live.last_step == 15299
 
     assert live.refresh().new_lines == 0  # nothing appended: nothing parsed
     append(log, rising(15300, 15350))
     second = live.refresh()
     assert (second.new_lines, second.new_records, second.reset) == (50, 50, False)
-    assert live.total_records == 350 and live.last_step == 15349
+    assert live.total_records == 350
+    assert live.last_step == 15349
     view = build_view(live)
-    assert view.windows[-1].start == 15300 and view.windows[-1].n == 50
+    assert view.windows[-1].start == 15300
+    assert view.windows[-1].n == 50
 
 
 def test_a_torn_line_is_counted_once_complete(log):
@@ -116,7 +119,8 @@ def test_state_stays_the_size_of_the_view(tmp_path):
     view = build_view(live)
     assert len(view.series[0].values) == config.history
     assert view.windows[-1].end == 19999
-    assert view.schedule.peak == 6e-4 and view.schedule.peak_source == "header"
+    assert view.schedule.peak == 6e-4
+    assert view.schedule.peak_source == "header"
 
 
 def test_series_carry_the_window_means_of_lr_and_tok_per_sec(tmp_path):
@@ -135,7 +139,8 @@ def test_series_carry_the_window_means_of_lr_and_tok_per_sec(tmp_path):
     live = LiveLog(legacy, WatchConfig(window=50))
     live.refresh()
     names = [s.name for s in build_view(live).series]
-    assert "lr" in names and "tok/s" not in names
+    assert "lr" in names
+    assert "tok/s" not in names
 
 
 def test_header_numbers_out_of_float_range_are_ignored(tmp_path):
@@ -174,7 +179,8 @@ def test_truncation_rebuilds_the_state(log):
     log.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15100))
     stats = live.refresh()
     assert stats.reset
-    assert live.total_records == 100 and live.last_step == 15099
+    assert live.total_records == 100
+    assert live.last_step == 15099
     view = build_view(live)
     assert any(a.kind == "reset" for a in view.alerts)
 
@@ -185,7 +191,8 @@ def test_rotation_rebuilds_the_state(log, tmp_path):
     os.rename(log, tmp_path / "train.jsonl.1")
     log.write_text(json.dumps(HEADER) + "\n" + rising(15300, 15700))
     assert live.refresh().reset
-    assert live.total_records == 400 and live.last_step == 15699
+    assert live.total_records == 400
+    assert live.last_step == 15699
 
 
 def test_restart_is_reported_and_the_later_entries_win(log):
@@ -196,7 +203,8 @@ def test_restart_is_reported_and_the_later_entries_win(log):
     live.refresh()
     view = build_view(live)
     assert view.restarts == [15200]
-    assert view.windows[-1].start == 15250 and view.windows[-1].acc == pytest.approx(0.5)
+    assert view.windows[-1].start == 15250
+    assert view.windows[-1].acc == pytest.approx(0.5)
     assert view.windows[-1].n == 10
 
 
@@ -227,7 +235,8 @@ def test_stall_alert_uses_the_injected_clock(log):
     clock.now += 2
     view = build_view(live)
     stall = [a for a in view.alerts if a.kind == "stall"]
-    assert len(stall) == 1 and "5 min 01 s" in stall[0].message
+    assert len(stall) == 1
+    assert "5 min 01 s" in stall[0].message
 
 
 def test_nan_alert(log):
@@ -263,14 +272,15 @@ def test_loss_spike_alert(log):
     append(log, "".join(record(s, 0.18, loss=9.0) for s in range(15300, 15350)))
     live.refresh()
     spikes = [a for a in build_view(live).alerts if a.kind == "loss_spike"]
-    assert len(spikes) == 1 and spikes[0].step == 15300
+    assert len(spikes) == 1
+    assert spikes[0].step == 15300
 
 
 def test_loss_spikes_pure():
     flat = [3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0]
     assert loss_spikes(flat) == []
-    assert loss_spikes(flat[:3] + [4.5] + flat[3:]) == [3]
-    assert loss_spikes(flat + [6.0]) == [7]  # the newest window, with earlier neighbours only
+    assert loss_spikes([*flat[:3], 4.5, *flat[3:]]) == [3]
+    assert loss_spikes([*flat, 6.0]) == [7]  # the newest window, with earlier neighbours only
     assert loss_spikes([3.0, 2.9, 2.8, 2.7, 2.6]) == []  # a falling curve is not a spike
     assert loss_spikes([3.0, None, math.nan, 3.0]) == []
     assert loss_spikes([1.0, 9.0]) == []  # too few neighbours to judge
@@ -293,7 +303,8 @@ def test_waiting_for_a_log_that_does_not_exist_yet(tmp_path):
     live = LiveLog(tmp_path / "later.jsonl", WatchConfig())
     assert live.refresh().missing
     view = build_view(live)
-    assert view.waiting and view.windows == []
+    assert view.waiting
+    assert view.windows == []
     assert "waiting" in _text(view)
 
 
@@ -325,14 +336,18 @@ def test_render_shows_sparklines_arrows_schedule_and_verdict(tmp_path):
     live = LiveLog(log, WatchConfig(), clock=FakeClock(T0 + 15300))
     live.refresh()
     text = _text(build_view(live))
-    assert "step 15299" in text and "300 records" in text
+    assert "step 15299" in text
+    assert "300 records" in text
     assert "last record 1 s ago" in text
     spark = next(line for line in text.splitlines() if line.startswith("acc "))
-    assert "▁" in spark and "█" in spark  # a rising acc: lowest first, highest last
+    assert "▁" in spark
+    assert "█" in spark
     assert spark.index("▁") < spark.index("█")
     last_row = next(line for line in text.splitlines() if "15250-15299" in line)
-    assert "+0.0100" in last_row and last_row.rstrip().endswith("↑")  # +0.01 > 0.005
-    assert "of peak 6.00e-04 (header)" in text and "warmup" in text
+    assert "+0.0100" in last_row
+    assert last_row.rstrip().endswith("↑")
+    assert "of peak 6.00e-04 (header)" in text
+    assert "warmup" in text
     assert "verdict: converging" in text
     assert "tau (linear)" in text
 
@@ -344,7 +359,8 @@ def test_render_shows_a_path_literally(tmp_path):
     live.refresh()
     text = _text(build_view(live)).replace("\n", "")  # a long path wraps
     assert "[bold red]x" in text
-    assert "\x1b" not in text and "\\x1b[2J" in text
+    assert "\x1b" not in text
+    assert "\\x1b[2J" in text
 
 
 def test_plot_adds_line_charts(log):
@@ -352,7 +368,8 @@ def test_plot_adds_line_charts(log):
     live.refresh()
     text = _text(build_view(live), plot=True, width=100)
     assert "┤" in text  # plotext axes
-    assert text.count("loss") >= 2 and any(c in text for c in "⠁⠂⠄⡀⢀⠈⠐⠠")  # braille marks
+    assert text.count("loss") >= 2
+    assert any(c in text for c in "⠁⠂⠄⡀⢀⠈⠐⠠")
 
 
 @settings(

@@ -31,15 +31,18 @@ def test_once_prints_one_plain_frame(tmp_path):
     assert result.exit_code == 0, result.output
     assert "\x1b[" not in result.output  # not a terminal: no escape sequences
     assert result.output.count("dflash-diag watch") == 1
-    assert "step 15299" in result.output and "verdict:" in result.output
-    assert "loss " in result.output and "█" in result.output
+    assert "step 15299" in result.output
+    assert "verdict:" in result.output
+    assert "loss " in result.output
+    assert "█" in result.output
 
 
 def test_once_with_plot(tmp_path):
     result = runner.invoke(app, ["watch", str(_log(tmp_path)), "--once", "--plot"])
     assert result.exit_code == 0, result.output
     assert "┤" in result.output
-    assert "15000.0" not in result.output and "15250" in result.output  # steps as integers
+    assert "15000.0" not in result.output
+    assert "15250" in result.output
 
 
 def test_plain_snapshot_per_refresh_shows_the_update(tmp_path):
@@ -64,8 +67,10 @@ def test_plain_snapshot_per_refresh_shows_the_update(tmp_path):
     frames = out.getvalue().split("dflash-diag watch")[1:]
     assert len(frames) == 3
     assert "step 15299" in frames[0]
-    assert "step 15349" in frames[1] and "15300-15349" in frames[1]
-    assert "step 15399" in frames[2] and "15350-15399" in frames[2]
+    assert "step 15349" in frames[1]
+    assert "15300-15349" in frames[1]
+    assert "step 15399" in frames[2]
+    assert "15350-15399" in frames[2]
 
 
 def test_quit_key_ends_the_loop(tmp_path):
@@ -106,14 +111,17 @@ def test_compressed_log_is_refused(tmp_path):
 def test_gzip_data_without_gz_name_is_refused_like_gz(tmp_path):
     """Told by its magic bytes, as converge tells it (it used to be '0 records · 12 malformed
     lines', exit 0, where converge reads every record); also when it appears after watch began."""
-    records = b"".join(json.dumps({"step": s, "loss": 3 - s / 100, "acc": s / 200}).encode()
-                       + b"\n" for s in range(1, 201))
+    records = b"".join(
+        json.dumps({"step": s, "loss": 3 - s / 100, "acc": s / 200}).encode() + b"\n"
+        for s in range(1, 201)
+    )
     path = tmp_path / "train.jsonl"
     path.write_bytes(gzip.compress(records))
     result = runner.invoke(app, ["watch", str(path), "--once"])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "gzip data" in lines[0]
+    assert len(lines) == 1
+    assert "gzip data" in lines[0]
     later = tmp_path / "later.jsonl"
     live = LiveLog(later, WatchConfig())
     live.refresh()  # not there yet
@@ -168,7 +176,9 @@ def test_every_plot_frame_has_the_same_three_panels(tmp_path):
     """Frames drawn one after another (live refreshes) keep three panels: plotext's last active
     subplot nested the next frame's panels inside it."""
     path = _log(tmp_path)
-    frames = [runner.invoke(app, ["watch", str(path), "--once", "--plot"], env={"COLUMNS": "150"}).output
-              for _ in range(2)]
+    frames = [
+        runner.invoke(app, ["watch", str(path), "--once", "--plot"], env={"COLUMNS": "150"}).output
+        for _ in range(2)
+    ]
     tops = [next(line for line in f.splitlines() if "┌" in line) for f in frames]
     assert tops[0].count("┌") == 3 and tops[1] == tops[0], tops

@@ -17,8 +17,11 @@ def _fast_subset() -> list[str]:
     chosen, kinds = [], set()
     for path, expectation in sorted(EXPECTATIONS.items()):
         name = path.rsplit("/", 1)[-1]
-        kind = (expectation.expect, name.rsplit(".", 1)[-1] if "." in name else "folder",
-                "eval" if any(m.startswith("eval_") for m in expectation.metrics) else "")
+        kind = (
+            expectation.expect,
+            name.rsplit(".", 1)[-1] if "." in name else "folder",
+            "eval" if any(m.startswith("eval_") for m in expectation.metrics) else "",
+        )
         if expectation.fast or kind not in kinds:
             chosen.append(path)
             kinds.add(kind)

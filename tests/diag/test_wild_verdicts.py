@@ -39,7 +39,8 @@ def _check(entry):
     assert path.exists(), f"{entry['path']} is listed in wild_verdicts.toml but not in shared/wild/"
     verdict = _verdict(path)
     assert verdict.status == entry["status"], (
-        f"{entry['path']}: {verdict.status} ({verdict.reason}); judged {entry['status']}: {entry['why']}")
+        f"{entry['path']}: {verdict.status} ({verdict.reason}); judged {entry['status']}: {entry['why']}"
+    )
 
 
 def test_the_expectations_are_well_formed():

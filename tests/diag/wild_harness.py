@@ -47,13 +47,42 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "watch": ("watch", "--once"),
 }
 #: Files that are never a log of their own (configs, the corpus' own records).
-_NOT_LOGS = {"SOURCES.md", "index.csv", "meta.yaml", "hparams.yaml", "config.yaml", "README.md",
-             "LICENSE", "params", "tags"}
-_LOG_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".log", ".txt", ".out", ".gz", ".db",
-                 ".wandb", ".ndjson")
+_NOT_LOGS = {
+    "SOURCES.md",
+    "index.csv",
+    "meta.yaml",
+    "hparams.yaml",
+    "config.yaml",
+    "README.md",
+    "LICENSE",
+    "params",
+    "tags",
+}
+_LOG_SUFFIXES = (
+    ".json",
+    ".jsonl",
+    ".csv",
+    ".tsv",
+    ".log",
+    ".txt",
+    ".out",
+    ".gz",
+    ".db",
+    ".wandb",
+    ".ndjson",
+)
 #: Canonical metric columns reported per item (and the validation series from eval events).
-METRIC_COLUMNS = ("loss", "acc", "lr", "grad_norm", "epoch", "n_tokens", "tok_per_sec",
-                  "tau_train", "acc_pos")
+METRIC_COLUMNS = (
+    "loss",
+    "acc",
+    "lr",
+    "grad_norm",
+    "epoch",
+    "n_tokens",
+    "tok_per_sec",
+    "tau_train",
+    "acc_pos",
+)
 
 
 @dataclass(frozen=True)
@@ -105,9 +134,14 @@ def load_expectations(path: Path = EXPECTATIONS) -> dict[str, Expectation]:
     out = {}
     for entry in data.get("log", []):
         out[entry["path"]] = Expectation(
-            path=entry["path"], expect=entry["expect"], windows=entry.get("windows"),
-            metrics=tuple(entry.get("metrics", ())), error=entry.get("error"),
-            fast=bool(entry.get("fast", False)), note=entry.get("note", ""))
+            path=entry["path"],
+            expect=entry["expect"],
+            windows=entry.get("windows"),
+            metrics=tuple(entry.get("metrics", ())),
+            error=entry.get("error"),
+            fast=bool(entry.get("fast", False)),
+            note=entry.get("note", ""),
+        )
     return out
 
 
@@ -145,7 +179,7 @@ def indexed(root: Path) -> list[str] | None:
         raw = (row.get("path") or "").strip()
         for prefix in (f"{root.as_posix().rstrip('/')}/", "shared/wild_heldout/", "shared/wild/"):
             if raw.startswith(prefix):
-                raw = raw[len(prefix):]
+                raw = raw[len(prefix) :]
                 break
         if raw and (root / raw).exists():
             out.append(raw)
@@ -181,8 +215,9 @@ def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
         return Outcome(command, "timeout", None, seconds=seconds)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         name = type(result.exception).__name__
-        return Outcome(command, "traceback", result.exit_code, f"{name}: {result.exception}",
-                       seconds=seconds)
+        return Outcome(
+            command, "traceback", result.exit_code, f"{name}: {result.exception}", seconds=seconds
+        )
     stderr_lines = [line for line in result.stderr.splitlines() if line.strip()]
     if result.exit_code == 0:
         windows = None
@@ -190,14 +225,16 @@ def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
             try:
                 windows = len(json.loads(result.stdout)["windows"])
             except (ValueError, KeyError, TypeError):
-                return Outcome(command, "unclear", 0, "converge -f json: not a JSON report",
-                               seconds=seconds)
+                return Outcome(
+                    command, "unclear", 0, "converge -f json: not a JSON report", seconds=seconds
+                )
         return Outcome(command, "read", 0, windows=windows, seconds=seconds)
     errors = [line for line in stderr_lines if line.startswith("dflash-diag: error:")]
     if result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output:
         return Outcome(command, "error", 2, errors[0], seconds=seconds)
-    return Outcome(command, "unclear", result.exit_code, " | ".join(stderr_lines[-3:]),
-                   seconds=seconds)
+    return Outcome(
+        command, "unclear", result.exit_code, " | ".join(stderr_lines[-3:]), seconds=seconds
+    )
 
 
 def metrics_read(path: Path) -> tuple[str, ...]:
@@ -206,13 +243,17 @@ def metrics_read(path: Path) -> tuple[str, ...]:
     from dflash_diag.read.validation import validation_series_names
 
     log = load_log([str(path)])
-    found = [c for c in METRIC_COLUMNS
-             if c in log.metrics.columns and log.metrics[c].null_count() < log.metrics.height]
+    found = [
+        c
+        for c in METRIC_COLUMNS
+        if c in log.metrics.columns and log.metrics[c].null_count() < log.metrics.height
+    ]
     return tuple(found) + validation_series_names(log)
 
 
-def run_item(root: Path, item: str, timeout: float = 60.0,
-             commands: tuple[str, ...] = tuple(COMMANDS)) -> ItemResult:
+def run_item(
+    root: Path, item: str, timeout: float = 60.0, commands: tuple[str, ...] = tuple(COMMANDS)
+) -> ItemResult:
     """Every command on one item (and, when it reads, the metrics it holds)."""
     path = root / item
     result = ItemResult(item, [run_command(c, path, timeout) for c in commands])
@@ -234,16 +275,27 @@ def problems(expectation: Expectation | None, result: ItemResult) -> list[str]:
         for outcome in result.outcomes:
             if outcome.kind == "error":
                 out.append(f"{outcome.command}: refused: {outcome.line}")
-        if expectation.windows is not None and result.windows is not None \
-                and result.windows != expectation.windows:
+        if (
+            expectation.windows is not None
+            and result.windows is not None
+            and result.windows != expectation.windows
+        ):
             out.append(f"windows {result.windows}, expected {expectation.windows}")
-        if result.metrics and expectation.metrics and set(result.metrics) != set(expectation.metrics):
+        if (
+            result.metrics
+            and expectation.metrics
+            and set(result.metrics) != set(expectation.metrics)
+        ):
             out.append(f"metrics {list(result.metrics)}, expected {list(expectation.metrics)}")
     else:
         for outcome in result.outcomes:
             if outcome.kind == "read":
                 out.append(f"{outcome.command}: read, expected the error {expectation.error!r}")
-            elif outcome.kind == "error" and expectation.error and expectation.error not in outcome.line:
+            elif (
+                outcome.kind == "error"
+                and expectation.error
+                and expectation.error not in outcome.line
+            ):
                 out.append(f"{outcome.command}: {outcome.line!r} lacks {expectation.error!r}")
     return out
 
@@ -262,16 +314,30 @@ def draft_entry(result: ItemResult) -> str:
     """A TOML entry recording what an item does now (for a person to check and keep)."""
     if reads_with_no_flags(result):
         metrics = ", ".join(f'"{m}"' for m in result.metrics)
-        return (f'[[log]]\npath = "{result.path}"\nexpect = "read"\nwindows = {result.windows}\n'
-                f"metrics = [{metrics}]\n")
+        return (
+            f'[[log]]\npath = "{result.path}"\nexpect = "read"\nwindows = {result.windows}\n'
+            f"metrics = [{metrics}]\n"
+        )
     line = next((o.line for o in result.outcomes if o.kind == "error"), "")
     return f'[[log]]\npath = "{result.path}"\nexpect = "error"\nerror = "{error_phrase(line)}"\n'
 
+
 #: The phrases that tell one clear line from another (the rest names the file and its series).
-_PHRASES = ("cannot tell the format", "only validation series", "no series maps to loss or acc",
-            "no progress line", "Git LFS pointer", "no record has a 'step' field",
-            "no records in it", "empty log", "not a TensorBoard event file", "no such file",
-            "one JSON document", "not a trainer_state.json", "not a history of per-epoch lists")
+_PHRASES = (
+    "cannot tell the format",
+    "only validation series",
+    "no series maps to loss or acc",
+    "no progress line",
+    "Git LFS pointer",
+    "no record has a 'step' field",
+    "no records in it",
+    "empty log",
+    "not a TensorBoard event file",
+    "no such file",
+    "one JSON document",
+    "not a trainer_state.json",
+    "not a history of per-epoch lists",
+)
 
 
 def error_phrase(line: str) -> str:

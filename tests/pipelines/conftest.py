@@ -28,9 +28,18 @@ def _make_target(directory: Path) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      max_position_embeddings=256, tie_word_embeddings=True, pad_token_id=PAD)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+    )
     model = Qwen3ForCausalLM(cfg).eval()
     model.save_pretrained(directory)
 
@@ -49,7 +58,7 @@ def _make_data(target_dir: Path, directory: Path, n: int = 48) -> None:
         seq = torch.cat([seq, nxt], dim=1)
     # Varied lengths (so token-budget packing has something to do).
     lengths = 24 + torch.randint(0, 9, (n,), generator=gen)
-    examples = [(seq[i, :10].tolist(), seq[i, 10:int(lengths[i])].tolist()) for i in range(n)]
+    examples = [(seq[i, :10].tolist(), seq[i, 10 : int(lengths[i])].tolist()) for i in range(n)]
     ds = Dataset.from_examples(examples, {"pad_token_id": PAD})
     save_dataset(directory, ds, [p.tolist() for p in prompts[n:]])
 
@@ -68,10 +77,20 @@ def make_cfg(tiny_assets, tmp_path):
     target, data = tiny_assets
 
     def make(cls=PipelineConfig, **overrides):
-        base = {"target": target, "data": data, "max_steps": 4, "token_budget": 128, "seed": 0,
-                    "log": str(tmp_path / "train.jsonl"), "ckpt_dir": str(tmp_path / "ck"),
-                    "ckpt_every": 0, "eval_prompts": 2, "eval_new_tokens": 6, "progress": False,
-                    "drafter": {"block_size": 4, "num_anchors": 8}}
+        base = {
+            "target": target,
+            "data": data,
+            "max_steps": 4,
+            "token_budget": 128,
+            "seed": 0,
+            "log": str(tmp_path / "train.jsonl"),
+            "ckpt_dir": str(tmp_path / "ck"),
+            "ckpt_every": 0,
+            "eval_prompts": 2,
+            "eval_new_tokens": 6,
+            "progress": False,
+            "drafter": {"block_size": 4, "num_anchors": 8},
+        }
         if cls is PipelineConfig:
             base.update(grad_accum=2, eval_every=0)
         base.update(overrides)
@@ -92,10 +111,18 @@ def sync_checkpoint(tiny_assets, tmp_path_factory) -> Path:
 
     target, data = tiny_assets
     root = tmp_path_factory.mktemp("ck")
-    res = run_sync(TrainConfig(target=target, data=data, max_steps=2, token_budget=128,
-                               log=str(root / "t.jsonl"), ckpt_dir=str(root / "ck"),
-                               ckpt_every=0, progress=False,
-                               drafter={"block_size": 4, "num_anchors": 8}))
+    res = run_sync(
+        TrainConfig(
+            target=target,
+            data=data,
+            max_steps=2,
+            token_budget=128,
+            log=str(root / "t.jsonl"),
+            ckpt_dir=str(root / "ck"),
+            ckpt_every=0,
+            progress=False,
+            drafter={"block_size": 4, "num_anchors": 8},
+        )
+    )
     assert res.exit_code == 0
     return step_dir(root / "ck", 2)
-

@@ -27,7 +27,8 @@ def target():
     torch.set_num_threads(1)
     tok = transformers.AutoTokenizer.from_pretrained(DEFAULT_TARGET_DIR)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        DEFAULT_TARGET_DIR, dtype=torch.float32).eval()
+        DEFAULT_TARGET_DIR, dtype=torch.float32
+    ).eval()
     return tok, model
 
 
@@ -43,7 +44,8 @@ def test_target_files_are_small_and_complete():
 
 def test_tokenizer_special_tokens(target):
     tok, model = target
-    assert tok.eos_token == EOS_TOKEN and tok.pad_token == PAD_TOKEN
+    assert tok.eos_token == EOS_TOKEN
+    assert tok.pad_token == PAD_TOKEN
     assert tok.mask_token == MASK_TOKEN
     ids = {tok.eos_token_id, tok.pad_token_id, tok.mask_token_id}
     assert len(ids) == 3
@@ -65,10 +67,10 @@ def test_target_generates_greedily(target):
     tok, model = target
     ids = tok("import os\n\ndef ", return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=12, do_sample=False,
-                             pad_token_id=tok.pad_token_id)
-        again = model.generate(ids, max_new_tokens=12, do_sample=False,
-                               pad_token_id=tok.pad_token_id)
+        out = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
+        again = model.generate(
+            ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id
+        )
     assert out.shape[1] > ids.shape[1]
     assert torch.equal(out, again)
 
@@ -83,11 +85,17 @@ def test_bundled_data_is_the_targets_greedy_output(target):
     prompt = ex.input_ids[: ex.response_start][None]
     n_check = 8  # a short prefix keeps the test fast; float drift over long runs is not at issue
     with torch.no_grad():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                             max_new_tokens=n_check, do_sample=False,
-                             pad_token_id=tok.pad_token_id)
-    assert out[0, ex.response_start:].tolist() == ex.input_ids[
-        ex.response_start: ex.response_start + n_check].tolist()
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=n_check,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
+    assert (
+        out[0, ex.response_start :].tolist()
+        == ex.input_ids[ex.response_start : ex.response_start + n_check].tolist()
+    )
 
 
 def test_corpus_split_is_disjoint_and_deterministic():

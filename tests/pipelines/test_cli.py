@@ -23,9 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def write_toml(path: Path, tiny_assets, tmp_path: Path, **extra) -> Path:
     target, data = tiny_assets
-    values = dict(target=target, data=data, token_budget=128, log=str(tmp_path / "train.jsonl"),
-                  ckpt_dir=str(tmp_path / "ck"), ckpt_every=0, progress=False,
-                  eval_prompts=2, eval_new_tokens=4, **extra)
+    values = dict(
+        target=target,
+        data=data,
+        token_budget=128,
+        log=str(tmp_path / "train.jsonl"),
+        ckpt_dir=str(tmp_path / "ck"),
+        ckpt_every=0,
+        progress=False,
+        eval_prompts=2,
+        eval_new_tokens=4,
+        **extra,
+    )
     lines = [f"{k} = {json.dumps(v)}" for k, v in values.items()]
     lines += ["[drafter]", "block_size = 4", "num_anchors = 8"]
     path.write_text("\n".join(lines) + "\n")
@@ -39,17 +48,20 @@ def one_error_line(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["pipeline", "--max-steps", "0"], "max_steps must be an integer >= 1"),
-    (["pipeline", "--grad-accum", "x"], "--grad-accum"),
-    (["sync", "--bogus"], "--bogus"),
-    (["sync", "--device", "gpu"], "bad device"),
-    (["sync", "--config", "/nonexistent/run.toml"], "config file not found"),
-    (["pipeline", "--target-devices", ","], "empty device list"),
-    (["eval", "--drafter", "/nonexistent/ck"], "no checkpoint directory"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["pipeline", "--max-steps", "0"], "max_steps must be an integer >= 1"),
+        (["pipeline", "--grad-accum", "x"], "--grad-accum"),
+        (["sync", "--bogus"], "--bogus"),
+        (["sync", "--device", "gpu"], "bad device"),
+        (["sync", "--config", "/nonexistent/run.toml"], "config file not found"),
+        (["pipeline", "--target-devices", ","], "empty device list"),
+        (["eval", "--drafter", "/nonexistent/ck"], "no checkpoint directory"),
+    ],
+)
 def test_bad_flags_are_one_line_and_exit_2(capsys, tmp_path, argv, needle):
-    assert main(argv + ["--log", str(tmp_path / "l.jsonl")] if argv[0] != "eval" else argv) == 2
+    assert main([*argv, "--log", str(tmp_path / "l.jsonl")] if argv[0] != "eval" else argv) == 2
     assert needle in one_error_line(capsys)
     assert not (tmp_path / "l.jsonl").exists()  # nothing started
 
@@ -88,18 +100,53 @@ def test_help_lists_the_programs(capsys):
 def test_runs_and_eval_through_the_cli(capsys, tmp_path, tiny_assets):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     assert main(["sync", "--config", str(cfg)]) == 0
-    assert main(["pipeline", "--config", str(cfg), "--max-steps", "3", "--grad-accum", "2",
-                 "--eval-every", "0", "--resume", str(step_dir(tmp_path / "ck", 2))]) == 0
+    assert (
+        main(
+            [
+                "pipeline",
+                "--config",
+                str(cfg),
+                "--max-steps",
+                "3",
+                "--grad-accum",
+                "2",
+                "--eval-every",
+                "0",
+                "--resume",
+                str(step_dir(tmp_path / "ck", 2)),
+            ]
+        )
+        == 0
+    )
     target, data = tiny_assets
     capsys.readouterr()
-    assert main(["eval", "--drafter", str(step_dir(tmp_path / "ck", 3)), "--target", target,
-                 "--data", data, "--prompts", "2", "--new-tokens", "4",
-                 "--log", str(tmp_path / "train.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--drafter",
+                str(step_dir(tmp_path / "ck", 3)),
+                "--target",
+                target,
+                "--data",
+                data,
+                "--prompts",
+                "2",
+                "--new-tokens",
+                "4",
+                "--log",
+                str(tmp_path / "train.jsonl"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "step 3: tau = " in out and "accepted" in out
+    assert "step 3: tau = " in out
+    assert "accepted" in out
     records = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [validate_record(r) for r in records][-1] == "eval"
-    assert records[-1]["step"] == 3 and records[-1]["n_prompts"] == 2
+    assert records[-1]["step"] == 3
+    assert records[-1]["n_prompts"] == 2
 
 
 @pytest.mark.parametrize("program", ["sync", "pipeline"])
@@ -107,14 +154,22 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits(tmp_path, tiny_assets, 
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=100_000)
     extra = ["--grad-accum", "2", "--eval-every", "0"] if program == "pipeline" else []
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", program, "--config", str(cfg),
-                             *extra], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", program, "--config", str(cfg), *extra],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = tmp_path / "train.jsonl"
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            if log.exists() and sum('"step"' in x and '"event"' not in x
-                                    for x in log.read_text().splitlines()) >= 2:
+            if (
+                log.exists()
+                and sum('"step"' in x and '"event"' not in x for x in log.read_text().splitlines())
+                >= 2
+            ):
                 break
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.1)
@@ -132,19 +187,38 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits(tmp_path, tiny_assets, 
     ckpt, stop = records[-2], records[-1]
     last_metric = [r for r in records if "event" not in r][-1]
     assert stop == {**stop, "event": "stop", "reason": "signal", "step": last_metric["step"]}
-    assert ckpt["event"] == "checkpoint" and ckpt["step"] == stop["step"]
+    assert ckpt["event"] == "checkpoint"
+    assert ckpt["step"] == stop["step"]
     state = json.loads((Path(ckpt["path"]) / "state.json").read_text())
-    assert state["step"] == stop["step"] and state["script"] == program
+    assert state["step"] == stop["step"]
+    assert state["script"] == program
 
 
 def test_eval_record_from_a_sync_checkpoint_fits_the_schema(tmp_path, tiny_assets):
     target, data = tiny_assets
-    run_sync(TrainConfig(target=target, data=data, max_steps=1, token_budget=128,
-                         log=str(tmp_path / "t.jsonl"), ckpt_dir=str(tmp_path / "ck"),
-                         progress=False, drafter={"block_size": 4, "num_anchors": 8}))
+    run_sync(
+        TrainConfig(
+            target=target,
+            data=data,
+            max_steps=1,
+            token_budget=128,
+            log=str(tmp_path / "t.jsonl"),
+            ckpt_dir=str(tmp_path / "ck"),
+            progress=False,
+            drafter={"block_size": 4, "num_anchors": 8},
+        )
+    )
     from pipelines.evaluate import EvalRequest, eval_record, evaluate_checkpoint
 
-    report = evaluate_checkpoint(EvalRequest(drafter=str(step_dir(tmp_path / "ck", 1)),
-                                             target=target, data=data, prompts=1, new_tokens=3))
+    report = evaluate_checkpoint(
+        EvalRequest(
+            drafter=str(step_dir(tmp_path / "ck", 1)),
+            target=target,
+            data=data,
+            prompts=1,
+            new_tokens=3,
+        )
+    )
     rec = eval_record(report)
-    assert validate_record(rec.to_json()) == "eval" and sum(rec.tau_hist) >= 1
+    assert validate_record(rec.to_json()) == "eval"
+    assert sum(rec.tau_hist) >= 1

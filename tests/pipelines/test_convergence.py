@@ -26,8 +26,14 @@ def _mean(records, key, sl):
 
 
 def test_sync_defaults_converge(tmp_path):
-    res = run_sync(TrainConfig(max_steps=100, log=str(tmp_path / "t.jsonl"),
-                               ckpt_dir=str(tmp_path / "ck"), progress=False))
+    res = run_sync(
+        TrainConfig(
+            max_steps=100,
+            log=str(tmp_path / "t.jsonl"),
+            ckpt_dir=str(tmp_path / "ck"),
+            progress=False,
+        )
+    )
     assert res.exit_code == 0
     m = metrics_of(read_log(tmp_path / "t.jsonl"))
     assert _mean(m, "loss", slice(-20, None)) < 0.5 * _mean(m, "loss", slice(0, 20))
@@ -35,8 +41,15 @@ def test_sync_defaults_converge(tmp_path):
 
 
 def test_pipeline_defaults_converge_and_eval_tau_exceeds_one(tmp_path):
-    res = run_pipeline(PipelineConfig(max_steps=40, eval_every=40, log=str(tmp_path / "t.jsonl"),
-                                      ckpt_dir=str(tmp_path / "ck"), progress=False))
+    res = run_pipeline(
+        PipelineConfig(
+            max_steps=40,
+            eval_every=40,
+            log=str(tmp_path / "t.jsonl"),
+            ckpt_dir=str(tmp_path / "ck"),
+            progress=False,
+        )
+    )
     assert res.exit_code == 0
     records = read_log(tmp_path / "t.jsonl")
     m = metrics_of(records)
@@ -44,19 +57,39 @@ def test_pipeline_defaults_converge_and_eval_tau_exceeds_one(tmp_path):
     assert _mean(m, "acc", slice(-10, None)) > _mean(m, "acc", slice(0, 10)) + 0.1
     assert _mean(m, "tau_train", slice(-10, None)) > _mean(m, "tau_train", slice(0, 10)) + 0.3
     evals = [r for r in records if r.get("event") == "eval"]
-    assert evals and evals[-1]["tau"] > 1.0
+    assert evals
+    assert evals[-1]["tau"] > 1.0
 
 
 def test_sample_log_recipe_is_read_by_the_diagnostics(tmp_path):
     out = tmp_path / "train.jsonl"
-    subprocess.run([sys.executable, "-m", "pipelines.make_sample_logs", "--out", str(out),
-                    "--sync-steps", "3", "--pipeline-steps", "7", "--ckpt-every", "2",
-                    "--eval-every", "7", "--crash-after", "4"], cwd=ROOT, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.make_sample_logs",
+            "--out",
+            str(out),
+            "--sync-steps",
+            "3",
+            "--pipeline-steps",
+            "7",
+            "--ckpt-every",
+            "2",
+            "--eval-every",
+            "7",
+            "--crash-after",
+            "4",
+        ],
+        cwd=ROOT,
+        check=True,
+    )
     records = [json.loads(x) for x in out.read_text().splitlines()]
     headers = [r for r in records if r.get("event") == "run_start"]
     assert [h["script"] for h in headers] == ["sync", "pipeline", "pipeline"]
     steps = [r["step"] for r in records if "event" not in r]
-    assert steps[:3] == [1, 2, 3] and steps[-1] == 10
+    assert steps[:3] == [1, 2, 3]
+    assert steps[-1] == 10
     assert len(steps) > len(set(steps))  # the crashed segment's steps were logged again
 
     from dflash_diag import build_converge_report, load_log

@@ -68,7 +68,8 @@ def test_clean_run_delivers_every_item_in_order_and_bounds_channels():
     graph, seen, (a, b) = _three_stage_graph(fail_in=None, n_items=200, capacity=3)
     graph.run()
     assert seen == [2 * i for i in range(200)]
-    assert a.max_size <= 3 and b.max_size <= 3
+    assert a.max_size <= 3
+    assert b.max_size <= 3
     assert a.max_size == 3  # the slow sink really did fill them: the bound was exercised
 
 
@@ -120,17 +121,20 @@ def test_end_of_stream_waits_for_every_producer():
         def produce() -> None:
             for i in range(5):
                 ch.put(10 * k + i)
+
         return produce
 
     def consume() -> None:
         while True:
             got.append(ch.get())
 
-    graph = Graph([
-        Stage("p0", make(0), outputs=[ch]),
-        Stage("p1", make(1), outputs=[ch]),
-        Stage("c", consume, inputs=[ch]),
-    ])
+    graph = Graph(
+        [
+            Stage("p0", make(0), outputs=[ch]),
+            Stage("p1", make(1), outputs=[ch]),
+            Stage("c", consume, inputs=[ch]),
+        ]
+    )
     graph.run()
     assert sorted(got) == sorted([i for i in range(5)] + [10 + i for i in range(5)])
 
@@ -147,9 +151,9 @@ def test_fill_is_time_weighted():
     clock = FakeClock()
     ch = Channel("c", 4, clock=clock)
     ch.sample_fill()  # window starts at t=0
-    ch.put("x")       # size 1 from t=0
+    ch.put("x")  # size 1 from t=0
     clock.t = 1.0
-    ch.put("y")       # size 2 from t=1
+    ch.put("y")  # size 2 from t=1
     clock.t = 3.0
     # integral = 1*1 + 2*2 = 5 over 3 s, capacity 4
     assert ch.sample_fill() == pytest.approx(5 / 3 / 4)

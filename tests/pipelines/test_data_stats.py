@@ -18,7 +18,8 @@ def test_a_repeated_4gram_makes_its_last_token_copyable():
 
 def test_shares_over_examples():
     st = data_stats([([1, 2, 3, 4, 1, 2, 3, 4, 5], 4), ([9, 9, 1, 2], 2), ([5], 1)])
-    assert st.n_examples == 2 and st.response_tokens == 7
+    assert st.n_examples == 2
+    assert st.response_tokens == 7
     assert st.copyable_share == pytest.approx(1 / 7)
     # distinct shares 5/5 and 2/2: median 1.0
     assert st.distinct_share_median == 1.0

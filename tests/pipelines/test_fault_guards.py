@@ -54,24 +54,36 @@ def _same_weights(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("program", ["pipeline", "sync"])
-def test_resume_from_a_periodic_checkpoint_matches_an_uninterrupted_run(make_cfg, tmp_path,
-                                                                        program):
+def test_resume_from_a_periodic_checkpoint_matches_an_uninterrupted_run(
+    make_cfg, tmp_path, program
+):
     """Step 4's checkpoint is written mid-run (the pipeline's loader has read up to
     channel_capacity micro-batches ahead); resuming from it must give steps 5..7 exactly as the
     uninterrupted run had them: same tokens, same losses, same final weights."""
-    cls, run, fields = ((None, run_pipeline, ("n_tokens", "n_blocks", "acc"))
-                        if program == "pipeline" else (TrainConfig, run_sync, ("acc",)))
+    cls, run, fields = (
+        (None, run_pipeline, ("n_tokens", "n_blocks", "acc"))
+        if program == "pipeline"
+        else (TrainConfig, run_sync, ("acc",))
+    )
     common = {"max_steps": 7, "total_steps": 7, "ckpt_every": 2, "torch_threads": 1}
     if program == "pipeline":
         common["channel_capacity"] = 4
     mk = (lambda **kw: make_cfg(**kw)) if cls is None else (lambda **kw: make_cfg(cls, **kw))
     full = mk(log=str(tmp_path / "full.jsonl"), ckpt_dir=str(tmp_path / "full"), **common)
     assert run(full).step == 7
-    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == \
-        ["step-000002", "step-000004", "step-000006", "step-000007"]
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == [
+        "step-000002",
+        "step-000004",
+        "step-000006",
+        "step-000007",
+    ]
 
-    resumed = mk(log=str(tmp_path / "part.jsonl"), ckpt_dir=str(tmp_path / "part"),
-                 resume=str(step_dir(tmp_path / "full", 4)), **common)
+    resumed = mk(
+        log=str(tmp_path / "part.jsonl"),
+        ckpt_dir=str(tmp_path / "part"),
+        resume=str(step_dir(tmp_path / "full", 4)),
+        **common,
+    )
     assert run(resumed).step == 7
     a, b = _per_step(tmp_path / "full.jsonl"), _per_step(tmp_path / "part.jsonl")
     assert sorted(b) == [5, 6, 7]
@@ -85,26 +97,35 @@ def test_several_target_workers_train_every_micro_batch_in_order(make_cfg, tmp_p
     """Every other micro-batch is slowed in the target stage (the test hook runs before the
     forward), so with several workers the next one overtakes it; the per-step tokens, losses and
     final weights must still equal a single worker's (which cannot reorder anything)."""
+
     def slow_even(name: str, i: int, item=None) -> None:
         if name.startswith("target") and item.seq % 2 == 0:
             time.sleep(0.03)
 
     runs = {}
     for workers in (1, 2, 3):
-        cfg = make_cfg(log=str(tmp_path / f"w{workers}.jsonl"), ckpt_dir=str(tmp_path / f"w{workers}"),
-                       max_steps=4, grad_accum=3, torch_threads=1, target_devices=["cpu"] * workers)
+        cfg = make_cfg(
+            log=str(tmp_path / f"w{workers}.jsonl"),
+            ckpt_dir=str(tmp_path / f"w{workers}"),
+            max_steps=4,
+            grad_accum=3,
+            torch_threads=1,
+            target_devices=["cpu"] * workers,
+        )
         res = run_pipeline(cfg, inject=slow_even)
         assert (res.step, res.reason) == (4, "max_steps")
         runs[workers] = _per_step(tmp_path / f"w{workers}.jsonl")
         assert sorted(runs[workers]) == [1, 2, 3, 4]
     for workers in (2, 3):
         _same_steps(runs[1], runs[workers], range(1, 5), ("n_tokens", "n_blocks", "n_pred", "acc"))
-        assert [runs[workers][s]["epoch"] for s in range(1, 5)] == \
-            [runs[1][s]["epoch"] for s in range(1, 5)]
+        assert [runs[workers][s]["epoch"] for s in range(1, 5)] == [
+            runs[1][s]["epoch"] for s in range(1, 5)
+        ]
         _same_weights(step_dir(tmp_path / "w1", 4), step_dir(tmp_path / f"w{workers}", 4))
 
 
 # -- atomic checkpoints --------------------------------------------------------------------------
+
 
 @pytest.fixture
 def old_checkpoint(make_cfg, tmp_path) -> Path:
@@ -142,9 +163,14 @@ def test_an_overwrite_that_fails_part_way_leaves_the_old_checkpoint_loadable(old
     model = len(before[MODEL_FILE])
     opt = len(before["optimizer.safetensors"])
     assert model < opt  # AdamW keeps two moments per weight
-    proc = subprocess.run([sys.executable, "-c", OVERWRITE, str(old_checkpoint),
-                           str((model + opt) // 2)],
-                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", OVERWRITE, str(old_checkpoint), str((model + opt) // 2)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 3 and "File too large" in proc.stdout, proc.stderr
     after = {f: (old_checkpoint / f).read_bytes() for f in os.listdir(old_checkpoint)}
     assert after == before  # every file of the old checkpoint, byte for byte
@@ -171,8 +197,12 @@ def test_sigkill_during_overwrites_never_leaves_an_unloadable_checkpoint(old_che
     """SIGKILL a process that does nothing but overwrite one checkpoint, at several moments;
     after the next start's tidy-up the checkpoint always loads."""
     for delay in (0.05, 0.13, 0.21, 0.37, 0.5, 0.71):
-        proc = subprocess.Popen([sys.executable, "-c", KILL_LOOP, str(old_checkpoint)], cwd=ROOT,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILL_LOOP, str(old_checkpoint)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert proc.stdout.readline().strip() == "ready"
             time.sleep(delay)
@@ -191,5 +221,13 @@ def test_checkpoint_json_written_by_a_save_is_what_resume_validates(old_checkpoi
     state = json.loads((old_checkpoint / "state.json").read_text())
     state.pop("format")
     assert validate_training_state(state, old_checkpoint) is state
-    assert set(state) == {"step", "cursor", "schedule", "script", "seed", "world_size",
-                          "micro_batches", "walk_held_out"}
+    assert set(state) == {
+        "step",
+        "cursor",
+        "schedule",
+        "script",
+        "seed",
+        "world_size",
+        "micro_batches",
+        "walk_held_out",
+    }

@@ -33,7 +33,8 @@ def module_names(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(node: ast.AST):
@@ -59,7 +60,7 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
             candidates = [alias.name for alias in node.names]
         else:
             if node.level:
-                prefix = base[:len(base) - (node.level - 1)]
+                prefix = base[: len(base) - (node.level - 1)]
                 target = ".".join(prefix + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -96,7 +97,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -111,7 +112,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_among_pipelines_modules():
     graph = import_graph()
-    assert len(graph) > 20 and "pipelines.distributed" in graph  # the sources were found
+    assert len(graph) > 20
+    assert "pipelines.distributed" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -122,17 +124,24 @@ def test_the_graph_sees_lazy_relative_and_absolute_imports(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "distributed.py").write_text(
-        "from .errors import E\n\ndef launch():\n    from .training import check\n    check()\n")
+        "from .errors import E\n\ndef launch():\n    from .training import check\n    check()\n"
+    )
     (pkg / "training.py").write_text("from .distributed import launch\n")
-    (pkg / "errors.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                   "    from pkg.training import launch\n")
+    (pkg / "errors.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.training import launch\n"
+    )
     (pkg / "cli.py").write_text("import pkg.errors\nfrom pkg import training\n")
     graph = import_graph(pkg, "pkg")
-    assert graph == {"pkg": set(), "pkg.cli": {"pkg", "pkg.errors", "pkg.training"},
-                     "pkg.distributed": {"pkg.errors", "pkg.training"},
-                     "pkg.errors": set(), "pkg.training": {"pkg.distributed"}}
+    assert graph == {
+        "pkg": set(),
+        "pkg.cli": {"pkg", "pkg.errors", "pkg.training"},
+        "pkg.distributed": {"pkg.errors", "pkg.training"},
+        "pkg.errors": set(),
+        "pkg.training": {"pkg.distributed"},
+    }
     cycle = find_cycle(graph)
-    assert cycle[0] == cycle[-1] and set(cycle) == {"pkg.distributed", "pkg.training"}
+    assert cycle[0] == cycle[-1]
+    assert set(cycle) == {"pkg.distributed", "pkg.training"}
     (pkg / "distributed.py").write_text("from .errors import E\n")
     assert find_cycle(import_graph(pkg, "pkg")) is None
 
@@ -149,8 +158,9 @@ def test_every_pipelines_module_imports_first_in_a_fresh_interpreter():
         "    importlib.import_module(name)\n"
         "print('ok')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
 
@@ -159,6 +169,9 @@ def test_docs_layout_names_every_module():
     """docs/pipelines.md, "Layout", lists every module, so the map cannot fall behind a split."""
     doc = (ROOT.parent / "docs" / "pipelines.md").read_text(encoding="utf-8")
     layout = doc.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
-    missing = [p.name for p in sorted(ROOT.glob("*.py"))
-               if p.name != "__init__.py" and f"`{p.name}`" not in layout]
+    missing = [
+        p.name
+        for p in sorted(ROOT.glob("*.py"))
+        if p.name != "__init__.py" and f"`{p.name}`" not in layout
+    ]
     assert not missing, f"docs/pipelines.md, Layout, does not name {missing}"

@@ -21,24 +21,63 @@ from pipelines.log_schema import (
     validate_record,
 )
 
-SCHEDULE = {"kind": "cosine", "peak_lr": 6e-4, "warmup_steps": 10, "total_steps": 100, "min_lr": 6e-5}
+SCHEDULE = {
+    "kind": "cosine",
+    "peak_lr": 6e-4,
+    "warmup_steps": 10,
+    "total_steps": 100,
+    "min_lr": 6e-5,
+}
 
 
 def _every_record() -> list[object]:
     """One record of each kind the writer has, with every optional field set."""
     return [
-        RunStart(script="pipeline", time=1.0, config={"lr": 6e-4},
-                 schedule={**SCHEDULE, "start_step": 10}, block_size=16, steps_per_epoch=12.5,
-                 world_size=2, resumed_from={"path": "ckpt/step-10", "step": 10}, rank=1,
-                 resume_schedule="restart",
-                 walk_held_out={"examples": 2, "seed": 0, "of": 64, "indices": [3, 40]}),
-        Metrics(step=11, time=2.0, epoch=0.9, loss=2.5, acc=0.3, lr=5e-4, tok_per_sec=4000.0,
-                n_tokens=4096, n_blocks=256, n_pred=3840, acc_pos=[0.5] * 15, accept_pos=[0.4] * 15,
-                tau_train=2.1, grad_norm=0.8, stage_busy={"forward": 0.6},
-                queue_fill={"batches": 0.5}, step_time=0.9, sync_wait=0.1,
-                walk_tokens=9, walk_steps=4, walk_hist=[1, 1, 2] + [0] * 13),
-        EvalRecord(step=20, time=3.0, tau=2.0, tau_hist=[0, 3, 1], n_prompts=4, new_tokens=64,
-                   temperature=0.0),
+        RunStart(
+            script="pipeline",
+            time=1.0,
+            config={"lr": 6e-4},
+            schedule={**SCHEDULE, "start_step": 10},
+            block_size=16,
+            steps_per_epoch=12.5,
+            world_size=2,
+            resumed_from={"path": "ckpt/step-10", "step": 10},
+            rank=1,
+            resume_schedule="restart",
+            walk_held_out={"examples": 2, "seed": 0, "of": 64, "indices": [3, 40]},
+        ),
+        Metrics(
+            step=11,
+            time=2.0,
+            epoch=0.9,
+            loss=2.5,
+            acc=0.3,
+            lr=5e-4,
+            tok_per_sec=4000.0,
+            n_tokens=4096,
+            n_blocks=256,
+            n_pred=3840,
+            acc_pos=[0.5] * 15,
+            accept_pos=[0.4] * 15,
+            tau_train=2.1,
+            grad_norm=0.8,
+            stage_busy={"forward": 0.6},
+            queue_fill={"batches": 0.5},
+            step_time=0.9,
+            sync_wait=0.1,
+            walk_tokens=9,
+            walk_steps=4,
+            walk_hist=[1, 1, 2] + [0] * 13,
+        ),
+        EvalRecord(
+            step=20,
+            time=3.0,
+            tau=2.0,
+            tau_hist=[0, 3, 1],
+            n_prompts=4,
+            new_tokens=64,
+            temperature=0.0,
+        ),
         CheckpointRecord(step=20, time=3.5, path="ckpt/step-20"),
         NonFiniteRecord(step=21, time=4.0, loss=math.nan, grad_norm=math.inf, consecutive=1),
         StopRecord(step=21, time=5.0, reason="error", error="RuntimeError: boom"),
@@ -87,25 +126,35 @@ def test_an_undeclared_field_is_caught():
 
 def test_reader_takes_its_fields_from_the_shared_schema():
     metric_fields = set(logschema.record_fields("metrics"))
-    event_fields = {name for kind in logschema.EVENT_KINDS for name in logschema.record_fields(kind)}
+    event_fields = {
+        name for kind in logschema.EVENT_KINDS for name in logschema.record_fields(kind)
+    }
     assert reader_schema.METRIC_NUMBERS is logschema.METRIC_NUMBERS
     assert reader_schema.METRIC_LISTS is logschema.METRIC_LISTS
-    assert (set(logschema.METRIC_NUMBERS) | set(logschema.METRIC_LISTS)
-            | set(logschema.WALK_LISTS)) <= metric_fields
+    assert (
+        set(logschema.METRIC_NUMBERS) | set(logschema.METRIC_LISTS) | set(logschema.WALK_LISTS)
+    ) <= metric_fields
     assert set(logschema.EVENT_FIELDS) <= event_fields
     schema, _ = reader_schema.read_schema()
-    assert set(schema) == {*logschema.METRIC_NUMBERS, *logschema.METRIC_LISTS,
-                           *logschema.WALK_LISTS, "event"}
+    assert set(schema) == {
+        *logschema.METRIC_NUMBERS,
+        *logschema.METRIC_LISTS,
+        *logschema.WALK_LISTS,
+        "event",
+    }
     # the walk's histogram is read even when the per-position lists are left for later
     schema, _ = reader_schema.read_schema(lists=False)
     assert set(schema) == {*logschema.METRIC_NUMBERS, *logschema.WALK_LISTS, "event"}
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"resume_schedule": "again"}, "resume_schedule 'again'"),
-    ({"resume_schedule": "continue", "resumed_from": None}, "in a resumed launch only"),
-    ({"schedule": {**SCHEDULE, "start": 3}}, "schedule fields"),
-])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"resume_schedule": "again"}, "resume_schedule 'again'"),
+        ({"resume_schedule": "continue", "resumed_from": None}, "in a resumed launch only"),
+        ({"schedule": {**SCHEDULE, "start": 3}}, "schedule fields"),
+    ],
+)
 def test_resume_schedule_and_start_step_are_checked(change, match):
     header = _every_record()[0].to_json()
     with pytest.raises(ValueError, match=match):

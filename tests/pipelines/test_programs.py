@@ -42,8 +42,9 @@ def stage_threads() -> list[str]:
 def test_sync_then_pipeline_migration_continues_the_step_count(make_cfg, tmp_path):
     sync = run_sync(make_cfg(TrainConfig, max_steps=3))
     assert (sync.step, sync.reason, sync.exit_code) == (3, "max_steps", 0)
-    pipe = run_pipeline(make_cfg(max_steps=6, resume=str(step_dir(tmp_path / "ck", 3)),
-                                 eval_every=3))
+    pipe = run_pipeline(
+        make_cfg(max_steps=6, resume=str(step_dir(tmp_path / "ck", 3)), eval_every=3)
+    )
     assert (pipe.step, pipe.reason, pipe.exit_code) == (6, "max_steps", 0)
 
     records = read_log(tmp_path / "train.jsonl")
@@ -55,17 +56,20 @@ def test_sync_then_pipeline_migration_continues_the_step_count(make_cfg, tmp_pat
     assert [r["step"] for r in m] == [1, 2, 3, 4, 5, 6]
     assert all(set(r) == LEGACY for r in m[:3])  # the old script's plain record
     for r in m[3:]:
-        assert r["tok_per_sec"] > 0 and r["n_pred"] == r["n_blocks"] * 3  # block_size 4
+        assert r["tok_per_sec"] > 0
+        assert r["n_pred"] == r["n_blocks"] * 3
         assert r["tau_train"] == pytest.approx(1 + sum(r["accept_pos"]))
         assert set(r["stage_busy"]) == {"loader", "target0", "drafter"}
         assert set(r["queue_fill"]) == {"batches", "features"}
     evals = [r for r in records if r.get("event") == "eval"]
-    assert [e["step"] for e in evals] == [6] and 1.0 <= evals[0]["tau"] <= 4.0
+    assert [e["step"] for e in evals] == [6]
+    assert 1.0 <= evals[0]["tau"] <= 4.0
     ckpts = [r["step"] for r in records if r.get("event") == "checkpoint"]
     assert ckpts == [3, 6]
     assert [r["reason"] for r in records if r.get("event") == "stop"] == ["max_steps", "max_steps"]
     state = json.loads((step_dir(tmp_path / "ck", 6) / "state.json").read_text())
-    assert state["step"] == 6 and state["script"] == "pipeline"
+    assert state["step"] == 6
+    assert state["script"] == "pipeline"
 
 
 def test_periodic_checkpoints_are_named_by_step(make_cfg, tmp_path):
@@ -74,9 +78,15 @@ def test_periodic_checkpoints_are_named_by_step(make_cfg, tmp_path):
     assert names == ["step-000002", "step-000004", "step-000005"]
 
 
-@pytest.mark.parametrize("stage,devices", [
-    ("loader", ["cpu"]), ("target0", ["cpu"]), ("drafter", ["cpu"]), ("target1", ["cpu", "cpu"]),
-])
+@pytest.mark.parametrize(
+    ("stage", "devices"),
+    [
+        ("loader", ["cpu"]),
+        ("target0", ["cpu"]),
+        ("drafter", ["cpu"]),
+        ("target1", ["cpu", "cpu"]),
+    ],
+)
 def test_a_failure_in_any_stage_stops_the_run_with_that_error(make_cfg, tmp_path, stage, devices):
     def inject(name: str, i: int, item=None) -> None:
         if name == stage and i == 3:
@@ -86,17 +96,22 @@ def test_a_failure_in_any_stage_stops_the_run_with_that_error(make_cfg, tmp_path
     res = run_pipeline(make_cfg(max_steps=50, target_devices=devices), inject=inject)
     assert time.monotonic() - t0 < 30
     assert (res.reason, res.exit_code) == ("error", 1)
-    assert f"stage '{stage}' failed" in res.error and "injected failure" in res.error
+    assert f"stage '{stage}' failed" in res.error
+    assert "injected failure" in res.error
     assert stage_threads() == []
     last = read_log(tmp_path / "train.jsonl")[-1]
-    assert last["event"] == "stop" and last["reason"] == "error" and stage in last["error"]
+    assert last["event"] == "stop"
+    assert last["reason"] == "error"
+    assert stage in last["error"]
 
 
 def _poison(from_item: int, to_item: int):
     """Make the target features of drafter items [from_item, to_item) NaN (a real NaN path)."""
+
     def inject(name: str, i: int, item=None) -> None:
         if name == "drafter" and from_item <= i < to_item:
             item.features = torch.full_like(item.features, math.nan)
+
     return inject
 
 
@@ -117,7 +132,8 @@ def test_too_many_nonfinite_steps_in_a_row_stop_the_run(make_cfg, tmp_path):
     assert (res.reason, res.exit_code, res.step) == ("nonfinite", 1, 4)
     records = read_log(tmp_path / "train.jsonl")
     assert [r["consecutive"] for r in records if r.get("event") == "nonfinite"] == [1, 2, 3]
-    assert records[-1]["event"] == "stop" and records[-1]["reason"] == "nonfinite"
+    assert records[-1]["event"] == "stop"
+    assert records[-1]["reason"] == "nonfinite"
 
 
 def test_resumed_pipeline_matches_an_uninterrupted_one(make_cfg, tmp_path):
@@ -135,8 +151,12 @@ def test_resumed_pipeline_matches_an_uninterrupted_one(make_cfg, tmp_path):
     part = make_cfg(log=str(tmp_path / "part.jsonl"), ckpt_dir=str(tmp_path / "part"), **common)
     first = run_pipeline(part, stop=stop, inject=stop_during_step_3)
     assert (first.step, first.reason) == (3, "signal")
-    resumed = make_cfg(log=str(tmp_path / "part.jsonl"), ckpt_dir=str(tmp_path / "part"),
-                       resume=str(step_dir(tmp_path / "part", 3)), **common)
+    resumed = make_cfg(
+        log=str(tmp_path / "part.jsonl"),
+        ckpt_dir=str(tmp_path / "part"),
+        resume=str(step_dir(tmp_path / "part", 3)),
+        **common,
+    )
     assert run_pipeline(resumed).step == 7
 
     a = {r["step"]: r for r in metrics_of(read_log(tmp_path / "full.jsonl"))}
@@ -144,8 +164,11 @@ def test_resumed_pipeline_matches_an_uninterrupted_one(make_cfg, tmp_path):
     assert sorted(a) == sorted(b) == list(range(1, 8))
     for s in range(1, 8):
         assert b[s]["loss"] == pytest.approx(a[s]["loss"], rel=1e-5, abs=1e-6), s
-        assert (b[s]["n_tokens"], b[s]["n_blocks"], b[s]["acc"]) == \
-            (a[s]["n_tokens"], a[s]["n_blocks"], a[s]["acc"])
+        assert (b[s]["n_tokens"], b[s]["n_blocks"], b[s]["acc"]) == (
+            a[s]["n_tokens"],
+            a[s]["n_blocks"],
+            a[s]["acc"],
+        )
     wa = load_file(str(step_dir(tmp_path / "full", 7) / "model.safetensors"))
     wb = load_file(str(step_dir(tmp_path / "part", 7) / "model.safetensors"))
     for k in wa:
@@ -164,7 +187,8 @@ def test_logs_read_back_by_dflash_diag(make_cfg, tmp_path):
     run_sync(make_cfg(TrainConfig, max_steps=3))
     run_pipeline(make_cfg(max_steps=6, resume=str(step_dir(tmp_path / "ck", 3)), eval_every=3))
     log = load_log(tmp_path / "train.jsonl")
-    assert log.issues.malformed == 0 and log.issues.torn_tail == []
+    assert log.issues.malformed == 0
+    assert log.issues.torn_tail == []
     assert log.metrics["step"].to_list() == [1, 2, 3, 4, 5, 6]
     assert [e.fields["script"] for e in log.run_starts] == ["sync", "pipeline"]
     assert [e.step for e in log.evals] == [6]

@@ -30,15 +30,25 @@ from pipelines.progress import (
 from .test_cli import write_toml
 
 ROOT = Path(__file__).resolve().parents[2]
-LINE = re.compile(r"^dflash-train: step (\d+)/(\d+) \(\d+%\)  loss [\d.]+  acc [\d.]+  "
-                  r"tau~ [\d.]+  [\d,]+ tok/s  ETA \d+:\d\d:\d\d$")
+LINE = re.compile(
+    r"^dflash-train: step (\d+)/(\d+) \(\d+%\)  loss [\d.]+  acc [\d.]+  "
+    r"tau~ [\d.]+  [\d,]+ tok/s  ETA \d+:\d\d:\d\d$"
+)
 
 
 def metrics(n_correct: int, tokens: int = 100) -> StepMetrics:
     """4 blocks of size 4 (12 predictions), loss 2.0, ``n_correct`` correct at position 1."""
-    return StepMetrics(block_size=4, loss_sum=24.0, weight_sum=12.0, n_correct=n_correct,
-                       n_pred=12, n_blocks=4, n_tokens=tokens, correct_pos=[n_correct, 0, 0],
-                       accept_pos=[n_correct, 0, 0])
+    return StepMetrics(
+        block_size=4,
+        loss_sum=24.0,
+        weight_sum=12.0,
+        n_correct=n_correct,
+        n_pred=12,
+        n_blocks=4,
+        n_tokens=tokens,
+        correct_pos=[n_correct, 0, 0],
+        accept_pos=[n_correct, 0, 0],
+    )
 
 
 class Clock:
@@ -51,8 +61,7 @@ class Clock:
 
 def test_lines_every_n_steps_or_t_seconds_whichever_first():
     clock, out = Clock(), io.StringIO()
-    with StepProgress(10, 30, None, every_steps=5, every_seconds=60, clock=clock,
-                      stream=out) as p:
+    with StepProgress(10, 30, None, every_steps=5, every_seconds=60, clock=clock, stream=out) as p:
         assert p.mode == LINES  # a StringIO is no terminal
         for k in range(11, 31):
             clock.t += 1.0 if k < 20 else 100.0  # from step 20 on, each step takes 100 s
@@ -63,23 +72,28 @@ def test_lines_every_n_steps_or_t_seconds_whichever_first():
 
 
 def test_window_numbers_and_eta():
-    stats = window_stats([(1, 10.0, 0.5, metrics(2)), (2, 12.0, 0.5, metrics(4)),
-                          (3, 14.0, 1.0, metrics(0))])
+    stats = window_stats(
+        [(1, 10.0, 0.5, metrics(2)), (2, 12.0, 0.5, metrics(4)), (3, 14.0, 1.0, metrics(0))]
+    )
     assert (stats.loss, stats.acc) == (2.0, 6 / 36)
     # harmonic estimate: half the blocks advance 2 tokens, half 1; decoding averages 1 / (1/2 + 1/4)
     assert stats.tau == pytest.approx(1 / ((1 - 6 / 12) / 1 + (6 / 12) / 2))
     assert stats.tok_per_sec == pytest.approx(300 / 2.0)  # tokens over the steps' own seconds
-    assert stats.seconds_per_step == pytest.approx(2.0)   # wall time between step ends
-    assert format_duration(3723) == "1:02:03" and format_duration(float("nan")) == "?"
+    assert stats.seconds_per_step == pytest.approx(2.0)  # wall time between step ends
+    assert format_duration(3723) == "1:02:03"
+    assert format_duration(float("nan")) == "?"
 
 
 def test_bar_on_a_terminal_nothing_when_disabled():
-    assert progress_mode(None, isatty=True) == BAR and progress_mode(None, isatty=False) == LINES
-    assert progress_mode(True, isatty=False) == BAR and progress_mode(False, isatty=True) == OFF
+    assert progress_mode(None, isatty=True) == BAR
+    assert progress_mode(None, isatty=False) == LINES
+    assert progress_mode(True, isatty=False) == BAR
+    assert progress_mode(False, isatty=True) == OFF
     out = io.StringIO()
     with StepProgress(0, 3, False, stream=out) as p:
         p.update(1, metrics(1), 0.1)
-    assert out.getvalue() == "" and p.final_window().steps == 1  # still counted for the summary
+    assert out.getvalue() == ""
+    assert p.final_window().steps == 1
 
 
 def test_summary_lines():
@@ -88,8 +102,16 @@ def test_summary_lines():
     for k in (101, 102):
         clock.t += 2
         p.update(k, metrics(3), 1.0)
-    s = RunSummary.of("sync", p, start_step=100, step=102, max_steps=104, reason="signal",
-                      checkpoint="ck/step-000102", log="logs/my run.jsonl")
+    s = RunSummary.of(
+        "sync",
+        p,
+        start_step=100,
+        step=102,
+        max_steps=104,
+        reason="signal",
+        checkpoint="ck/step-000102",
+        log="logs/my run.jsonl",
+    )
     assert s.lines() == [
         "dflash-train: sync stopped by a signal at step 102/104: 2 steps in 0:00:09, 100 tok/s",
         "  final window (steps 101-102): loss 2.000  acc 0.250  tau~ 1.60",
@@ -101,8 +123,15 @@ def test_summary_lines():
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, env=env, check=False,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.parametrize("program", ["sync", "pipeline"])
@@ -110,8 +139,20 @@ def test_progress_lines_and_summary_off_a_terminal(tmp_path, tiny_assets, progra
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path)
     cfg.write_text(cfg.read_text().replace("progress = false\n", ""))  # the default: auto
     extra = ["--grad-accum", "1", "--eval-every", "0"] if program == "pipeline" else []
-    run = cli(program, "--config", str(cfg), "--max-steps", "5", "--ckpt-every", "4",
-              "--progress-every", "2", "--progress-seconds", "0", *extra)
+    run = cli(
+        program,
+        "--config",
+        str(cfg),
+        "--max-steps",
+        "5",
+        "--ckpt-every",
+        "4",
+        "--progress-every",
+        "2",
+        "--progress-seconds",
+        "0",
+        *extra,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == ""
     err = run.stderr.splitlines()
@@ -120,11 +161,17 @@ def test_progress_lines_and_summary_off_a_terminal(tmp_path, tiny_assets, progra
     assert [int(LINE.match(x).group(1)) for x in lines] == [1, 3, 5]
     log = str(tmp_path / "train.jsonl")
     tail = err[-5:]
-    assert re.match(rf"dflash-train: {program} finished at step 5/5: 5 steps in \d:\d\d:\d\d, "
-                    r"[\d,]+ tok/s$", tail[0]), tail
+    assert re.match(
+        rf"dflash-train: {program} finished at step 5/5: 5 steps in \d:\d\d:\d\d, "
+        r"[\d,]+ tok/s$",
+        tail[0],
+    ), tail
     assert re.match(r"  final window \(steps 1-5\): loss [\d.]+  acc [\d.]+  tau~ [\d.]+$", tail[1])
-    assert tail[2:] == [f"  checkpoint: {step_dir(tmp_path / 'ck', 5)}", f"  log:        {log}",
-                        f"  diagnose:   dflash-diag converge {log}"]
+    assert tail[2:] == [
+        f"  checkpoint: {step_dir(tmp_path / 'ck', 5)}",
+        f"  log:        {log}",
+        f"  diagnose:   dflash-diag converge {log}",
+    ]
     recs = [json.loads(x) for x in Path(log).read_text().splitlines()]
     assert [r["step"] for r in recs if r.get("event") == "checkpoint"] == [4, 5]
 
@@ -155,10 +202,29 @@ def test_a_failure_ends_with_one_line_naming_the_last_good_checkpoint(tmp_path, 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failing write, not a killed process
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "pipelines.cli", "sync", "--config", str(cfg),
-                          "--max-steps", "5", "--resume", str(good), "--ckpt-every", "3"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                         check=False, preexec_fn=full_disk)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "sync",
+            "--config",
+            str(cfg),
+            "--max-steps",
+            "5",
+            "--resume",
+            str(good),
+            "--ckpt-every",
+            "3",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=full_disk,
+    )
     assert run.returncode == 1, run.stderr
     err = run.stderr.splitlines()
     assert "Traceback" not in run.stderr

@@ -34,10 +34,18 @@ def test_no_warmup_starts_at_peak():
     assert lr_at(1, s) == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi / 3)))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"peak_lr": 0.0}, {"min_lr": 1.0}, {"total_steps": 0}, {"warmup_steps": 20, "total_steps": 10},
-    {"kind": "step"}, {"start_step": 10}, {"start_step": 5, "warmup_steps": 6},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"peak_lr": 0.0},
+        {"min_lr": 1.0},
+        {"total_steps": 0},
+        {"warmup_steps": 20, "total_steps": 10},
+        {"kind": "step"},
+        {"start_step": 10},
+        {"start_step": 5, "warmup_steps": 6},
+    ],
+)
 def test_invalid_schedules_raise(kwargs):
     with pytest.raises(ValueError):
         Schedule(**{"peak_lr": 6e-4, "total_steps": 10, **kwargs})
@@ -50,7 +58,9 @@ def test_step_zero_is_rejected():
 
 def test_linear_and_constant_shapes():
     lin = Schedule(peak_lr=1.0, warmup_steps=10, total_steps=110, min_lr=0.1, kind="linear")
-    assert [lr_at(k, lin) for k in (5, 10, 60, 110, 200)] == pytest.approx([0.5, 1.0, 0.55, 0.1, 0.1])
+    assert [lr_at(k, lin) for k in (5, 10, 60, 110, 200)] == pytest.approx(
+        [0.5, 1.0, 0.55, 0.1, 0.1]
+    )
     const = Schedule(peak_lr=1.0, warmup_steps=4, total_steps=10, min_lr=0.1, kind="constant")
     assert [lr_at(k, const) for k in (2, 4, 10, 50)] == pytest.approx([0.5, 1.0, 1.0, 1.0])
 
@@ -58,10 +68,14 @@ def test_linear_and_constant_shapes():
 def test_a_restarted_schedule_counts_from_its_start_step():
     s = Schedule.from_ratio(300, peak_lr=6e-4, min_lr=6e-5, start_step=200, warmup_steps=10)
     assert (s.start_step, s.warmup_steps, s.total_steps) == (200, 10, 300)
-    assert lr_at(201, s) == pytest.approx(6e-5)        # 1/10 of the peak: warmup again
+    assert lr_at(201, s) == pytest.approx(6e-5)  # 1/10 of the peak: warmup again
     assert lr_at(210, s) == pytest.approx(6e-4)
-    assert lr_at(255, s) == pytest.approx(3.3e-4)      # halfway through the decay
+    assert lr_at(255, s) == pytest.approx(3.3e-4)  # halfway through the decay
     assert lr_at(300, s) == pytest.approx(6e-5)
     assert Schedule.from_ratio(300, start_step=200).warmup_steps == 4  # 0.04 of the 100 steps left
-    assert s.to_dict()["start_step"] == 200 and Schedule.from_dict(s.to_dict()) == s
-    assert s.describe() == "cosine 6.0e-04 -> 6.0e-05, from step 201, warmup 10 steps, ends at step 300"
+    assert s.to_dict()["start_step"] == 200
+    assert Schedule.from_dict(s.to_dict()) == s
+    assert (
+        s.describe()
+        == "cosine 6.0e-04 -> 6.0e-05, from step 201, warmup 10 steps, ends at step 300"
+    )

@@ -34,43 +34,75 @@ def block4_checkpoint(sync_checkpoint) -> Path:
 
 # -- resume with another drafter shape -----------------------------------------------------------
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--block-size", "8"], "block_size 8 (the checkpoint's is 4)"),
-    (["--block-size", "16"], "block_size 16 (the checkpoint's is 4)"),  # 16 is the default
-    (["--draft-layers", "2"], "num_draft_layers 2 (the checkpoint's is 1)"),
-])
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--block-size", "8"], "block_size 8 (the checkpoint's is 4)"),
+        (["--block-size", "16"], "block_size 16 (the checkpoint's is 4)"),  # 16 is the default
+        (["--draft-layers", "2"], "num_draft_layers 2 (the checkpoint's is 1)"),
+    ],
+)
 def test_resume_with_another_drafter_shape_is_refused_naming_it(
-        flags, needle, block4_checkpoint, tiny_assets, tmp_path, capsys):
+    flags, needle, block4_checkpoint, tiny_assets, tmp_path, capsys
+):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=3)
     code = main(["sync", "--config", str(cfg), "--resume", str(block4_checkpoint), *flags])
     assert code == 2
     line = one_error_line(capsys)
-    assert needle in line and "keeps its checkpoint's drafter" in line
+    assert needle in line
+    assert "keeps its checkpoint's drafter" in line
     assert not (tmp_path / "train.jsonl").exists()
 
 
 def test_resume_without_shape_flags_logs_the_checkpoints_drafter(
-        block4_checkpoint, tiny_assets, tmp_path, capsys):
+    block4_checkpoint, tiny_assets, tmp_path, capsys
+):
     """No flag and no [drafter] table: the run resumes, and its header records the drafter it
     trains (block 4), not the built-in defaults (block 16)."""
     target, data = tiny_assets
     log = tmp_path / "r.jsonl"
-    code = main(["sync", "--target", target, "--data", data, "--token-budget", "128",
-                 "--max-steps", "3", "--no-progress", "--log", str(log),
-                 "--ckpt-dir", str(tmp_path / "ck"), "--resume", str(block4_checkpoint)])
+    code = main(
+        [
+            "sync",
+            "--target",
+            target,
+            "--data",
+            data,
+            "--token-budget",
+            "128",
+            "--max-steps",
+            "3",
+            "--no-progress",
+            "--log",
+            str(log),
+            "--ckpt-dir",
+            str(tmp_path / "ck"),
+            "--resume",
+            str(block4_checkpoint),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     header = read_log(log)[0]
-    assert header["block_size"] == 4 and header["config"]["drafter"]["block_size"] == 4
+    assert header["block_size"] == 4
+    assert header["config"]["drafter"]["block_size"] == 4
     assert header["config"]["drafter"]["num_draft_layers"] == 1
 
 
 # -- a target's declared size, before it is built ------------------------------------------------
 
-@pytest.mark.parametrize("key,value", [
-    ("num_hidden_layers", 10**6), ("vocab_size", 10**9), ("hidden_size", 10**7),
-])
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("num_hidden_layers", 10**6),
+        ("vocab_size", 10**9),
+        ("hidden_size", 10**7),
+    ],
+)
 def test_a_target_declaring_an_impossible_size_is_refused_before_it_is_built(
-        key, value, tiny_assets, tmp_path, capsys):
+    key, value, tiny_assets, tmp_path, capsys
+):
     target, _ = tiny_assets
     big = tmp_path / "big"
     shutil.copytree(target, big)
@@ -81,12 +113,14 @@ def test_a_target_declaring_an_impossible_size_is_refused_before_it_is_built(
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     assert main(["sync", "--config", str(cfg), "--target", str(big)]) == 2
     line = one_error_line(capsys)  # and no loading report before it
-    assert f"{key} {value:,}" in line and "GiB of weights on cpu" in line
+    assert f"{key} {value:,}" in line
+    assert "GiB of weights on cpu" in line
     assert "\x1b" not in line
 
 
 def test_weights_that_do_not_match_the_config_are_one_line_without_the_load_report(
-        tiny_assets, tmp_path):
+    tiny_assets, tmp_path
+):
     """A vocabulary that fits memory but not the weights: transformers' loading report (a
     table with ANSI codes) is held back, its mismatch named on the one line."""
     target, _ = tiny_assets
@@ -98,13 +132,18 @@ def test_weights_that_do_not_match_the_config_are_one_line_without_the_load_repo
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     # A real process: transformers' log handler keeps the stderr it found when first used, which
     # in-process capture does not see.
-    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "sync", "--config", str(cfg),
-                           "--target", str(bad)], capture_output=True, text=True, timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "sync", "--config", str(cfg), "--target", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dflash-train: error: "), lines
-    assert "weights do not match config.json" in lines[0] and "embed_tokens" in lines[0]
+    assert "weights do not match config.json" in lines[0]
+    assert "embed_tokens" in lines[0]
 
 
 # -- one run per checkpoint directory and log ----------------------------------------------------
@@ -120,15 +159,17 @@ time.sleep(60)
 
 
 def _holder(path: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
 
 @pytest.mark.parametrize("what", ["ckpt_dir", "log"])
 def test_a_second_run_on_a_locked_checkpoint_dir_or_log_is_refused_naming_the_pid(
-        what, tiny_assets, tmp_path, capsys):
+    what, tiny_assets, tmp_path, capsys
+):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     (tmp_path / "ck").mkdir()
     locked = tmp_path / "ck" / LOCK_FILE if what == "ckpt_dir" else tmp_path / "train.jsonl"
@@ -148,24 +189,26 @@ def test_two_runs_on_one_checkpoint_dir_cannot_both_proceed(tiny_assets, tmp_pat
     """The attack itself, in two real processes: while the first trains, a second on the same
     --ckpt-dir and log (another seed) is refused; every checkpoint is the first run's."""
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=100_000)
-    cmd = [sys.executable, "-m", "pipelines.cli", "sync", "--config", str(cfg), "--ckpt-every",
-           "2"]
+    cmd = [sys.executable, "-m", "pipelines.cli", "sync", "--config", str(cfg), "--ckpt-every", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen([*cmd, "--seed", "0"], stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 240
         while not list((tmp_path / "ck").glob("step-*")):  # training, its locks held
-            assert first.poll() is None and time.monotonic() < deadline
+            assert first.poll() is None
+            assert time.monotonic() < deadline
             time.sleep(0.2)
-        second = subprocess.run([*cmd, "--seed", "1"], capture_output=True, text=True, env=env,
-                                timeout=240, check=False)
+        second = subprocess.run(
+            [*cmd, "--seed", "1"], capture_output=True, text=True, env=env, timeout=240, check=False
+        )
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=120)
     assert second.returncode == 2, second.stderr
     assert f"in use by another run (pid {first.pid})" in second.stderr
-    seeds = {json.loads((d / "state.json").read_text())["seed"]
-             for d in (tmp_path / "ck").glob("step-*")}
+    seeds = {
+        json.loads((d / "state.json").read_text())["seed"] for d in (tmp_path / "ck").glob("step-*")
+    }
     assert seeds == {0}
     assert sum(r.get("event") == "run_start" for r in read_log(tmp_path / "train.jsonl")) == 1
 
@@ -210,10 +253,12 @@ def test_a_lock_file_replaced_before_it_is_locked_is_locked_again(tmp_path, monk
 
 # -- an unwritable checkpoint directory, found before training -----------------------------------
 
+
 def test_an_unwritable_checkpoint_dir_is_refused_before_the_target_loads(
-        tiny_assets, tmp_path, capsys):
+    tiny_assets, tmp_path, capsys
+):
     """/sys refuses new entries even to root (a chmod 0555 directory would not stop root)."""
-    if not Path("/sys").is_dir() or os.access("/sys", os.W_OK) and _can_create_in("/sys"):
+    if not Path("/sys").is_dir() or (os.access("/sys", os.W_OK) and _can_create_in("/sys")):
         pytest.skip("no unwritable directory here")
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     assert main(["sync", "--config", str(cfg), "--ckpt-dir", "/sys"]) == 2
@@ -245,13 +290,15 @@ def _can_create_in(directory: str) -> bool:
 
 # -- data that cannot train ----------------------------------------------------------------------
 
+
 def _data(directory: Path, examples) -> str:
     save_dataset(directory, Dataset.from_examples(examples, {"pad_token_id": 0}), [[5, 6, 7]])
     return str(directory)
 
 
 def test_an_empty_dataset_file_and_a_dataset_of_no_examples_are_one_line(
-        tiny_assets, tmp_path, capsys):
+    tiny_assets, tmp_path, capsys
+):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     empty_file = tmp_path / "zero-bytes"
     empty_file.mkdir()
@@ -269,7 +316,8 @@ def test_data_whose_responses_hold_no_block_is_refused_up_front(tiny_assets, tmp
     short = _data(tmp_path / "short", [([5, 6, 7], [8])] * 40)
     assert main(["sync", "--config", str(cfg), "--data", short]) == 2
     line = one_error_line(capsys)
-    assert "the longest response is 1 token" in line and "needs 4 (block_size)" in line
+    assert "the longest response is 1 token" in line
+    assert "needs 4 (block_size)" in line
     assert not (tmp_path / "train.jsonl").exists()
 
 
@@ -285,24 +333,32 @@ def test_a_run_whose_every_step_was_skipped_fails(program, make_cfg, tmp_path, m
         res = run_sync(make_cfg(TrainConfig, max_steps=3, data=short))
     else:
         res = run_pipeline(make_cfg(max_steps=3, data=short))
-    assert res.exit_code == 1 and res.reason == "nonfinite"
+    assert res.exit_code == 1
+    assert res.reason == "nonfinite"
     assert "every step of this launch (3) was skipped" in res.error
     assert not list((tmp_path / "ck").glob("step-*"))
     stop = read_log(tmp_path / "train.jsonl")[-1]
-    assert stop["event"] == "stop" and "nothing was trained" in stop["error"]
+    assert stop["event"] == "stop"
+    assert "nothing was trained" in stop["error"]
 
 
 # -- overlong names and values -------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag", ["--log", "--target", "--ckpt-dir", "--data", "--resume",
-                                  "--config"])
+
+@pytest.mark.parametrize(
+    "flag", ["--log", "--target", "--ckpt-dir", "--data", "--resume", "--config"]
+)
 def test_a_300_byte_file_name_is_one_short_line(flag, tiny_assets, tmp_path, capsys):
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=2)
     name = str(tmp_path / ("n" * 300))
-    argv = ["sync", flag, name] if flag == "--config" else ["sync", "--config", str(cfg), flag, name]
+    argv = (
+        ["sync", flag, name] if flag == "--config" else ["sync", "--config", str(cfg), flag, name]
+    )
     assert main(argv) == 2
     line = one_error_line(capsys)
-    assert len(line) < 400 and "(3" in line and "chars)" in line
+    assert len(line) < 400
+    assert "(3" in line
+    assert "chars)" in line
 
 
 @pytest.mark.parametrize("where", ["device", "target", "a key"])
@@ -312,4 +368,6 @@ def test_a_100_mb_string_in_the_toml_is_one_short_line(where, tmp_path, capsys):
     toml.write_text(f"{huge} = 1\n" if where == "a key" else f'{where} = "{huge}"\n')
     assert main(["sync", "--config", str(toml)]) == 2
     line = one_error_line(capsys)
-    assert len(line) < 600 and ",000,00" in line and "chars)" in line
+    assert len(line) < 600
+    assert ",000,00" in line
+    assert "chars)" in line

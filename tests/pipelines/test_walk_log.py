@@ -22,17 +22,22 @@ def test_every_walk_every_th_record_carries_the_walk(make_cfg, tmp_path):
         if "walk_tokens" in r:
             # eval_new_tokens = 6 in the fixture: two sequences of 5 walked tokens each.
             assert r["walk_tokens"] == 2 * (6 - 1)
-            assert len(r["walk_hist"]) == 4 and sum(r["walk_hist"]) == r["walk_steps"]
+            assert len(r["walk_hist"]) == 4
+            assert sum(r["walk_hist"]) == r["walk_steps"]
             assert 1 <= r["walk_tokens"] / r["walk_steps"] <= 4
 
 
 def test_walk_counts_intervals_of_log_every_and_can_be_off(make_cfg, tmp_path):
-    run_pipeline(make_cfg(max_steps=4, log_every=2, walk_every=2, eval_new_tokens=None,
-                          dtype="bfloat16"))
+    run_pipeline(
+        make_cfg(max_steps=4, log_every=2, walk_every=2, eval_new_tokens=None, dtype="bfloat16")
+    )
     m = metrics_of(read_log(tmp_path / "train.jsonl"))
     assert [(r["step"], "walk_steps" in r) for r in m] == [(2, False), (4, True)]
-    run_pipeline(make_cfg(max_steps=6, log_every=1, walk_every=0, resume=str(tmp_path / "ck" /
-                                                                          "step-000004")))
+    run_pipeline(
+        make_cfg(
+            max_steps=6, log_every=1, walk_every=0, resume=str(tmp_path / "ck" / "step-000004")
+        )
+    )
     m = metrics_of(read_log(tmp_path / "train.jsonl"))
     assert not any("walk_steps" in r for r in m[2:])
 
@@ -50,25 +55,44 @@ def test_eval_horizon_defaults_to_the_longest_training_response(make_cfg, tiny_a
 
 
 def _record(**walk):
-    rec = {"step": 1, "time": 0.0, "epoch": 0.0, "loss": 1.0, "acc": 0.5, "lr": 1e-3,
-           "tok_per_sec": 1.0, "n_tokens": 10, "n_blocks": 2, "n_pred": 6,
-           "acc_pos": [0.5, 0.5, 0.5], "accept_pos": [0.5, 0.2, 0.1], "tau_train": 1.8,
-           "grad_norm": 1.0, "stage_busy": {}, "queue_fill": {}}
+    rec = {
+        "step": 1,
+        "time": 0.0,
+        "epoch": 0.0,
+        "loss": 1.0,
+        "acc": 0.5,
+        "lr": 1e-3,
+        "tok_per_sec": 1.0,
+        "n_tokens": 10,
+        "n_blocks": 2,
+        "n_pred": 6,
+        "acc_pos": [0.5, 0.5, 0.5],
+        "accept_pos": [0.5, 0.2, 0.1],
+        "tau_train": 1.8,
+        "grad_norm": 1.0,
+        "stage_busy": {},
+        "queue_fill": {},
+    }
     return {**rec, **walk}
 
 
 def test_validator_accepts_a_consistent_walk():
-    assert validate_record(_record(walk_tokens=9, walk_steps=4, walk_hist=[1, 1, 2, 0])) == "metrics"
+    assert (
+        validate_record(_record(walk_tokens=9, walk_steps=4, walk_hist=[1, 1, 2, 0])) == "metrics"
+    )
 
 
-@pytest.mark.parametrize("walk", [
-    {"walk_tokens": 9, "walk_steps": 4},                              # not all three
-    {"walk_tokens": 9, "walk_steps": 4, "walk_hist": [1, 1, 2]},      # hist length != B
-    {"walk_tokens": 8, "walk_steps": 4, "walk_hist": [1, 1, 2, 0]},   # tokens do not add up
-    {"walk_tokens": 9, "walk_steps": 5, "walk_hist": [1, 1, 2, 0]},   # steps do not add up
-    {"walk_tokens": 9, "walk_steps": 4, "walk_hist": [1.0, 1, 2, 0]},  # not counts
-    {"walk_tokens": 9.0, "walk_steps": 4, "walk_hist": [1, 1, 2, 0]},  # not an int
-])
+@pytest.mark.parametrize(
+    "walk",
+    [
+        {"walk_tokens": 9, "walk_steps": 4},  # not all three
+        {"walk_tokens": 9, "walk_steps": 4, "walk_hist": [1, 1, 2]},  # hist length != B
+        {"walk_tokens": 8, "walk_steps": 4, "walk_hist": [1, 1, 2, 0]},  # tokens do not add up
+        {"walk_tokens": 9, "walk_steps": 5, "walk_hist": [1, 1, 2, 0]},  # steps do not add up
+        {"walk_tokens": 9, "walk_steps": 4, "walk_hist": [1.0, 1, 2, 0]},  # not counts
+        {"walk_tokens": 9.0, "walk_steps": 4, "walk_hist": [1, 1, 2, 0]},  # not an int
+    ],
+)
 def test_validator_rejects_bad_walk_fields(walk):
     with pytest.raises(ValueError, match="walk"):
         validate_record(_record(**walk))
@@ -82,8 +106,10 @@ def test_walk_fields_need_the_pipeline_record():
 
 # -- the held-out walk split -----------------------------------------------------------------------
 
-def test_the_walk_walks_a_held_out_split_never_trained_on(make_cfg, tiny_assets, tmp_path,
-                                                          monkeypatch):
+
+def test_the_walk_walks_a_held_out_split_never_trained_on(
+    make_cfg, tiny_assets, tmp_path, monkeypatch
+):
     """The split is fixed at the start (named in the header), no trained batch holds any of its
     sequences, each walked record walks the next walk_seqs of them, and a resumed run holds out
     the same examples (its checkpoint keeps the split)."""
@@ -114,17 +140,29 @@ def test_the_walk_walks_a_held_out_split_never_trained_on(make_cfg, tiny_assets,
     assert walked_rows == [[0, 1], [2, 3], [4, 5], [0, 1]]  # the next two, in turn
     records = read_log(tmp_path / "train.jsonl")
     split = records[0]["walk_held_out"]
-    assert split == {"examples": 6, "seed": 0, "of": len(full),
-                     "indices": held_out_indices(len(full), 6, 0)}
+    assert split == {
+        "examples": 6,
+        "seed": 0,
+        "of": len(full),
+        "indices": held_out_indices(len(full), 6, 0),
+    }
     held = {tuple(full[i].input_ids.tolist()) for i in split["indices"]}
-    assert trained and not held & set(trained)
+    assert trained
+    assert not held & set(trained)
     walks = [r for r in metrics_of(records) if "walk_tokens" in r]
-    assert len(walks) == 4 and all(r["walk_steps"] > 0 for r in walks)
+    assert len(walks) == 4
+    assert all(r["walk_steps"] > 0 for r in walks)
     # the held-out examples' response lengths bound each record's walked tokens (2 sequences)
     assert all(r["walk_tokens"] <= 2 * (6 - 1) for r in walks)
 
-    resumed = make_cfg(max_steps=5, walk_every=1, walk_seqs=2, walk_holdout=3, seed=0,
-                       resume=str(tmp_path / "ck" / "step-000004"))
+    resumed = make_cfg(
+        max_steps=5,
+        walk_every=1,
+        walk_seqs=2,
+        walk_holdout=3,
+        seed=0,
+        resume=str(tmp_path / "ck" / "step-000004"),
+    )
     assert run_pipeline(resumed).exit_code == 0
     header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
     assert header["walk_held_out"] == split  # the checkpoint's, not walk_holdout = 3
@@ -142,13 +180,18 @@ def test_the_split_is_a_seeded_draw_and_a_small_share():
     from pipelines.walk_split import split_for_walk
 
     a = held_out_indices(2048, 32, 0)
-    assert a == held_out_indices(2048, 32, 0) and a != held_out_indices(2048, 32, 1)
-    assert a == sorted(set(a)) and a != list(range(32))
+    assert a == held_out_indices(2048, 32, 0)
+    assert a != held_out_indices(2048, 32, 1)
+    assert a == sorted(set(a))
+    assert a != list(range(32))
     with pytest.raises(ValueError):
         held_out_indices(10, 10, 0)
     full = load_dataset()  # the bundled data: 2048 examples
     train, split = split_for_walk(full, 32, 0)
-    assert len(train) == len(full) - 32 and split.indices == a
+    assert len(train) == len(full) - 32
+    assert split.indices == a
     small, split = split_for_walk(full.subset(list(range(40))), 32, 0)
-    assert len(split.indices) == 5 and len(small) == 35  # at most an eighth
-    assert split.rows_for(0, 2) == [0, 1] and split.rows_for(2, 2) == [4, 0]
+    assert len(split.indices) == 5
+    assert len(small) == 35
+    assert split.rows_for(0, 2) == [0, 1]
+    assert split.rows_for(2, 2) == [4, 0]

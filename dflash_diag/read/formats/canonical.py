@@ -32,7 +32,10 @@ from dflash_diag.read.records import MAX_LIST_ELEMENTS, LogEvent, ParsedLog, Par
 
 #: The long frame of scalars that every format reader produces.
 SCALAR_SCHEMA: dict[str, pl.DataType] = {
-    "row": pl.Int64(), "step": pl.Int64(), "key": pl.String(), "value": pl.Float64(),
+    "row": pl.Int64(),
+    "step": pl.Int64(),
+    "key": pl.String(),
+    "value": pl.Float64(),
     "time": pl.Float64(),
 }
 
@@ -67,9 +70,15 @@ class Scalars:
         pieces = [self.frame]
         for wide in self.wide:
             for i, key in enumerate(c for c in wide.columns if c not in _WIDE_FIXED):
-                pieces.append(wide.select(
-                    (pl.col("row") + i).alias("row"), "step", pl.lit(key).alias("key"),
-                    pl.col(key).cast(pl.Float64).alias("value"), pl.col("time").cast(pl.Float64)))
+                pieces.append(
+                    wide.select(
+                        (pl.col("row") + i).alias("row"),
+                        "step",
+                        pl.lit(key).alias("key"),
+                        pl.col(key).cast(pl.Float64).alias("value"),
+                        pl.col("time").cast(pl.Float64),
+                    )
+                )
         return pl.concat(pieces).filter(pl.col("value").is_not_null()).sort("row")
 
 
@@ -117,11 +126,18 @@ class RowCollector:
             self._pack()
 
     def _pack(self) -> None:
-        self._pieces.append(pl.DataFrame(
-            {"row": self.rows, "step": self.steps, "key": self.keys, "value": self.values,
-             "time": self.times},
-            schema=SCALAR_SCHEMA,
-        ))
+        self._pieces.append(
+            pl.DataFrame(
+                {
+                    "row": self.rows,
+                    "step": self.steps,
+                    "key": self.keys,
+                    "value": self.values,
+                    "time": self.times,
+                },
+                schema=SCALAR_SCHEMA,
+            )
+        )
         self.rows, self.steps, self.keys, self.values, self.times = [], [], [], [], []
 
     def frame(self) -> pl.DataFrame:
@@ -195,7 +211,9 @@ _IDENTITY = {name: (re.escape(name),) for name in METRIC_NUMBERS if name != "ste
 
 
 def resolve_fields(
-    keys: Sequence[str], preset: Preset | None, fields: Mapping[str, str] | None,
+    keys: Sequence[str],
+    preset: Preset | None,
+    fields: Mapping[str, str] | None,
     detect: bool = True,
 ) -> Resolution:
     """Match a preset (given, else detected) and a user map against the keys of a log.
@@ -211,14 +229,15 @@ def resolve_fields(
     names = sorted(set(keys))
     res = Resolution(preset=preset, detected=detected)
     scalar_candidates: dict[str, tuple[str, ...]] = {
-        name: _IDENTITY.get(name, ()) + GENERAL.get(name, ())
-        for name in {*_IDENTITY, *GENERAL}}
+        name: _IDENTITY.get(name, ()) + GENERAL.get(name, ()) for name in {*_IDENTITY, *GENERAL}
+    }
     user = {normalise_key(k) for k in (fields or {})}
     if effective is not None:
         for canonical, candidates in effective.fields.items():
             # a user's map is taken at its word; a preset's names come before the general ones
             scalar_candidates[canonical] = tuple(candidates) + (
-                () if canonical in user else scalar_candidates.get(canonical, ()))
+                () if canonical in user else scalar_candidates.get(canonical, ())
+            )
     for canonical, candidates in scalar_candidates.items():
         key = _first_match(candidates, names)
         if key is not None:
@@ -243,7 +262,10 @@ def resolve_fields(
         if canonical == "acc_pos":
             if not res.acc_pos:
                 res.missing.append(f"{canonical}={log_name}")
-        elif canonical not in ("step", "accept_pos") and res.scalars.get(canonical) != normalise_key(log_name) or canonical == "step" and normalise_key(log_name) not in names:
+        elif (
+            canonical not in ("step", "accept_pos")
+            and res.scalars.get(canonical) != normalise_key(log_name)
+        ) or (canonical == "step" and normalise_key(log_name) not in names):
             res.missing.append(f"{canonical}={log_name}")
     if preset is not None:
         for canonical in preset.required:
@@ -315,8 +337,10 @@ def to_parsed_log(
     frame = scalars.frame
     if _has_dots(frame):
         frame = frame.with_columns(pl.col("key").str.replace_all(".", "/", literal=True))
-    wides = [w.rename({c: normalise_key(c) for c in w.columns if c not in _WIDE_FIXED})
-             for w in scalars.wide]
+    wides = [
+        w.rename({c: normalise_key(c) for c in w.columns if c not in _WIDE_FIXED})
+        for w in scalars.wide
+    ]
     keys = set(frame["key"].unique().to_list())
     for wide in wides:
         keys.update(c for c in wide.columns if c not in _WIDE_FIXED)
@@ -331,8 +355,12 @@ def to_parsed_log(
     step_keys = _step_keys(effective, fields)
     frame = _apply_step_keys(frame, step_keys)
     wides = [_apply_wide_step_keys(w, step_keys) for w in wides]
-    wanted = set(res.scalars.values()) | set(res.acc_pos) | set(res.loss_parts) | set(
-        res.eval_fields.values())
+    wanted = (
+        set(res.scalars.values())
+        | set(res.acc_pos)
+        | set(res.loss_parts)
+        | set(res.eval_fields.values())
+    )
     if res.eval_tau:
         wanted.add(res.eval_tau)
     if not frame["row"].is_sorted():
@@ -350,29 +378,61 @@ def to_parsed_log(
     frame, wides = _segments(frame, wides)
     key = pl.col("key")
     aggs = [pl.col("time").min()] + [
-        pl.col("value").filter(key == name).last().alias(_PREFIX + name) for name in sorted(wanted)]
+        pl.col("value").filter(key == name).last().alias(_PREFIX + name) for name in sorted(wanted)
+    ]
     parts = [frame.group_by("_segment", "step").agg(aggs)]
-    parts += [w.select("_segment", "step", pl.col("time").cast(pl.Float64),
-                       *(pl.col(k).cast(pl.Float64).alias(_PREFIX + k)
-                         for k in sorted(wanted) if k in w.columns)) for w in wides]
-    records = (pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+    parts += [
+        w.select(
+            "_segment",
+            "step",
+            pl.col("time").cast(pl.Float64),
+            *(
+                pl.col(k).cast(pl.Float64).alias(_PREFIX + k)
+                for k in sorted(wanted)
+                if k in w.columns
+            ),
+        )
+        for w in wides
+    ]
+    records = pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
     if not _in_order(records):
         records = records.sort("_segment", "step")
     # sorted: a duplicate (segment, step) is the row right after its twin (no hashing)
-    if len(parts) > 1 and records.height > 1 and records.select(
-            ((pl.col("_segment") == pl.col("_segment").shift(1))
-             & (pl.col("step") == pl.col("step").shift(1))).any()).item():
+    if (
+        len(parts) > 1
+        and records.height > 1
+        and records.select(
+            (
+                (pl.col("_segment") == pl.col("_segment").shift(1))
+                & (pl.col("step") == pl.col("step").shift(1))
+            ).any()
+        ).item()
+    ):
         # a step written partly by each path (an eval record between two fast runs): one record
         value_columns = [c for c in records.columns if c.startswith(_PREFIX)]
         records = records.group_by("_segment", "step", maintain_order=True).agg(
-            pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
+            pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns)
+        )
     records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
     metrics, events = _build(records, res, effective, source, scalars.meta)
-    count_nonfinite(metrics, issues, [n for n in (*METRIC_NUMBERS, *METRIC_LISTS)
-                                      if n not in ("step", "time") or n in res.scalars])
-    log = ParsedLog(metrics=metrics, events=events, issues=issues,
-                    sources=[], fields=dict(fields or {}), foreign=True,
-                    presets=[effective.name] if effective is not None else [])
+    count_nonfinite(
+        metrics,
+        issues,
+        [
+            n
+            for n in (*METRIC_NUMBERS, *METRIC_LISTS)
+            if n not in ("step", "time") or n in res.scalars
+        ],
+    )
+    log = ParsedLog(
+        metrics=metrics,
+        events=events,
+        issues=issues,
+        sources=[],
+        fields=dict(fields or {}),
+        foreign=True,
+        presets=[effective.name] if effective is not None else [],
+    )
     log.next_line_no = records.height + 1
     return Canonical(log=log, resolution=res, format=scalars.format, notes=notes)
 
@@ -381,34 +441,54 @@ def to_parsed_log(
 _EPOCH_KEYS = ("epoch", "Epoch", "train/epoch")
 
 
-def _epoch_as_step(frame: pl.DataFrame, wides: list[pl.DataFrame],
-                   notes: list[str]) -> pl.DataFrame:
+def _epoch_as_step(
+    frame: pl.DataFrame, wides: list[pl.DataFrame], notes: list[str]
+) -> pl.DataFrame:
     """In a log with no step at all but whole-numbered epochs (Keras' ``CSVLogger``, per-epoch
     JSONL), the epoch is the step, and a note says so."""
     if wides or not frame.height or frame["step"].null_count() < frame.height:
         return frame
-    epochs = (frame.filter(pl.col("key").is_in(_EPOCH_KEYS))
-              .group_by("row").agg(pl.col("value").first().alias("_epoch")))
-    if not epochs.height or not epochs.select(
-            (pl.col("_epoch") == pl.col("_epoch").round(0)).all()).item():
+    epochs = (
+        frame.filter(pl.col("key").is_in(_EPOCH_KEYS))
+        .group_by("row")
+        .agg(pl.col("value").first().alias("_epoch"))
+    )
+    if (
+        not epochs.height
+        or not epochs.select((pl.col("_epoch") == pl.col("_epoch").round(0)).all()).item()
+    ):
         return frame
     notes.append("no step in the log: the epoch is the step")
-    return (frame.join(epochs, on="row", how="left")
-            .with_columns(pl.col("_epoch").cast(pl.Int64, strict=False).alias("step"))
-            .drop("_epoch"))
+    return (
+        frame.join(epochs, on="row", how="left")
+        .with_columns(pl.col("_epoch").cast(pl.Int64, strict=False).alias("step"))
+        .drop("_epoch")
+    )
 
 
 def _in_order(records: pl.DataFrame) -> bool:
     """Whether the records are sorted by (segment, step) already (the usual case): one pass
     instead of a two-key sort of every record."""
-    return bool(records.select(
-        (pl.col("_segment").diff().fill_null(0) > 0)
-        | ((pl.col("_segment").diff().fill_null(0) == 0) & (pl.col("step").diff().fill_null(0) >= 0))
-    ).to_series().all()) and records["step"].null_count() == 0
+    return (
+        bool(
+            records.select(
+                (pl.col("_segment").diff().fill_null(0) > 0)
+                | (
+                    (pl.col("_segment").diff().fill_null(0) == 0)
+                    & (pl.col("step").diff().fill_null(0) >= 0)
+                )
+            )
+            .to_series()
+            .all()
+        )
+        and records["step"].null_count() == 0
+    )
 
 
 def _has_dots(frame: pl.DataFrame) -> bool:
-    return bool(frame.height) and bool(frame.select(pl.col("key").str.contains(".", literal=True).any()).item())
+    return bool(frame.height) and bool(
+        frame.select(pl.col("key").str.contains(".", literal=True).any()).item()
+    )
 
 
 #: Columns of a wide piece that are not keys.
@@ -426,29 +506,39 @@ def _apply_step_keys(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.Data
     """Take each record's step from the step keys when present."""
     if not step_keys:
         return frame
-    ranked = pl.DataFrame({"key": list(step_keys), "_rank": list(range(len(step_keys)))},
-                          schema={"key": pl.String, "_rank": pl.Int64})
-    chosen = (frame.join(ranked, on="key", how="inner")
-              .sort("row", "_rank")
-              .group_by("row", maintain_order=True)
-              .agg(pl.col("value").first().alias("_step")))
+    ranked = pl.DataFrame(
+        {"key": list(step_keys), "_rank": list(range(len(step_keys)))},
+        schema={"key": pl.String, "_rank": pl.Int64},
+    )
+    chosen = (
+        frame.join(ranked, on="key", how="inner")
+        .sort("row", "_rank")
+        .group_by("row", maintain_order=True)
+        .agg(pl.col("value").first().alias("_step"))
+    )
     if chosen.height == 0:
         return frame
-    return (frame.join(chosen, on="row", how="left")
-            .with_columns(pl.coalesce(step_expr(pl.col("_step")), pl.col("step")).alias("step"))
-            .drop("_step"))
+    return (
+        frame.join(chosen, on="row", how="left")
+        .with_columns(pl.coalesce(step_expr(pl.col("_step")), pl.col("step")).alias("step"))
+        .drop("_step")
+    )
 
 
 def _apply_wide_step_keys(wide: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.DataFrame:
     present = [k for k in step_keys if k in wide.columns]
     if not present:
         return wide
-    return wide.with_columns(pl.coalesce(
-        *(step_expr(pl.col(k).cast(pl.Float64)) for k in present), pl.col("step")).alias("step"))
+    return wide.with_columns(
+        pl.coalesce(
+            *(step_expr(pl.col(k).cast(pl.Float64)) for k in present), pl.col("step")
+        ).alias("step")
+    )
 
 
-def _segments(frame: pl.DataFrame,
-              wides: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+def _segments(
+    frame: pl.DataFrame, wides: list[pl.DataFrame]
+) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     """Number the segments: a record whose step is below the previous record's starts one.
 
     The records of the long frame and of the wide pieces interleave by ``row``; when steps
@@ -461,20 +551,32 @@ def _segments(frame: pl.DataFrame,
         zero = pl.lit(0, pl.UInt32).alias("_segment")
         return frame.with_columns(zero), [w.with_columns(zero) for w in wides]
     # within a row the step is one, so rows in order tell the same as records would
-    marks = (order.with_columns(
-        (pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum()
-        .cast(pl.UInt32).alias("_segment"))
-        .unique("row", keep="first").select("row", "_segment"))
-    return (frame.join(marks, on="row", how="left"),
-            [w.join(marks, on="row", how="left") for w in wides])
+    marks = (
+        order.with_columns(
+            (pl.col("step") < pl.col("step").shift(1))
+            .fill_null(False)
+            .cum_sum()
+            .cast(pl.UInt32)
+            .alias("_segment")
+        )
+        .unique("row", keep="first")
+        .select("row", "_segment")
+    )
+    return (
+        frame.join(marks, on="row", how="left"),
+        [w.join(marks, on="row", how="left") for w in wides],
+    )
 
 
 def _build(
-    records: pl.DataFrame, res: Resolution, preset: Preset | None, source: int,
+    records: pl.DataFrame,
+    res: Resolution,
+    preset: Preset | None,
+    source: int,
     meta: Mapping[str, Any],
 ) -> tuple[pl.DataFrame, list[LogEvent]]:
     """The metric frame (canonical columns) and the events of the merged records."""
-    cols = {c[len(_PREFIX):] for c in records.columns if c.startswith(_PREFIX)}
+    cols = {c[len(_PREFIX) :] for c in records.columns if c.startswith(_PREFIX)}
 
     def col(key: str | None) -> pl.Expr:
         if key is None or key not in cols:
@@ -504,21 +606,24 @@ def _build(
     if parts and preset is not None and preset.loss_from_positions:
         decay = preset.loss_from_positions[1]
         exprs["loss"] = pl.when(pl.any_horizontal(*(col(k).is_not_null() for k in parts))).then(
-            pl.sum_horizontal(*(col(k) * decay**i for i, k in enumerate(parts))))
+            pl.sum_horizontal(*(col(k) * decay**i for i, k in enumerate(parts)))
+        )
     metric_names = [n for n in exprs if n not in ("time",)]
     block_size, block_source = _block_size(preset, meta, len(present_pos))
     total_steps = _as_step(meta.get("max_steps"))
     header_needed = block_size is not None or bool(total_steps and total_steps > 0)
     built = records.select(
-        pl.lit(source, pl.Int32).alias("source"), pl.col("seq"),
+        pl.lit(source, pl.Int32).alias("source"),
+        pl.col("seq"),
         pl.lit(0 if header_needed else -1, pl.Int32).alias("run"),
         pl.lit(None, pl.String).alias("script"),
         pl.col("step").cast(pl.Int64),
         *(exprs[n].alias(n) for n in (m for m in METRIC_NUMBERS if m != "step")),
         *(exprs[n].alias(n) for n in METRIC_LISTS),
     )
-    is_metric = pl.any_horizontal(*(pl.col(n).is_not_null() for n in metric_names
-                                    if n not in ("epoch",)))
+    is_metric = pl.any_horizontal(
+        *(pl.col(n).is_not_null() for n in metric_names if n not in ("epoch",))
+    )
     metrics = built.filter(is_metric)
     events: list[LogEvent] = []
     if header_needed:
@@ -535,7 +640,9 @@ def _build(
     return metrics, events
 
 
-def _block_size(preset: Preset | None, meta: Mapping[str, Any], n_positions: int) -> tuple[int | None, str | None]:
+def _block_size(
+    preset: Preset | None, meta: Mapping[str, Any], n_positions: int
+) -> tuple[int | None, str | None]:
     """B and where it came from (the report names the source: this header is made up)."""
     for key in ("block_size",):
         value = _as_step(meta.get(key))
@@ -551,11 +658,19 @@ def _block_size(preset: Preset | None, meta: Mapping[str, Any], n_positions: int
     return None, None
 
 
-def _eval_events(records: pl.DataFrame, res: Resolution, preset: Preset | None,
-                 source: int) -> list[LogEvent]:
-    keys = {name: _PREFIX + key for name, key in res.eval_fields.items()
-            if _PREFIX + key in records.columns}
-    tau_key = _PREFIX + res.eval_tau if res.eval_tau and _PREFIX + res.eval_tau in records.columns else None
+def _eval_events(
+    records: pl.DataFrame, res: Resolution, preset: Preset | None, source: int
+) -> list[LogEvent]:
+    keys = {
+        name: _PREFIX + key
+        for name, key in res.eval_fields.items()
+        if _PREFIX + key in records.columns
+    }
+    tau_key = (
+        _PREFIX + res.eval_tau
+        if res.eval_tau and _PREFIX + res.eval_tau in records.columns
+        else None
+    )
     if not keys and tau_key is None:
         return []
     selected = [pl.col("seq"), pl.col("step")]
@@ -572,6 +687,13 @@ def _eval_events(records: pl.DataFrame, res: Resolution, preset: Preset | None,
         if tau is not None:
             fields["tau"] = tau + offset
             fields["tau_basis"] = f"{res.eval_tau}" + (f" + {offset:g}" if offset else "")
-        events.append(LogEvent(kind="eval", source=source, seq=int(row["seq"]),
-                               step=int(row["step"]), fields=fields))
+        events.append(
+            LogEvent(
+                kind="eval",
+                source=source,
+                seq=int(row["seq"]),
+                step=int(row["step"]),
+                fields=fields,
+            )
+        )
     return events

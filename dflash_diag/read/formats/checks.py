@@ -39,9 +39,11 @@ def step_value(number: float) -> int:
 
 def step_expr(value: pl.Expr) -> pl.Expr:
     """:func:`step_value` over a Float64 expression (nulls stay null: no step)."""
-    return (pl.when(value.is_finite() & (value.abs() < STEP_LIMIT))
-            .then(value.round(0).cast(pl.Int64, strict=False))
-            .otherwise(pl.when(value.is_not_null()).then(pl.lit(OUT_OF_RANGE, pl.Int64))))
+    return (
+        pl.when(value.is_finite() & (value.abs() < STEP_LIMIT))
+        .then(value.round(0).cast(pl.Int64, strict=False))
+        .otherwise(pl.when(value.is_not_null()).then(pl.lit(OUT_OF_RANGE, pl.Int64)))
+    )
 
 
 def _in_range() -> pl.Expr:
@@ -49,8 +51,9 @@ def _in_range() -> pl.Expr:
     return (pl.col("step") > -STEP_LIMIT) & (pl.col("step") < STEP_LIMIT)
 
 
-def drop_bad_steps(frame: pl.DataFrame, wides: list[pl.DataFrame],
-                   issues: ParseIssues) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+def drop_bad_steps(
+    frame: pl.DataFrame, wides: list[pl.DataFrame], issues: ParseIssues
+) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     """``frame`` and ``wides`` (columns ``row``, ``step``; no null steps) without the records
     whose step is out of range, counted in ``issues`` with their record numbers (``row + 1``)."""
     keep = _in_range().fill_null(False)
@@ -65,8 +68,9 @@ def drop_bad_steps(frame: pl.DataFrame, wides: list[pl.DataFrame],
     if bad_rows:
         rows = pl.concat(bad_rows).unique().sort()
         issues.bad_step += rows.len()
-        issues.bad_step_lines = (issues.bad_step_lines
-                                 + [(0, int(r) + 1) for r in rows.head(FIRST_N)])[:FIRST_N]
+        issues.bad_step_lines = (
+            issues.bad_step_lines + [(0, int(r) + 1) for r in rows.head(FIRST_N)]
+        )[:FIRST_N]
     return frame, wides
 
 

@@ -35,8 +35,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DICT_LINE = re.compile(r"(?i)\bstep\s*[:=]?\s*(\d+)\s*[:,-]?\s*(\{.*\})\s*$")
 #: A bare dict literal line (HF Trainer's ``{'loss': 4.7, 'learning_rate': ..., 'epoch': 0.1}``).
 _BARE_DICT = re.compile(r"(\{['\"].*\})\s*$")
-_STEP = re.compile(r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[?\s*(\d+)"
-                   r"(?:\s*/\s*(\d+))?")
+_STEP = re.compile(
+    r"(?i)\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=]?\s*\[?\s*(\d+)"
+    r"(?:\s*/\s*(\d+))?"
+)
 #: A counter of batches within an epoch, the step when no step word is on the line.
 _BATCH = re.compile(r"(?i)\bbatch(?:es)?\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
 _EPOCH = re.compile(r"(?i)\b(?:epoch|ep)\b\s*[:=]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?")
@@ -49,9 +51,10 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _PAIR = re.compile(r"([A-Za-z_][\w/.()\-]*)\s*(?::|=)\s*(" + _NUMBER + r")(?![\w.])")
 #: ``loss 4.2345`` (nanoGPT's ``iter 100: loss 4.2345, time 12.3ms``) and ``train loss 2.1,
 #: val loss 2.3``: the metric words that are read without a ``:`` or ``=``.
-_SPACED = re.compile(r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s+)?"
-                     r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s*[:=]?\s*(" + _NUMBER
-                     + r")(?![\w.])")
+_SPACED = re.compile(
+    r"(?i)\b(?:(train(?:ing)?|val(?:id(?:ation)?)?|eval(?:uation)?|test)\s+)?"
+    r"(loss|acc(?:uracy)?|lr|ppl|perplexity)\s*[:=]?\s*(" + _NUMBER + r")(?![\w.])"
+)
 _PREFIX = re.compile(r"(?i)^\W*(train(?:ing)?|eval(?:uation)?|val(?:id(?:ation)?)?|test)\b")
 _STEP_KEYS = {"step", "global_step", "iter", "iteration", "batch", "ep", "epoch_step"}
 
@@ -88,8 +91,7 @@ def looks_like_console(head: bytes) -> bool:
     """Whether some of the first lines are progress lines (a step and numbers)."""
     text = head.decode("utf-8", "replace")
     parser = _Parser()
-    return any(parser.parse(line) is not None
-               for line in logical_lines(re.split(r"[\r\n]+", text)))
+    return any(parser.parse(line) is not None for line in logical_lines(re.split(r"[\r\n]+", text)))
 
 
 def _kind(word: str) -> str:
@@ -104,9 +106,12 @@ def _dict_values(text: str) -> dict[str, float] | None:
         return None
     if not isinstance(record, dict):
         return None
-    values = {str(k): float(v) for k, v in record.items()
-              if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool)
-                                          and abs(v) < 2**1023)}
+    values = {
+        str(k): float(v)
+        for k, v in record.items()
+        if isinstance(v, float)
+        or (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**1023)
+    }
     return values or None
 
 
@@ -234,7 +239,10 @@ def read_console(path: str | Path) -> Scalars:
                 if len(pending) > _MAX_LINE:
                     pending = b""  # a runaway line: not a progress line
                 # a record wrapped across a block boundary loses only its own pairs
-                texts = (raw.decode("utf-8", "replace") for raw in (lines if block else [*lines, pending]))
+                texts = (
+                    raw.decode("utf-8", "replace")
+                    for raw in (lines if block else [*lines, pending])
+                )
                 for text in logical_lines(texts):
                     parsed = parser.parse(text)
                     if parsed is None:

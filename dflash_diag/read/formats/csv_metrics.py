@@ -47,8 +47,7 @@ def looks_like_metrics_csv(head: bytes) -> bool:
         return True
     first = head.split(b"\n", 1)[0].strip().decode("utf-8", "replace").lstrip("\ufeff")
     names = [n.strip().strip('"') for n in first.split(",")]
-    return len(names) >= 2 and "epoch" in names and all(
-        n and not _is_number(n) for n in names)
+    return len(names) >= 2 and "epoch" in names and all(n and not _is_number(n) for n in names)
 
 
 def _is_number(text: str) -> bool:
@@ -68,8 +67,14 @@ def find_metrics_csv(folder: Path) -> Path | None:
     for child in folder.rglob(FILENAME):
         # the nearest version_N folder of the file's own path below ``folder`` (a folder
         # above, or the folder given, may be named anything)
-        match = next((m for part in reversed(child.parent.relative_to(folder).parts)
-                      if (m := re.fullmatch(r"version_(\d+)", part))), None)
+        match = next(
+            (
+                m
+                for part in reversed(child.parent.relative_to(folder).parts)
+                if (m := re.fullmatch(r"version_(\d+)", part))
+            ),
+            None,
+        )
         versions.append((int(match.group(1)) if match else -1, child.stat().st_mtime, child))
     return max(versions)[2] if versions else None
 
@@ -102,7 +107,9 @@ def read_metrics_csv(path: str | Path) -> Scalars:
             sep = separator(handle.read(64 * 2**10)) or ","
         frame = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=True, separator=sep)
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
+        raise DiagError(
+            f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})"
+        ) from None
     step_column = next((c for c in STEP_COLUMNS if c in frame.columns), None)
     if step_column is None and "epoch" not in frame.columns:
         raise DiagError(f"{path}: no step column (one of {', '.join(STEP_COLUMNS)})")
@@ -113,18 +120,26 @@ def read_metrics_csv(path: str | Path) -> Scalars:
     issues = ParseIssues(lines=frame.height)
     numbers = frame.with_row_index("row").select(
         pl.col("row").cast(pl.Int64),
-        step_expr(pl.col(step_column).str.strip_chars().cast(pl.Float64, strict=False)).alias("step"),
-        *(pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c)
-          for c in frame.columns if c != step_column),
+        step_expr(pl.col(step_column).str.strip_chars().cast(pl.Float64, strict=False)).alias(
+            "step"
+        ),
+        *(
+            pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c)
+            for c in frame.columns
+            if c != step_column
+        ),
     )
     value_columns = [c for c in numbers.columns if c not in ("row", "step")]
     if not value_columns:
         return Scalars(frame=pl.DataFrame(schema=SCALAR_SCHEMA), format=FORMAT, issues=issues)
-    long = (numbers.unpivot(index=["row", "step"], on=value_columns, variable_name="key",
-                            value_name="value")
-            .filter(pl.col("value").is_not_null())
-            .with_columns(pl.lit(None, pl.Float64).alias("time"))
-            .select(list(SCALAR_SCHEMA)))
+    long = (
+        numbers.unpivot(
+            index=["row", "step"], on=value_columns, variable_name="key", value_name="value"
+        )
+        .filter(pl.col("value").is_not_null())
+        .with_columns(pl.lit(None, pl.Float64).alias("time"))
+        .select(list(SCALAR_SCHEMA))
+    )
     return Scalars(frame=long.cast(SCALAR_SCHEMA), format=FORMAT, issues=issues, notes=notes)
 
 
@@ -144,10 +159,14 @@ def _header(path: Path) -> list[str]:
     except OSError as exc:
         raise DiagError(f"cannot read {path}: {exc}") from None
     if len(first) >= _MAX_HEADER_BYTES and not first.endswith(b"\n"):
-        raise DiagError(f"{path}: a header line over {_MAX_HEADER_BYTES >> 20} MiB is no metrics.csv")
+        raise DiagError(
+            f"{path}: a header line over {_MAX_HEADER_BYTES >> 20} MiB is no metrics.csv"
+        )
     line = first.decode("utf-8", "replace").removeprefix("\ufeff").rstrip("\r\n")
-    return [name.strip().strip('"') for name in next(
-        csv.reader([line], delimiter=separator(first) or ","), [])]
+    return [
+        name.strip().strip('"')
+        for name in next(csv.reader([line], delimiter=separator(first) or ","), [])
+    ]
 
 
 def _read_wide(path: Path, header: list[str], step_column: str, notes: list[str]) -> Scalars:
@@ -164,7 +183,7 @@ def _read_wide(path: Path, header: list[str], step_column: str, notes: list[str]
                 issues.lines += 1  # a blank line too, as polars' null row
                 step = _number(row[step_index]) if step_index < len(row) else None
                 step_int = None if step is None else step_value(step)
-                for index, cell in enumerate(row[:len(header)]):
+                for index, cell in enumerate(row[: len(header)]):
                     if not cell or index == step_index:
                         continue
                     number = _number(cell)
@@ -175,9 +194,19 @@ def _read_wide(path: Path, header: list[str], step_column: str, notes: list[str]
                     keys.append(header[index])
                     values.append(number)
     except (OSError, csv.Error) as exc:
-        raise DiagError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})") from None
-    frame = pl.DataFrame({"row": collector_rows, "step": steps, "key": keys, "value": values,
-                          "time": [None] * len(values)}, schema=SCALAR_SCHEMA)
+        raise DiagError(
+            f"{path}: not a readable CSV file ({' '.join(str(exc).split())[:160]})"
+        ) from None
+    frame = pl.DataFrame(
+        {
+            "row": collector_rows,
+            "step": steps,
+            "key": keys,
+            "value": values,
+            "time": [None] * len(values),
+        },
+        schema=SCALAR_SCHEMA,
+    )
     return Scalars(frame=frame, format=FORMAT, issues=issues, notes=notes)
 
 

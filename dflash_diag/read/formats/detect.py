@@ -88,8 +88,9 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     if head.startswith(b"\xef\xbb\xbf"):
         head = head[3:]
     if head.startswith(LFS_POINTER):
-        raise DiagError(f"{path}: a Git LFS pointer, not the log itself (fetch the file: "
-                        "git lfs pull)")
+        raise DiagError(
+            f"{path}: a Git LFS pointer, not the log itself (fetch the file: git lfs pull)"
+        )
     if not head.strip():
         return "jsonl"  # an empty (or zero-filled) file: the JSONL reader says "empty log"
     check_encoding(head, str(path))
@@ -101,16 +102,19 @@ def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
             if json_history.load_history(path) is not None:
                 return "json-history"
             # a pretty-printed JSON document: no log of JSON lines (each line would be malformed)
-            raise DiagError(f"{path}: one JSON document, not a log of JSON lines, and no "
-                            "trainer_state.json (no log_history)")
+            raise DiagError(
+                f"{path}: one JSON document, not a log of JSON lines, and no "
+                "trainer_state.json (no log_history)"
+            )
         if b"\n" not in stripped.rstrip() and json_history.load_history(path) is not None:
             return "json-history"  # the same history on one line
         return "jsonl"
     if csv_metrics.looks_like_metrics_csv(head):
         return "csv"
     if console.looks_like_console(head) or (
-            len(head) >= HEAD_BYTES - 4
-            and console.looks_like_console(_head(path, console.DETECT_BYTES))):
+        len(head) >= HEAD_BYTES - 4
+        and console.looks_like_console(_head(path, console.DETECT_BYTES))
+    ):
         return "console"
     if numeric_table.looks_like_numeric_table(path, head):
         return "table"
@@ -172,8 +176,10 @@ def detect_format(path: str | Path) -> str:
     found = detect_folder_format(p) if p.is_dir() else detect_file_format(p)
     if found is None:
         kind = "directory" if p.is_dir() else "file"
-        raise DiagError(f"cannot tell the format of {kind} {path} (supported: {supported()}; "
-                        "force one with --input-format)")
+        raise DiagError(
+            f"cannot tell the format of {kind} {path} (supported: {supported()}; "
+            "force one with --input-format)"
+        )
     return found
 
 
@@ -197,8 +203,10 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 def _check_not_lfs(files: list[Path], where: Path) -> None:
     """A run whose event files are all Git LFS pointers: say so, not "bad record header"."""
     if files and all(_head(f, len(LFS_POINTER)) == LFS_POINTER for f in files):
-        raise DiagError(f"{where}: its event files are Git LFS pointers, not the logs themselves "
-                        "(fetch the files: git lfs pull)")
+        raise DiagError(
+            f"{where}: its event files are Git LFS pointers, not the logs themselves "
+            "(fetch the files: git lfs pull)"
+        )
 
 
 def _read_tensorboard(path: Path) -> Scalars:
@@ -214,8 +222,10 @@ def _read_tensorboard(path: Path) -> Scalars:
         _check_not_lfs(tensorboard.event_files(latest), latest)
         scalars = tensorboard.read_tensorboard(latest)
         if len(runs) > 1:
-            scalars.notes.append(f"latest of {len(runs)} TensorBoard runs: {latest} "
-                                 "(give a run's folder to read another)")
+            scalars.notes.append(
+                f"latest of {len(runs)} TensorBoard runs: {latest} "
+                "(give a run's folder to read another)"
+            )
         return scalars
     return tensorboard.read_tensorboard(path)
 
@@ -229,8 +239,14 @@ def _keras_pair(run: Path) -> tuple[Path, Path] | None:
     """(train, validation) run folders when ``run`` is one of Keras' pair, else None."""
     parent = run.parent
     train = parent / _KERAS_TRAIN
-    validation = next((parent / n for n in _KERAS_VALIDATION
-                       if (parent / n).is_dir() and tensorboard.event_files(parent / n)), None)
+    validation = next(
+        (
+            parent / n
+            for n in _KERAS_VALIDATION
+            if (parent / n).is_dir() and tensorboard.event_files(parent / n)
+        ),
+        None,
+    )
     if validation is None or not train.is_dir() or not tensorboard.event_files(train):
         return None
     return (train, validation) if run in (train, validation) else None
@@ -242,15 +258,21 @@ def _read_keras_pair(train: Path, validation: Path) -> Scalars:
     _check_not_lfs(tensorboard.event_files(train), train)
     first = tensorboard.read_tensorboard(train)
     second = tensorboard.read_tensorboard(validation)
-    frames = [first.long_frame(), second.long_frame().with_columns(
-        ("val/" + pl.col("key")).alias("key"))]
-    merged = (pl.concat(frames).sort("step", maintain_order=True, nulls_last=True)
-              .with_columns(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"))
-              .select(first.frame.columns))
+    frames = [
+        first.long_frame(),
+        second.long_frame().with_columns(("val/" + pl.col("key")).alias("key")),
+    ]
+    merged = (
+        pl.concat(frames)
+        .sort("step", maintain_order=True, nulls_last=True)
+        .with_columns(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"))
+        .select(first.frame.columns)
+    )
     first.issues.merge(second.issues)
-    notes = first.notes + [f"Keras' train and validation runs: {train} and {validation}"]
-    return Scalars(frame=merged, format=first.format, issues=first.issues, meta=first.meta,
-                   notes=notes)
+    notes = [*first.notes, f"Keras' train and validation runs: {train} and {validation}"]
+    return Scalars(
+        frame=merged, format=first.format, issues=first.issues, meta=first.meta, notes=notes
+    )
 
 
 def _read_sqlite(path: Path) -> Scalars:
@@ -290,5 +312,7 @@ def read_scalars(path: str | Path, input_format: str) -> Scalars:
         # Every reader checks what it reads, but input is arbitrary bytes: whatever a reader
         # (or polars, or sqlite3) still trips on must be one line naming the file, never a
         # traceback. (polars' PanicException derives from BaseException, hence named.)
-        raise DiagError(f"{path}: cannot read as {FORMATS[input_format]} "
-                        f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
+        raise DiagError(
+            f"{path}: cannot read as {FORMATS[input_format]} "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+        ) from None

@@ -26,9 +26,13 @@ def _series(document: Any) -> dict[str, list[Any]] | None:
         document = document["history"]
     if not isinstance(document, dict):
         return None
-    lists = {str(k): v for k, v in document.items()
-             if isinstance(v, list) and v and all(
-                 isinstance(x, (int, float)) and not isinstance(x, bool) or x is None for x in v)}
+    lists = {
+        str(k): v
+        for k, v in document.items()
+        if isinstance(v, list)
+        and v
+        and all((isinstance(x, (int, float)) and not isinstance(x, bool)) or x is None for x in v)
+    }
     if not lists or len({len(v) for v in lists.values()}) != 1:
         return None
     return lists
@@ -55,13 +59,18 @@ def read_json_history(path: str | Path) -> Scalars:
     path = Path(path)
     lists = load_history(path)
     if lists is None:
-        raise DiagError(f"{path}: not a history of per-epoch lists (e.g. Keras' "
-                        "History.history saved as JSON)")
+        raise DiagError(
+            f"{path}: not a history of per-epoch lists (e.g. Keras' History.history saved as JSON)"
+        )
     collector = RowCollector()
     issues = ParseIssues()
     length = len(next(iter(lists.values())))
     for epoch in range(length):
         issues.lines += 1
         collector.add({k: v[epoch] for k, v in lists.items()}, step=epoch)
-    return Scalars(frame=collector.frame(), format=FORMAT, issues=issues,
-                   notes=["one value per epoch: the epoch is the step"])
+    return Scalars(
+        frame=collector.frame(),
+        format=FORMAT,
+        issues=issues,
+        notes=["one value per epoch: the epoch is the step"],
+    )

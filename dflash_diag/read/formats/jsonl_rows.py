@@ -71,7 +71,9 @@ def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
                         issues.torn_tail.append(0)
                         continue
                     if strict:
-                        raise DiagError(f"{path}: malformed line {line_no} (not a JSON object); --strict is set")
+                        raise DiagError(
+                            f"{path}: malformed line {line_no} (not a JSON object); --strict is set"
+                        )
                     issues.malformed += 1
                     if len(issues.malformed_lines) < FIRST_N:
                         issues.malformed_lines.append((0, line_no))
@@ -97,10 +99,14 @@ def _is_epoch_summary(record: dict) -> bool:
 def _summary_names(record: dict) -> dict:
     """An epoch summary's train values renamed ``epoch_summary/<name>``: an epoch mean must not
     overwrite the step's own value; its validation values stay as they are."""
-    return {k: v if k in STEP_KEYS or k == "epoch" or is_validation(str(k))
-            else None for k, v in record.items()} | {
-        f"epoch_summary/{k}": v for k, v in record.items()
-        if k not in STEP_KEYS and k != "epoch" and not is_validation(str(k))}
+    return {
+        k: v if k in STEP_KEYS or k == "epoch" or is_validation(str(k)) else None
+        for k, v in record.items()
+    } | {
+        f"epoch_summary/{k}": v
+        for k, v in record.items()
+        if k not in STEP_KEYS and k != "epoch" and not is_validation(str(k))
+    }
 
 
 #: This project's own event kinds (schema v1), which the native reader reads; another trainer's
@@ -123,8 +129,12 @@ def has_foreign_events(head: bytes) -> bool:
             record = json.loads(raw)
         except (ValueError, RecursionError):
             continue
-        if isinstance(record, dict) and "event" in record and not is_own_event(record) \
-                and record.get("event") not in (None, "metrics"):
+        if (
+            isinstance(record, dict)
+            and "event" in record
+            and not is_own_event(record)
+            and record.get("event") not in (None, "metrics")
+        ):
             return True
     return False
 

@@ -33,8 +33,10 @@ from dflash_diag.read.records import ParseIssues
 _BLOCK = 16 * 2**20
 #: Text that Python's float() might read (the line reader keeps numeric strings as numbers);
 #: looser than float() (underscores anywhere among digits), so a doubt goes to the line reader.
-_NUMERIC_TEXT = (r"(?i)^\s*[+-]?(?:(?:[\d_]+\.?[\d_]*|\.[\d_]+)(?:e[+-]?[\d_]+)?"
-                 r"|inf|infinity|nan)\s*$")
+_NUMERIC_TEXT = (
+    r"(?i)^\s*[+-]?(?:(?:[\d_]+\.?[\d_]*|\.[\d_]+)(?:e[+-]?[\d_]+)?"
+    r"|inf|infinity|nan)\s*$"
+)
 
 
 def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
@@ -91,14 +93,22 @@ def _line_reader_semantics(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> b
     # a summary row repeats the step of the row before it, with an epoch, a validation value and
     # a train value the line reader renames (HF's eval row at the train row's step has none)
     validation = [c for c in frame.columns if is_validation(c)]
-    train = [c for c in frame.columns
-             if c not in validation and c not in step_keys and c != "epoch"
-             and frame.schema[c].is_numeric()]
+    train = [
+        c
+        for c in frame.columns
+        if c not in validation
+        and c not in step_keys
+        and c != "epoch"
+        and frame.schema[c].is_numeric()
+    ]
     if not train:
         return False
-    summary = ((frame[step].diff() == 0) & frame["epoch"].is_not_null()
-               & frame.select(pl.any_horizontal(pl.col(validation).is_not_null())).to_series()
-               & frame.select(pl.any_horizontal(pl.col(train).is_not_null())).to_series())
+    summary = (
+        (frame[step].diff() == 0)
+        & frame["epoch"].is_not_null()
+        & frame.select(pl.any_horizontal(pl.col(validation).is_not_null())).to_series()
+        & frame.select(pl.any_horizontal(pl.col(train).is_not_null())).to_series()
+    )
     return bool(summary.any())
 
 
@@ -106,7 +116,9 @@ def _scan(path: Path, tree: dict[str, Any]) -> pl.DataFrame | None:
     if "time" in tree:
         return None  # a "time" key is both a value and the record's time: the line reader
     try:
-        return pl.scan_ndjson(path, schema={key: _dtype(node) for key, node in tree.items()}).collect()
+        return pl.scan_ndjson(
+            path, schema={key: _dtype(node) for key, node in tree.items()}
+        ).collect()
     except Exception:  # noqa: BLE001  any line polars rejects: the line reader decides
         return None
 
@@ -157,7 +169,13 @@ def _merge(tree: dict[str, Any], record: dict[str, Any], depth: int) -> bool:
             continue
         if value is None or isinstance(value, list):
             return False
-        kind = "Boolean" if isinstance(value, bool) else "String" if isinstance(value, str) else "Float64"
+        kind = (
+            "Boolean"
+            if isinstance(value, bool)
+            else "String"
+            if isinstance(value, str)
+            else "Float64"
+        )
         if tree.setdefault(key, kind) != kind:
             return False
     return True
@@ -202,9 +220,12 @@ def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
         # a key's colon, and the colons and "null"s of its name: off the file's counts
         exprs.append((present * (1 + name.count(":") - name.count("null"))).alias(str(len(exprs))))
         if dtype == pl.String:
-            exprs.append((expr.str.count_matches(":", literal=True).sum()
-                          - expr.str.count_matches("null", literal=True).sum())
-                         .alias(str(len(exprs))))
+            exprs.append(
+                (
+                    expr.str.count_matches(":", literal=True).sum()
+                    - expr.str.count_matches("null", literal=True).sum()
+                ).alias(str(len(exprs)))
+            )
         if isinstance(dtype, pl.Struct):
             for field in dtype.fields:
                 walk(expr.struct.field(field.name), field.name, field.dtype)
@@ -240,7 +261,8 @@ def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars 
         # this project's own events belong to the native reader (the line reader skips them)
         flat = flat.filter(pl.col("event").is_null() | (pl.col("event") == "metrics"))
     if "row" in flat.columns or any(
-            flat.schema.get(k, pl.Float64) != pl.Float64 for k in step_keys):
+        flat.schema.get(k, pl.Float64) != pl.Float64 for k in step_keys
+    ):
         return None  # a key named like a wide column, a step that is no number: line reader
     keys = []
     for name, dtype in flat.schema.items():
@@ -250,7 +272,7 @@ def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars 
         elif dtype == pl.Float64 and flat[name].null_count() < flat.height:
             keys.append(name)
     present = [k for k in step_keys if k in keys]
-    step = (pl.coalesce(*(pl.col(k) for k in present)) if present else pl.lit(None, pl.Float64))
+    step = pl.coalesce(*(pl.col(k) for k in present)) if present else pl.lit(None, pl.Float64)
     time = pl.col("_timestamp") if "_timestamp" in keys else pl.lit(None, pl.Float64)
     flat = flat.select(keys)
     # a record with no number is no record of the line reader's

@@ -65,7 +65,9 @@ class InputPlan:
 
 
 def split_per_input(
-    n_inputs: int, presets: Sequence[str] | None, fields: Sequence[str] | None,
+    n_inputs: int,
+    presets: Sequence[str] | None,
+    fields: Sequence[str] | None,
 ) -> tuple[list[str | None], list[list[str]]]:
     """Per-input presets and field specs from the CLI's repeatable options.
 
@@ -84,8 +86,10 @@ def split_per_input(
     elif len(presets) == n_inputs:
         per_preset = [None if p == AUTO else p for p in presets]
     else:
-        raise DiagError(f"{len(presets)} --preset values for {n_inputs} inputs: give one for all "
-                        "or one per input, in order ('auto' detects)")
+        raise DiagError(
+            f"{len(presets)} --preset values for {n_inputs} inputs: give one for all "
+            "or one per input, in order ('auto' detects)"
+        )
     per_fields: list[list[str]] = [[] for _ in range(n_inputs)]
     for spec in fields or []:
         match = _PER_FILE.match(spec)
@@ -101,7 +105,10 @@ def split_per_input(
 
 
 def plan_input(
-    path: str, *, input_format: str | None = None, preset: str | None = None,
+    path: str,
+    *,
+    input_format: str | None = None,
+    preset: str | None = None,
     fields: Mapping[str, str] | None = None,
 ) -> InputPlan:
     """Decide how to read ``path`` (``-`` is standard input: always JSONL).
@@ -133,8 +140,9 @@ def plan_input(
     else:
         fmt = detect_format(path)
     native = fmt == "jsonl" and chosen is None and not _foreign_jsonl(Path(path), fields)
-    return InputPlan(path, fmt, native=native, preset=chosen, fields=fields,
-                     alternatives=alternatives)
+    return InputPlan(
+        path, fmt, native=native, preset=chosen, fields=fields, alternatives=alternatives
+    )
 
 
 def _foreign_jsonl(path: Path, fields: Mapping[str, str]) -> bool:
@@ -169,9 +177,11 @@ def _native_names(keys: Mapping[str, type]) -> bool:
     from dflash_diag.read.aliases import is_alias
 
     own = {*METRIC_NUMBERS, *METRIC_LISTS, *METRIC_MAPS}
-    return ("step" in keys
-            and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time", "epoch"))
-            and not any(is_alias(k) for k in keys if k not in own))
+    return (
+        "step" in keys
+        and any(k in keys for k in METRIC_NUMBERS if k not in ("step", "time", "epoch"))
+        and not any(is_alias(k) for k in keys if k not in own)
+    )
 
 
 def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
@@ -194,15 +204,24 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
             tried.append((fmt, None, str(exc)))
     read = [(fmt, log) for fmt, log, _ in tried if log is not None]
     if not read:
-        raise DiagError(f"{plan.path}: a folder holding {len(tried)} sources, none readable: "
-                        + " | ".join(f"{FORMATS[fmt]}: {message}" for fmt, _, message in tried))
+        raise DiagError(
+            f"{plan.path}: a folder holding {len(tried)} sources, none readable: "
+            + " | ".join(f"{FORMATS[fmt]}: {message}" for fmt, _, message in tried)
+        )
     fmt, best = max(read, key=lambda fl: _richness(fl[1]))  # max keeps the first of equals
     others = ", ".join(
-        f"{FORMATS[f]} ({_richness(log)[0]} records)" if log is not None else
-        f"{FORMATS[f]} (unreadable)" for f, log, _ in tried if f != fmt)
-    best.notes.insert(1, f"{plan.path}: the folder holds {FORMATS[fmt]} and {others}: read "
-                         f"{FORMATS[fmt]} ({_richness(best)[0]} records; give --input-format "
-                         "or a path inside to read another)")
+        f"{FORMATS[f]} ({_richness(log)[0]} records)"
+        if log is not None
+        else f"{FORMATS[f]} (unreadable)"
+        for f, log, _ in tried
+        if f != fmt
+    )
+    best.notes.insert(
+        1,
+        f"{plan.path}: the folder holds {FORMATS[fmt]} and {others}: read "
+        f"{FORMATS[fmt]} ({_richness(best)[0]} records; give --input-format "
+        "or a path inside to read another)",
+    )
     return best
 
 
@@ -219,7 +238,8 @@ def _has_progress(log: ParsedLog) -> bool:
     metrics = log.metrics
     return metrics.height > 0 and any(
         name in metrics.columns and metrics[name].null_count() < metrics.height
-        for name in _PROGRESS)
+        for name in _PROGRESS
+    )
 
 
 def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
@@ -234,8 +254,11 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
 
         # polars' scan where it gives the line reader's records exactly (None: it does not); a
         # wide piece's own "step" column is no key, so a map naming that key takes the lines
-        fast = (None if plan.fields.get("step") == "step"
-                else read_jsonl_wide(plan.path, FORMAT, STEP_KEYS))
+        fast = (
+            None
+            if plan.fields.get("step") == "step"
+            else read_jsonl_wide(plan.path, FORMAT, STEP_KEYS)
+        )
         try:
             scalars = fast or read_jsonl_rows(plan.path, strict=strict)
         except DiagError:
@@ -248,19 +271,25 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
         canonical = to_parsed_log(scalars, source=source, preset=plan.preset, fields=plan.fields)
     except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001
         # the same rule as the readers': one line naming the input, never a traceback
-        raise DiagError(f"{plan.path}: cannot assemble its records "
-                        f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
+        raise DiagError(
+            f"{plan.path}: cannot assemble its records "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+        ) from None
     log = canonical.log
     if scalars.issues.lines and not _has_progress(log):
         # records of lr, epoch or throughput only: nothing says whether the run learns
         raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
     if not scalars.issues.lines and fmt != "jsonl":
-        what = ("no progress line (a step or an epoch with name: number pairs)"
-                if fmt == "console" else "no records")
+        what = (
+            "no progress line (a step or an epoch with name: number pairs)"
+            if fmt == "console"
+            else "no records"
+        )
         raise DiagError(f"{plan.path}: {canonical.description}: {what} in it")
     log.sources = [plan.path]
     log.notes = [f"{plan.path}: {canonical.description}"] + [
-        f"{plan.path}: {note}" for note in canonical.notes]
+        f"{plan.path}: {note}" for note in canonical.notes
+    ]
     return log
 
 
@@ -277,43 +306,63 @@ def nothing_maps_message(path: str, canonical, scalars) -> str:
     from dflash_diag.read.aliases import STEP, is_validation
 
     frame = scalars.long_frame() if scalars.wide else scalars.frame
-    counts = (frame.group_by("key").agg(pl.len().alias("n")).sort("n", "key", descending=[True, False])
-              if frame.height else None)
+    counts = (
+        frame.group_by("key").agg(pl.len().alias("n")).sort("n", "key", descending=[True, False])
+        if frame.height
+        else None
+    )
     metric_like = counts is not None and any(
-        "loss" in k.lower() or "acc" in k.lower() for k in counts["key"].to_list())
+        "loss" in k.lower() or "acc" in k.lower() for k in counts["key"].to_list()
+    )
     # without a loss or accuracy there is nothing a step would help to read: the general line
-    if metric_like and canonical.log.issues.without_step \
-            and not frame.filter(pl.col("step").is_not_null()).height:
+    if (
+        metric_like
+        and canonical.log.issues.without_step
+        and not frame.filter(pl.col("step").is_not_null()).height
+    ):
         found = ", ".join(counts["key"].to_list()[:_SHOWN_SERIES]) if counts is not None else ""
-        return (f"no record has a 'step' field in {path} (map one with --field step=NAME"
-                + (f"; numeric series found: {found})" if found else ")"))
+        return f"no record has a 'step' field in {path} (map one with --field step=NAME" + (
+            f"; numeric series found: {found})" if found else ")"
+        )
     head = f"{path}: {canonical.description}: no series maps to loss or acc"
     # records left out for their step (out of range) explain an empty log better than the series
-    notes = [*canonical.log.issues.reader_notes(),
-             *(n for n in canonical.notes if not n.startswith("never in the log"))]
+    notes = [
+        *canonical.log.issues.reader_notes(),
+        *(n for n in canonical.notes if not n.startswith("never in the log")),
+    ]
     if notes:
         head += f" ({'; '.join(notes)})"
     if counts is None or counts.height == 0:
         return head + "; the log holds no numeric series"
     keys = [k for k in counts["key"].to_list() if k not in STEP]
     if not keys:
-        return head + f"; its only numeric series: {', '.join(counts['key'].to_list()[:_SHOWN_SERIES])}"
-    shown = ", ".join(f"{k} ({n})" for k, n in counts.filter(pl.col("key").is_in(keys))
-                      .head(_SHOWN_SERIES).iter_rows())
+        return (
+            head
+            + f"; its only numeric series: {', '.join(counts['key'].to_list()[:_SHOWN_SERIES])}"
+        )
+    shown = ", ".join(
+        f"{k} ({n})"
+        for k, n in counts.filter(pl.col("key").is_in(keys)).head(_SHOWN_SERIES).iter_rows()
+    )
     more = f" and {len(keys) - _SHOWN_SERIES} more" if len(keys) > _SHOWN_SERIES else ""
     validation = [k for k in keys if is_validation(k)]
     if validation and len(validation) == len([k for k in keys if "loss" in k or "acc" in k]):
-        return (f"{head}; only validation series: {', '.join(validation[:_SHOWN_SERIES])} "
-                "(no training loss or accuracy; they are read as evals)")
+        return (
+            f"{head}; only validation series: {', '.join(validation[:_SHOWN_SERIES])} "
+            "(no training loss or accuracy; they are read as evals)"
+        )
     # a run's closing summary (HF's train_loss over the whole run) is no curve to map
     curves = [k for k in keys if not k.startswith(("summary/", "epoch_summary/"))]
     loss_like = next((k for k in curves if "loss" in k.lower()), None)
     acc_like = next((k for k in curves if "acc" in k.lower()), None)
     if loss_like is None and acc_like is None:
-        return (f"{head}; numeric series found: {shown}{more} (none looks like a loss or an "
-                "accuracy); map one with --field loss=NAME")
-    suggestion = " ".join(f"--field {c}={k}" for c, k in (("loss", loss_like), ("acc", acc_like))
-                          if k is not None)
+        return (
+            f"{head}; numeric series found: {shown}{more} (none looks like a loss or an "
+            "accuracy); map one with --field loss=NAME"
+        )
+    suggestion = " ".join(
+        f"--field {c}={k}" for c, k in (("loss", loss_like), ("acc", acc_like)) if k is not None
+    )
     return f"{head}; numeric series found: {shown}{more}; map them: {suggestion}"
 
 
@@ -323,9 +372,12 @@ def missing_mapped_fields(log: ParsedLog, fields: Mapping[str, str]) -> list[str
     from dflash_diag.logschema import METRIC_LISTS
 
     for canonical, name in fields.items():
-        if (canonical in log.metrics.columns and canonical not in ("step", *METRIC_LISTS)
-                and log.metrics.height
-                and log.metrics[canonical].null_count() == log.metrics.height):
+        if (
+            canonical in log.metrics.columns
+            and canonical not in ("step", *METRIC_LISTS)
+            and log.metrics.height
+            and log.metrics[canonical].null_count() == log.metrics.height
+        ):
             missing.append(f"{canonical}={name}")
     return missing
 
@@ -337,7 +389,8 @@ def with_extra_columns(log: ParsedLog, extra: Mapping[str, object] | None) -> Pa
     missing = [name for name in (extra or {}) if name not in log.metrics.columns]
     if missing:
         log.metrics = log.metrics.with_columns(
-            pl.lit(None, extra[name]).alias(name) for name in missing)  # type: ignore[index]
+            pl.lit(None, extra[name]).alias(name) for name in missing
+        )  # type: ignore[index]
     return log
 
 
@@ -372,5 +425,10 @@ class ReadOptions:
         maps = [parse_field_map(s) for s in specs]
         if only is not None:
             presets, maps = [presets[only]], [maps[only]]
-        return {"input_format": self.input_format, "presets": presets,
-                "per_input_fields": maps, "fields": maps[0] if maps else {}, "cache": self.cache}
+        return {
+            "input_format": self.input_format,
+            "presets": presets,
+            "per_input_fields": maps,
+            "fields": maps[0] if maps else {},
+            "cache": self.cache,
+        }

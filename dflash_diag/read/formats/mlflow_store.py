@@ -52,8 +52,11 @@ def _meta(run: Path) -> tuple[int, str, str]:
         return 0, run.name, "active"
     fields = dict(re.findall(r"(?m)^(\w+):\s*'?([^'\n]*)'?\s*$", text))
     start = fields.get("start_time", "0")
-    return (int(start) if start.isdigit() else 0, fields.get("run_name", run.name),
-            fields.get("lifecycle_stage", "active"))
+    return (
+        int(start) if start.isdigit() else 0,
+        fields.get("run_name", run.name),
+        fields.get("lifecycle_stage", "active"),
+    )
 
 
 def is_run_folder(path: Path) -> bool:
@@ -118,7 +121,9 @@ def read_file_store(path: str | Path) -> Scalars:
         pieces.append(_read_metric_file(file, key, issues))
     frame = pl.concat(pieces) if pieces else pl.DataFrame(schema=_METRIC_SCHEMA)
     meta = _params(run / "params")
-    return Scalars(frame=_ordered(frame), format=FORMAT_FILES, issues=issues, meta=meta, notes=notes)
+    return Scalars(
+        frame=_ordered(frame), format=FORMAT_FILES, issues=issues, meta=meta, notes=notes
+    )
 
 
 #: Bytes of a metric file parsed at once (line-aligned): memory is a chunk's lines, not the file's.
@@ -150,8 +155,15 @@ def _parse_metric_lines(text: bytes, key: str, issues: ParseIssues) -> pl.DataFr
     pattern, which splits at any whitespace.
     """
     try:
-        parts = pl.read_csv(text, has_header=False, separator=" ", quote_char=None,
-                            schema=_FIELDS, truncate_ragged_lines=True, encoding="utf8-lossy")
+        parts = pl.read_csv(
+            text,
+            has_header=False,
+            separator=" ",
+            quote_char=None,
+            schema=_FIELDS,
+            truncate_ragged_lines=True,
+            encoding="utf8-lossy",
+        )
     except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
         parts = None
     if parts is not None:
@@ -160,15 +172,20 @@ def _parse_metric_lines(text: bytes, key: str, issues: ParseIssues) -> pl.DataFr
             parts = None
     if parts is None:
         lines = pl.Series("line", [text.decode("utf-8", "replace")]).str.split("\n").explode()
-        parts = (lines.to_frame().filter(pl.col("line").str.strip_chars() != "")
-                 .select(pl.col("line").str.extract_groups(_LINE).struct.unnest())
-                 .rename({"1": "timestamp", "2": "value", "3": "step"}))
+        parts = (
+            lines.to_frame()
+            .filter(pl.col("line").str.strip_chars() != "")
+            .select(pl.col("line").str.extract_groups(_LINE).struct.unnest())
+            .rename({"1": "timestamp", "2": "value", "3": "step"})
+        )
     issues.lines += parts.height
     parsed = parts.select(
         pl.col("timestamp").cast(pl.Int64, strict=False),
         # no step field: MLflow reads such (very old) files as step 0
-        pl.when(pl.col("step").is_null()).then(pl.lit(0, pl.Int64))
-        .otherwise(step_expr(pl.col("step").cast(pl.Float64, strict=False))).alias("step"),
+        pl.when(pl.col("step").is_null())
+        .then(pl.lit(0, pl.Int64))
+        .otherwise(step_expr(pl.col("step").cast(pl.Float64, strict=False)))
+        .alias("step"),
         pl.lit(key, pl.String).alias("key"),
         pl.col("value").cast(pl.Float64, strict=False),
         _bad().alias("_bad"),
@@ -185,16 +202,21 @@ _FIELDS = {"timestamp": pl.String, "value": pl.String, "step": pl.String}
 def _bad() -> pl.Expr:
     """A line that is no ``<timestamp> <value> [<step>]``: a field missing or not a number."""
     number = pl.col("step").cast(pl.Float64, strict=False)
-    return (pl.col("timestamp").cast(pl.Int64, strict=False).is_null()
-            | pl.col("value").cast(pl.Float64, strict=False).is_null()
-            | (pl.col("step").is_not_null() & number.is_null()))
+    return (
+        pl.col("timestamp").cast(pl.Int64, strict=False).is_null()
+        | pl.col("value").cast(pl.Float64, strict=False).is_null()
+        | (pl.col("step").is_not_null() & number.is_null())
+    )
 
 
 def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
     """Rows in logging order (timestamp, then step): one row per logged value."""
     frame = frame.sort("timestamp", "step", "key", maintain_order=True)
     return frame.select(
-        pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"), "step", "key", "value",
+        pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"),
+        "step",
+        "key",
+        "value",
         (pl.col("timestamp") / 1000.0).alias("time"),
     ).cast(SCALAR_SCHEMA)
 
@@ -235,22 +257,33 @@ def read_sqlite_store(path: str | Path) -> Scalars:
         raise DiagError(f"cannot open {name}: {exc}") from None
     try:
         with connection:
-            tables = {row[0] for row in connection.execute(
-                "SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
             if not {"runs", "metrics"} <= tables:
-                raise DiagError(f"{name}: an SQLite file, but not an MLflow store (no runs/metrics tables)")
+                raise DiagError(
+                    f"{name}: an SQLite file, but not an MLflow store (no runs/metrics tables)"
+                )
             runs = connection.execute(
                 "SELECT run_uuid, name, start_time FROM runs WHERE lifecycle_stage = 'active' "
-                "ORDER BY start_time DESC, run_uuid").fetchall()
+                "ORDER BY start_time DESC, run_uuid"
+            ).fetchall()
             if not runs:
                 raise DiagError(f"{name}: no active MLflow run in it")
             run_uuid, run_name, _ = runs[0]
-            notes = [f"latest of {len(runs)} MLflow runs: {run_name} ({run_uuid})"] if len(runs) > 1 else []
+            notes = (
+                [f"latest of {len(runs)} MLflow runs: {run_name} ({run_uuid})"]
+                if len(runs) > 1
+                else []
+            )
             keys, values, timestamps, steps = [], [], [], []
             rows = bad = 0
             cursor = connection.execute(
                 "SELECT key, value, is_nan, timestamp, step FROM metrics WHERE run_uuid = ? "
-                "ORDER BY timestamp, step, key", (run_uuid,))
+                "ORDER BY timestamp, step, key",
+                (run_uuid,),
+            )
             while batch := cursor.fetchmany(65536):
                 for key, value, is_nan, timestamp, step in batch:
                     rows += 1
@@ -258,8 +291,12 @@ def read_sqlite_store(path: str | Path) -> Scalars:
                     # hand-edited store), a step beyond int64 stored as REAL. Such a row is
                     # left out and counted, never a TypeError that refuses the whole store.
                     number = float("nan") if is_nan else _number(value)
-                    if (number is None or not isinstance(key, str)
-                            or not isinstance(timestamp, int) or _number(step) is None):
+                    if (
+                        number is None
+                        or not isinstance(key, str)
+                        or not isinstance(timestamp, int)
+                        or _number(step) is None
+                    ):
                         bad += 1
                         continue
                     keys.append(key)
@@ -269,15 +306,19 @@ def read_sqlite_store(path: str | Path) -> Scalars:
             meta = {}
             if "params" in tables:
                 for key, value in connection.execute(
-                        "SELECT key, value FROM params WHERE run_uuid = ?", (run_uuid,)):
+                    "SELECT key, value FROM params WHERE run_uuid = ?", (run_uuid,)
+                ):
                     if key in _META_PARAMS:
                         meta[key] = value
     except sqlite3.Error as exc:
         raise DiagError(f"{name}: cannot read the MLflow store ({exc})") from None
     finally:
         connection.close()
-    frame = pl.DataFrame({"timestamp": timestamps, "step": steps, "key": keys, "value": values},
-                         schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String,
-                                 "value": pl.Float64})
+    frame = pl.DataFrame(
+        {"timestamp": timestamps, "step": steps, "key": keys, "value": values},
+        schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String, "value": pl.Float64},
+    )
     issues = ParseIssues(lines=rows, malformed=bad)
-    return Scalars(frame=_ordered(frame), format=FORMAT_SQLITE, issues=issues, meta=meta, notes=notes)
+    return Scalars(
+        frame=_ordered(frame), format=FORMAT_SQLITE, issues=issues, meta=meta, notes=notes
+    )

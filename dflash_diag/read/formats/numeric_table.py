@@ -22,7 +22,9 @@ from dflash_diag.read.records import ParseIssues
 FORMAT = "numeric table"
 #: Largest file read as a table (a longer one is not a hand-written loss file).
 _MAX_BYTES = 64 * 2**20
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^(?:nan|inf|-inf)$", re.IGNORECASE)
+_NUMBER = re.compile(
+    r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^(?:nan|inf|-inf)$", re.IGNORECASE
+)
 #: Fewest number lines for a table.
 _MIN_LINES = 3
 
@@ -71,7 +73,8 @@ def _layout(path: Path, head: str) -> tuple[str, int | None] | None:
     for index in (1, 0):
         column = [r[index] for r in rows]
         if all(math.isfinite(v) and v == int(v) for v in column) and all(
-                b >= a for a, b in itertools.pairwise(column)):
+            b >= a for a, b in itertools.pairwise(column)
+        ):
             return name, index
     return None
 
@@ -100,8 +103,10 @@ def read_numeric_table(path: str | Path) -> Scalars:
     layout = _layout(path, text)
     parsed = _rows(text)
     if layout is None or parsed is None:
-        raise DiagError(f"{path}: not a numeric table (one or two numbers a line, named by a "
-                        "header or the file name)")
+        raise DiagError(
+            f"{path}: not a numeric table (one or two numbers a line, named by a "
+            "header or the file name)"
+        )
     name, step_index = layout
     collector = RowCollector()
     issues = ParseIssues()

@@ -68,7 +68,7 @@ def fields(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple
         elif wire == 1:
             if pos + 8 > end:
                 raise WireError("truncated fixed64")
-            yield number, wire, buf[pos:pos + 8]
+            yield number, wire, buf[pos : pos + 8]
             pos += 8
         elif wire == 2:
             length, pos = read_varint(buf, pos, end)
@@ -79,7 +79,7 @@ def fields(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple
         elif wire == 5:
             if pos + 4 > end:
                 raise WireError("truncated fixed32")
-            yield number, wire, buf[pos:pos + 4]
+            yield number, wire, buf[pos : pos + 4]
             pos += 4
         else:
             raise WireError(f"unsupported wire type {wire}")

@@ -135,13 +135,19 @@ class _Columns:
         frames = []
         for tags, raw in self.wide_raw.items():
             count = sum(good for _, good, _ in raw.runs)
-            rows = pl.concat([pl.int_range(first, first + good * n, n, dtype=pl.Int64, eager=True)
-                              for first, good, n in raw.runs])
+            rows = pl.concat(
+                [
+                    pl.int_range(first, first + good * n, n, dtype=pl.Int64, eager=True)
+                    for first, good, n in raw.runs
+                ]
+            )
             words = _numbers(bytes(raw.steps), pl.UInt32, count).cast(pl.Int64)
             step = sum(((pl.col("w") // (1 << (8 * k))) % 0x80) * (1 << (7 * k)) for k in range(4))
-            data = {"row": rows,
-                    "step": pl.DataFrame({"w": words}).select(step.alias("step")).to_series(),
-                    "time": _numbers(bytes(raw.times), pl.Float64, count)}
+            data = {
+                "row": rows,
+                "step": pl.DataFrame({"w": words}).select(step.alias("step")).to_series(),
+                "time": _numbers(bytes(raw.times), pl.Float64, count),
+            }
             for tag, values in zip(tags, raw.values):
                 data[tag] = _numbers(bytes(values), pl.Float32, count).cast(pl.Float64)
             frames.append(pl.DataFrame(data))
@@ -149,9 +155,18 @@ class _Columns:
 
     def flush(self) -> None:
         if self.rows:
-            self.pieces.append(pl.DataFrame(
-                {"row": self.rows, "step": self.steps, "key": self.keys, "value": self.values,
-                 "time": self.times}, schema=SCALAR_SCHEMA))
+            self.pieces.append(
+                pl.DataFrame(
+                    {
+                        "row": self.rows,
+                        "step": self.steps,
+                        "key": self.keys,
+                        "value": self.values,
+                        "time": self.times,
+                    },
+                    schema=SCALAR_SCHEMA,
+                )
+            )
             self.rows, self.steps, self.keys, self.values, self.times = [], [], [], [], []
 
 
@@ -172,8 +187,9 @@ def read_tensorboard(path: str | Path) -> Scalars:
     columns.flush()
     frame = pl.concat(columns.pieces) if columns.pieces else pl.DataFrame(schema=SCALAR_SCHEMA)
     notes = [f"{len(files)} event files read in order"] if len(files) > 1 else []
-    return Scalars(frame=frame, format=FORMAT, issues=issues, notes=notes,
-                   wide=columns.wide_frames())
+    return Scalars(
+        frame=frame, format=FORMAT, issues=issues, notes=notes, wide=columns.wide_frames()
+    )
 
 
 def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
@@ -226,8 +242,9 @@ def _size(handle) -> int:
         return 0
 
 
-def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues,
-                  tags: dict[bytes, str]) -> tuple[int, bool]:
+def _parse_buffer(
+    buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict[bytes, str]
+) -> tuple[int, bool]:
     """Parse the complete records of ``buf``; ``(bytes consumed, stop reading)``."""
     pos, end = 0, len(buf)
     cooldown = 0  # records to decode one by one before trying the fast path again
@@ -241,7 +258,7 @@ def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues,
             cooldown = count
         cooldown -= 1
         length, crc = _HEADER.unpack_from(buf, pos)
-        if masked_crc32c(buf[pos:pos + 8]) != crc:
+        if masked_crc32c(buf[pos : pos + 8]) != crc:
             # A damaged length: nothing after it can be framed again. Keep what was read.
             issues.malformed += 1
             if len(issues.malformed_lines) < 5:
@@ -261,8 +278,9 @@ def _parse_buffer(buf: bytes, columns: _Columns, issues: ParseIssues,
     return pos, False
 
 
-def _decode_event(buf: bytes, start: int, end: int, columns: _Columns,
-                  tags: dict[bytes, str]) -> None:
+def _decode_event(
+    buf: bytes, start: int, end: int, columns: _Columns, tags: dict[bytes, str]
+) -> None:
     wall = None
     step = 0
     summary = None
@@ -292,8 +310,9 @@ def _decode_event(buf: bytes, start: int, end: int, columns: _Columns,
         columns.times.append(wall if wall is not None else float("nan"))
 
 
-def _decode_value(buf: bytes, start: int, end: int,
-                  tags: dict[bytes, str]) -> tuple[str | None, float | None]:
+def _decode_value(
+    buf: bytes, start: int, end: int, tags: dict[bytes, str]
+) -> tuple[str | None, float | None]:
     tag = None
     number = None
     for field_no, wire, value in fields(buf, start, end):
@@ -311,8 +330,15 @@ def _decode_value(buf: bytes, start: int, end: int,
 
 
 #: TensorProto dtypes read as a scalar: code -> (struct format, packed field number).
-_DTYPES = {1: ("<f", 5), 2: ("<d", 6), 3: ("<i", 7), 9: ("<q", 10), 4: ("<B", 7), 5: ("<h", 7),
-           6: ("<b", 7)}
+_DTYPES = {
+    1: ("<f", 5),
+    2: ("<d", 6),
+    3: ("<i", 7),
+    9: ("<q", 10),
+    4: ("<B", 7),
+    5: ("<h", 7),
+    6: ("<b", 7),
+}
 
 
 def _tensor_scalar(buf: bytes, start: int, end: int) -> float | None:
@@ -382,7 +408,7 @@ def _shape_at(buf: bytes, pos: int, end: int) -> _Shape | None:
     """The shape of the record at ``pos`` if it is a simple scalar event, else None."""
     if pos + 12 > end:
         return None
-    length = int.from_bytes(buf[pos:pos + 8], "little")
+    length = int.from_bytes(buf[pos : pos + 8], "little")
     size = length + 16
     if pos + size > end or length > 512:
         return None
@@ -451,8 +477,11 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     # First an upper bound from a few telling bytes per record (its length and the last byte
     # of its tag), over a span that doubles (so a cycle broken after a few repeats does not
     # cost a scan of the whole buffer); then every constant byte over that bound, once.
-    telling = {o for offset, shape in zip(offsets, shapes)
-               for o in (offset, offset + 1, offset + shape.value - 2)}
+    telling = {
+        o
+        for offset, shape in zip(offsets, shapes)
+        for o in (offset, offset + 1, offset + shape.value - 2)
+    }
     span = min(repeats, 4 * _MIN_REPEATS)
     while True:
         good = _repeats(buf, pos, period, span, sorted(telling), (), ())
@@ -480,8 +509,10 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
         return -1, split
     first_row = columns.next_row
     n_slots = len(shapes)
-    step_columns = [[buf[pos + o + sh.step + k:limit:period] for k in range(sh.step_len)]
-                    for o, sh in zip(offsets, shapes)]
+    step_columns = [
+        [buf[pos + o + sh.step + k : limit : period] for k in range(sh.step_len)]
+        for o, sh in zip(offsets, shapes)
+    ]
     if all(c == step_columns[0] for c in step_columns) and shapes[0].step_len <= 4:
         # Every record of a cycle has the cycle's step (the usual case: all tags logged at one
         # step): one wide row per cycle. The raw bytes are gathered per tag set and decoded by
@@ -511,10 +542,12 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
         base = pos + offset
         steps[slot::n_slots] = _varints(step_columns[slot])
         keys[slot::n_slots] = [shape.tag] * good
-        values[slot::n_slots] = memoryview(
-            _strided(buf, base + shape.value, 4, period, good, limit)).cast("f").tolist()
-        times[slot::n_slots] = memoryview(
-            _strided(buf, base + shape.wall, 8, period, good, limit)).cast("d").tolist()
+        values[slot::n_slots] = (
+            memoryview(_strided(buf, base + shape.value, 4, period, good, limit)).cast("f").tolist()
+        )
+        times[slot::n_slots] = (
+            memoryview(_strided(buf, base + shape.wall, 8, period, good, limit)).cast("d").tolist()
+        )
     columns.rows.extend(range(first_row, first_row + total))
     columns.steps.extend(steps)
     columns.keys.extend(keys)
@@ -524,14 +557,21 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     return limit, good * n_slots
 
 
-def _repeats(buf: bytes, pos: int, period: int, repeats: int, positions: Sequence[int],
-             offsets: Sequence[int], shapes: Sequence[_Shape]) -> int:
+def _repeats(
+    buf: bytes,
+    pos: int,
+    period: int,
+    repeats: int,
+    positions: Sequence[int],
+    offsets: Sequence[int],
+    shapes: Sequence[_Shape],
+) -> int:
     """How many of the first ``repeats`` cycles at ``pos`` equal the first cycle at the
     ``positions`` given and keep the continuation bits of the ``shapes``' step varints."""
     limit = pos + repeats * period
     good = repeats
     for i in positions:
-        column = buf[pos + i:limit:period]
+        column = buf[pos + i : limit : period]
         same = len(column) - len(column.lstrip(column[:1]))
         if same < good:
             good = same
@@ -580,7 +620,7 @@ def _strided(buf: bytes, start: int, width: int, period: int, count: int, limit:
     """The ``width``-byte fields at ``start + i*period`` for ``i < count``, concatenated."""
     out = bytearray(width * count)
     for k in range(width):
-        out[k::width] = buf[start + k:limit:period]
+        out[k::width] = buf[start + k : limit : period]
     return bytes(out)
 
 

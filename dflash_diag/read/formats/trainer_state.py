@@ -117,7 +117,7 @@ class _Scanner:
         if self.eof:
             return False
         chunk = self.handle.read(self.CHUNK)
-        self.text = self.text[self.pos:] + self.decoder.decode(chunk, final=not chunk)
+        self.text = self.text[self.pos :] + self.decoder.decode(chunk, final=not chunk)
         self.consumed += self.pos
         self.pos = 0
         self.eof = not chunk
@@ -136,7 +136,7 @@ class _Scanner:
             while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
                 self.pos += 1
             if self.pos < len(self.text) or not self._fill():
-                return self.text[self.pos:self.pos + 1]
+                return self.text[self.pos : self.pos + 1]
 
     def expect(self, char: str) -> None:
         if self.peek() != char:
@@ -153,7 +153,7 @@ class _Scanner:
                 if self._fill():
                     continue
                 raise
-            if end == len(self.text) and not self.eof and self.text[self.pos] not in "{[\"":
+            if end == len(self.text) and not self.eof and self.text[self.pos] not in '{["':
                 self._fill()  # a number may go on in the next chunk
                 continue
             self.pos = end
@@ -207,8 +207,9 @@ def read_trainer_state(path: str | Path) -> Scalars:
         if not files:
             raise DiagError(f"{path}: no trainer_state.json in it or in its checkpoint-N folders")
         states = [(_load(f), f) for f in files]
-        state, chosen = max(states, key=lambda sf: (_number(sf[0].get("global_step")),
-                                                    os.stat(sf[1]).st_mtime))
+        state, chosen = max(
+            states, key=lambda sf: (_number(sf[0].get("global_step")), os.stat(sf[1]).st_mtime)
+        )
         if len(files) > 1:
             notes.append(f"latest of {len(files)} trainer states: {chosen}")
     else:
@@ -223,10 +224,20 @@ def read_trainer_state(path: str | Path) -> Scalars:
         if "train_runtime" in entry:
             # the run's closing summary (train_loss = the mean over the run): no logging call
             entry = {f"summary/{k}": v for k, v in entry.items() if k != "step"} | {
-                "step": entry.get("step")}
+                "step": entry.get("step")
+            }
         collector.add({k: v for k, v in entry.items() if k != "step"}, step=entry.get("step"))
-    meta = {k: state.get(k) for k in ("max_steps", "num_train_epochs", "logging_steps",
-                                      "eval_steps", "train_batch_size") if k in state}
+    meta = {
+        k: state.get(k)
+        for k in (
+            "max_steps",
+            "num_train_epochs",
+            "logging_steps",
+            "eval_steps",
+            "train_batch_size",
+        )
+        if k in state
+    }
     return Scalars(frame=collector.frame(), format=FORMAT, issues=issues, meta=meta, notes=notes)
 
 

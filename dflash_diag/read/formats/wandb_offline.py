@@ -53,9 +53,11 @@ def frame_records(records: list[bytes], start: int = 0) -> bytes:
             if room < _RECORD_HEADER.size:
                 data += b"\x00" * room
                 continue
-            piece, rest = rest[:room - _RECORD_HEADER.size], rest[room - _RECORD_HEADER.size:]
+            piece, rest = rest[: room - _RECORD_HEADER.size], rest[room - _RECORD_HEADER.size :]
             kind = (_FULL if first else _LAST) if not rest else (_FIRST if first else _MIDDLE)
-            data += _RECORD_HEADER.pack(zlib.crc32(piece, _TYPE_CRC[kind]), len(piece), kind) + piece
+            data += (
+                _RECORD_HEADER.pack(zlib.crc32(piece, _TYPE_CRC[kind]), len(piece), kind) + piece
+            )
             first = False
             if not rest:
                 break
@@ -74,8 +76,10 @@ def find_run_file(folder: Path) -> Path | None:
         return files[-1]
     # a run folder is named [offline-]run-<start time>-<id>: newest last by the time, whether
     # synced or offline (the "offline-" prefix would sort every offline run first)
-    runs = sorted((p for p in folder.glob("*run-*") if p.is_dir()),
-                  key=lambda p: (p.name.split("run-", 1)[-1], p.name))
+    runs = sorted(
+        (p for p in folder.glob("*run-*") if p.is_dir()),
+        key=lambda p: (p.name.split("run-", 1)[-1], p.name),
+    )
     for run in reversed(runs):
         files = sorted(run.glob("*.wandb"))
         if files:
@@ -128,7 +132,7 @@ def records(stream: BinaryIO, issues: ParseIssues):
         if start + length > len(data):
             issues.torn_tail.append(0)
             return
-        payload = data[start:start + length]
+        payload = data[start : start + length]
         if kind not in _TYPE_CRC or zlib.crc32(payload, _TYPE_CRC[kind]) != checksum:
             issues.malformed += 1
             return

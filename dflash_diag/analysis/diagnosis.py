@@ -43,6 +43,7 @@ from dflash_diag.analysis.estimators import (
 from dflash_diag.analysis.estimators import estimator_series as series_of
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
+from dflash_diag.analysis.recent_walk import recent_walk
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forecast_of
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
@@ -182,11 +183,11 @@ def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
 
 
 def walked_epoch(
-    frame: pl.DataFrame, window: Window, steps_per_epoch: float | None
+    frame: pl.DataFrame, first_step: int, last_step: int, steps_per_epoch: float | None
 ) -> float | None:
-    """The latest epoch of ``window``'s walked records (from ``epoch``, else the step over the
-    header's ``steps_per_epoch``; None when neither is known)."""
-    rows = window_rows(frame, window)
+    """The latest epoch of the walked records of steps ``first_step``-``last_step`` (from
+    ``epoch``, else the step over the header's ``steps_per_epoch``; None when neither is known)."""
+    rows = frame.filter(pl.col("step").is_between(first_step, last_step))
     if "walk_tokens" in rows.columns:
         rows = rows.filter(pl.col("walk_tokens").is_not_null())
     if rows.height == 0:
@@ -371,19 +372,22 @@ def diagnose_frame(
         )
     else:
         acc_basis = "no accuracy in the log"
-    walk_window = next((w for w in reversed(windows) if w.tau_walk is not None), None)
     by_window = {w.index: w for w in windows}
     held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
 
-    def walk_of(w: Window, basis: str = "walk_tokens / walk_steps") -> Walk | None:
-        if w.tau_walk is None:
+    def walk_to(step: int | None) -> Walk | None:
+        """The walk of the latest walked records up to ``step`` (:mod:`recent_walk`)."""
+        recent = recent_walk(frame, choice.size, up_to_step=step)
+        if recent is None:
             return None
-        epoch = walked_epoch(frame, w, header_number(header, "steps_per_epoch"))
+        first, latest = recent.first_step, recent.last_step
+        epoch = walked_epoch(frame, first, latest, header_number(header, "steps_per_epoch"))
+        span = f"step {latest}" if first == latest else f"steps {first}-{latest}"
         return Walk(
-            w.tau_walk,
-            basis,
-            se=w.tau_walk_se,
-            n=w.walk_n,
+            recent.tau,
+            f"walk_tokens / walk_steps, latest records, {span}",
+            se=recent.se,
+            n=recent.n,
             in_sample=walk_in_sample(held_out_named, epoch),
         )
 
@@ -395,7 +399,14 @@ def diagnose_frame(
         rows = load(window_rows(frame, w))
         where = f"window {window_label(w, last_step)}"
         return estimates_of(
-            Evidence(rows, block_size, where, acc=w.acc, tau_train=w.tau_train, walk=walk_of(w))
+            Evidence(
+                rows,
+                block_size,
+                where,
+                acc=w.acc,
+                tau_train=w.tau_train,
+                walk=walk_to(w.last_step),
+            )
         )
 
     last_rows = load(window_rows(frame, last))
@@ -408,14 +419,7 @@ def diagnose_frame(
         header_block_size=header_number(header, "block_size"),
         tau_train=last.tau_train,
         up_to_step=last_step,
-        walk=(
-            walk_of(
-                walk_window,
-                f"walk_tokens / walk_steps, window {window_label(walk_window, last_step)}",
-            )
-            if walk_window
-            else None
-        ),
+        walk=walk_to(last_step),
         estimates_at=estimates_at,
     )
     drafter = detect_drafter(

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from dflash_diag.analysis.recent_walk import RECENT_RECORDS, recent_walk
+from dflash_diag.analysis.windows import compute_windows, ratio_se
 
 from .logs import dumps
 from .test_diagnosis import as_json
@@ -74,3 +75,24 @@ def test_a_pipeline_run_cut_inside_its_second_epoch_reads_its_current_tau(tmp_pa
     assert abs(a["tau"] / measured - 1) <= 0.10
     walk = a["estimates"][0]
     assert walk["basis"] == "walk_tokens / walk_steps, latest records, steps 33-40, 8 records"
+
+
+def test_read_whole_it_is_the_window_walk():
+    """Over a span the window holds whole, the walk and its standard error are the window's
+    (:func:`~dflash_diag.analysis.windows.ratio_se`)."""
+    frame = pl.DataFrame(
+        {
+            "step": list(range(1, 21)),
+            "walk_steps": [float(10 + s * 7 % 13) for s in range(1, 21)],  # walks of unequal length
+            "walk_tokens": [float(15 + s * 11 % 23) for s in range(1, 21)],
+            "loss": [1.0] * 20,
+            "acc": [0.5] * 20,
+        }
+    )
+    (window,) = compute_windows(frame, 20)
+    recent = recent_walk(frame, 20, min_records=20)
+    assert recent.n == window.walk_n == 20
+    assert recent.tau == pytest.approx(window.tau_walk)
+    assert recent.se == pytest.approx(window.tau_walk_se)
+    tokens, steps = frame["walk_tokens"].to_list(), frame["walk_steps"].to_list()
+    assert recent.se == pytest.approx(ratio_se(tokens, steps))

@@ -88,7 +88,7 @@ class WatchView:
 
 
 def _selection_text(live: LiveLog, size: int) -> str:
-    phase = live.phase_used or live.config.phase
+    phase = live.phase_used or live.config.analysis.phase
     what = "pipeline entries" if phase == "pipeline" else "all entries"
     return f"{what}, {size}-step windows from step {live.origin}"
 
@@ -174,8 +174,12 @@ def build_view(live: LiveLog) -> WatchView:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"
         if live.log is not None and live.last_step is not None:
             # Metric records exist, only none that --phase / --from-step select: say so.
-            what = "pipeline entries" if config.phase == "pipeline" else "records"
-            where = f" at or after step {config.from_step}" if config.from_step is not None else ""
+            what = "pipeline entries" if config.analysis.phase == "pipeline" else "records"
+            where = (
+                f" at or after step {config.analysis.from_step}"
+                if config.analysis.from_step is not None
+                else ""
+            )
             waiting = f"no {what}{where} yet (the log's last step is {live.last_step})"
         return WatchView(
             **base,

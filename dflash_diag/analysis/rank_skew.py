@@ -105,7 +105,10 @@ def rank_skew(
     common = sorted(set.intersection(*map(set, per_log))) if per_log else []
     use_common = bool(common)
     stats = sorted(
-        (_rank_stats(log, common if use_common else own) for log, own in zip(logs, per_log)),
+        (
+            _rank_stats(log, common if use_common else own)
+            for log, own in zip(logs, per_log, strict=True)
+        ),
         key=lambda s: s.rank,
     )
     rated = [s for s in stats if s.tok_per_sec is not None and s.tok_per_sec > 0]

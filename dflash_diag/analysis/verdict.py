@@ -111,8 +111,12 @@ def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[f
         gx, gy, gn = [], [], []
         for i in range(0, len(xs), group):
             n = sum(ns[i : i + group])
-            gx.append(sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group])) / n)
-            gy.append(sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group])) / n)
+            gx.append(
+                sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group], strict=True)) / n
+            )
+            gy.append(
+                sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group], strict=True)) / n
+            )
             gn.append(n)
         xs, ys, ns = gx, gy, gn
     return xs, ys, ns

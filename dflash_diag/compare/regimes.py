@@ -140,7 +140,7 @@ def _regime_labels(
     keys = [c.normalisation_key() if (c := cfg(i)) is not None else None for i in header_idx]
     if len({k for k in keys if k is not None}) >= 2:
         labels = []
-        for i, key in zip(header_idx, keys):
+        for i in header_idx:
             c = cfg(i)
             labels.append(c.label() if c is not None else "no header")
         return labels, "config"

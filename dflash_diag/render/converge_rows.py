@@ -77,7 +77,7 @@ def window_table(
     cells = [window_cells(r, report.last_step) for r in rows]
     if _with_nonfinite(report):
         headers.append("NaN/Inf")
-        for row, line in zip(rows, cells):
+        for row, line in zip(rows, cells, strict=True):
             line.append(str(row.window.nonfinite) if row.window.nonfinite else "")
     return headers, cells
 

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.formats import registry as formats
 from dflash_diag.text import visible
 
 #: Exit codes: 0 success, 1 a --fail-on condition matched, 2 usage or input error.
@@ -69,8 +70,7 @@ LogsArgument = Annotated[
     list[str],
     typer.Argument(
         help="Log(s): JSONL files, .gz files, - for standard input, or another "
-        "trainer's TensorBoard run, trainer_state.json, MLflow store, W&B offline run, "
-        "metrics.csv or console log (file or folder; a folder holding several of "
+        f"trainer's {formats.described()} (file or folder; a folder holding several of "
         "these is read as the richest, and a note says which). Several files are merged in step "
         "order. A quoted glob is expanded here (e.g. "
         "'logs/train.rank*.jsonl'); per-rank logs (*.rank{N}.jsonl, from "

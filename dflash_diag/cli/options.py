@@ -29,6 +29,7 @@ import typer
 from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import PhaseChoice, ScheduleChoice, fail, user_errors
 from dflash_diag.cli.validate import check_numbers
+from dflash_diag.read.formats import registry as formats
 from dflash_diag.read.presets import PRESETS
 
 
@@ -297,9 +298,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--input-format",),
         str | None,
         None,
-        "Read every input as this format instead of telling it "
-        "by content: jsonl, tensorboard, hf-trainer-state, csv, mlflow, mlflow-sqlite, "
-        "wandb, console, table, json-history.",
+        f"Read every input as this format instead of telling it by content: {formats.supported()}.",
         READING,
         feeds="read.input_format",
         metavar="FORMAT",

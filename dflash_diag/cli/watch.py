@@ -17,6 +17,7 @@ from rich.console import Console
 from dflash_diag.cli.common import fail, make_console, print_notes, user_errors
 from dflash_diag.cli.options import TUNING, Given, Group, command
 from dflash_diag.read.files import check_log_path
+from dflash_diag.read.formats import registry as formats
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
     from dflash_diag.watch import LiveLog
@@ -173,8 +174,7 @@ def watch(
         Path,
         typer.Argument(
             help="The log to follow: a JSONL file (only new bytes are read), or "
-            "another trainer's TensorBoard run, trainer_state.json, MLflow store, "
-            "W&B run, metrics.csv or console log (read again when it changes).",
+            f"another trainer's {formats.described()} (read again when it changes).",
             metavar="LOG",
         ),
     ],

@@ -61,7 +61,7 @@ class InputPlan:
     @property
     def label(self) -> str:
         """``read as TensorBoard`` (for the native path: JSONL, the log schema)."""
-        return f"read as {FORMATS[self.format]}"
+        return f"read as {FORMATS[self.format].display}"
 
 
 def split_per_input(
@@ -206,20 +206,20 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
     if not read:
         raise DiagError(
             f"{plan.path}: a folder holding {len(tried)} sources, none readable: "
-            + " | ".join(f"{FORMATS[fmt]}: {message}" for fmt, _, message in tried)
+            + " | ".join(f"{FORMATS[fmt].display}: {message}" for fmt, _, message in tried)
         )
     fmt, best = max(read, key=lambda fl: _richness(fl[1]))  # max keeps the first of equals
     others = ", ".join(
-        f"{FORMATS[f]} ({_richness(log)[0]} records)"
+        f"{FORMATS[f].display} ({_richness(log)[0]} records)"
         if log is not None
-        else f"{FORMATS[f]} (unreadable)"
+        else f"{FORMATS[f].display} (unreadable)"
         for f, log, _ in tried
         if f != fmt
     )
     best.notes.insert(
         1,
-        f"{plan.path}: the folder holds {FORMATS[fmt]} and {others}: read "
-        f"{FORMATS[fmt]} ({_richness(best)[0]} records; give --input-format "
+        f"{plan.path}: the folder holds {FORMATS[fmt].display} and {others}: read "
+        f"{FORMATS[fmt].display} ({_richness(best)[0]} records; give --input-format "
         "or a path inside to read another)",
     )
     return best

@@ -59,7 +59,7 @@ def converge(
         # Imported here so that `dflash-diag --help` does not pay for polars.
         from dflash_diag.analysis.rank_skew import rank_skew
         from dflash_diag.converge.report import build_converge_report
-        from dflash_diag.read.jsonl import load_log
+        from dflash_diag.read.formats.load import load_log
         from dflash_diag.render.csv import render_csv
         from dflash_diag.render.json import render_json
         from dflash_diag.render.markdown import render_markdown

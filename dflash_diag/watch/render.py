@@ -58,7 +58,9 @@ def _plot(view: WatchView, width: int) -> Text:
     plt.plotsize(max(60, width), 14)
     for col, series in enumerate(panels, start=1):
         plt.subplot(1, col)
-        pts = [(x, v) for x, v in zip(xs, series.values) if v is not None and math.isfinite(v)]
+        # every series is per window of the history; a shorter one is plotted as far as it goes
+        pairs = zip(xs, series.values, strict=False)
+        pts = [(x, v) for x, v in pairs if v is not None and math.isfinite(v)]
         if pts:
             plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="braille")
             ticks = {pts[0][0], pts[len(pts) // 2][0], pts[-1][0]}
@@ -157,7 +159,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         (" ", "left"),
     ):
         table.add_column(name, justify=justify, overflow="fold")  # never an ellipsis in a number
-    for w, t in zip(view.windows, view.trends):
+    for row in view.rows:
+        w, t = row.window, row.trend
         table.add_row(
             window_label(w, view.last_step),
             str(w.n),

@@ -387,18 +387,6 @@ def missing_mapped_fields(log: ParsedLog, fields: Mapping[str, str]) -> list[str
     return missing
 
 
-def with_extra_columns(log: ParsedLog, extra: Mapping[str, object] | None) -> ParsedLog:
-    """``log`` with a null column for each ``extra`` field it lacks (other formats have none)."""
-    import polars as pl
-
-    missing = [name for name in (extra or {}) if name not in log.metrics.columns]
-    if missing:
-        log.metrics = log.metrics.with_columns(
-            pl.lit(None, extra[name]).alias(name) for name in missing
-        )  # type: ignore[index]
-    return log
-
-
 @dataclass(frozen=True)
 class ReadOptions:
     """The shared reading options of every command: format, presets and field maps per input.
@@ -470,7 +458,6 @@ def _read_native(
     *,
     strict: bool,
     fields: Mapping[str, str],
-    extra: Mapping[str, pl.DataType] | None,
     lists: bool,
     cache: bool,
 ) -> ParsedLog:
@@ -480,9 +467,7 @@ def _read_native(
     def parse_whole() -> ParsedLog:
         with open_input(name) as handle:
             try:
-                return parse_stream(
-                    handle, source=index, strict=strict, fields=fields, extra=extra, lists=lists
-                )
+                return parse_stream(handle, source=index, strict=strict, fields=fields, lists=lists)
             except DiagError as exc:
                 message = str(exc)  # named already when the file itself could not be read
                 raise DiagError(
@@ -497,11 +482,11 @@ def _read_native(
         name,
         source=index,
         fields=fields,
-        extra=extra,
+        extra=None,  # part of the cache's key: no extra fields are read
         lists=lists,
         parse_whole=parse_whole,
         parse_tail=lambda data, line_no: parse_records(
-            data, first_line_no=line_no, source=index, fields=fields, extra=extra, lists=lists
+            data, first_line_no=line_no, source=index, fields=fields, lists=lists
         ),
     )
 
@@ -511,7 +496,6 @@ def load_log(
     *,
     strict: bool = False,
     fields: Mapping[str, str] | None = None,
-    extra: Mapping[str, pl.DataType] | None = None,
     lists: bool = False,
     input_format: str | None = None,
     presets: Sequence[str | None] | None = None,
@@ -565,7 +549,6 @@ def load_log(
         )
         if not plan.native:
             part = read_planned(plan, index, strict=strict)
-            part = with_extra_columns(part, extra)
             notes += part.notes
             parts.append(part)
             continue
@@ -574,7 +557,6 @@ def load_log(
             index,
             strict=strict,
             fields=plan.fields,
-            extra=extra,
             lists=lists or not can_reread(name),
             cache=cache and not strict,
         )

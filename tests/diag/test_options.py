@@ -50,8 +50,8 @@ def test_defaults_are_the_configs_defaults():
 
 
 def test_build_config_fills_nested_fields_and_keeps_the_rest():
-    config = build_config(DiagnosisConfig, {"verdict.alpha": 0.1, "from_step": 5})
-    assert config.verdict.alpha == 0.1
+    config = build_config(DiagnosisConfig, {"verdict.alpha": 0.2, "from_step": 5})
+    assert config.verdict.alpha == 0.2
     assert config.verdict.min_points == DiagnosisConfig().verdict.min_points
     assert config.from_step == 5
     assert config.trend == DiagnosisConfig().trend

@@ -22,7 +22,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,10 @@ from dflash_diag.cli.common import PhaseChoice, ScheduleChoice, fail, user_error
 from dflash_diag.cli.validate import check_numbers
 from dflash_diag.read.formats import registry as formats
 from dflash_diag.read.presets import PRESETS
+
+if TYPE_CHECKING:  # imported when a command runs (polars): --help stays fast
+    from dflash_diag.analysis.diagnosis import DiagnosisConfig
+    from dflash_diag.read.formats.load import ReadOptions
 
 
 def parse_window(value: str | int | None) -> int | None:
@@ -67,10 +71,11 @@ class Option:
     Attributes:
         name: the parameter name (what the command and :class:`Given` call it).
         decls: its flags as typer takes them (``"--noise-aware/--no-noise-aware"``, ``"-w"``).
-        type: the value's type (``float | None``: no default value).
+        type: the value's type (``float | None`` where None means "not given").
         default: the value when the flag is not given.
         help: the ``--help`` text.
-        group: the :class:`Group` it belongs to (a command takes a group whole or names members).
+        group: its group (:data:`SELECTION`, :data:`TUNING`, :data:`READING`): a command takes
+            a group whole through a :class:`Group` in its layout, or names the members it takes.
         feeds: where the value goes: ``<config>.<field>[.<field>]`` (``diagnosis.trend.
             acc_threshold``), or None when the command reads it from :class:`Given` itself.
         convert: turns the parsed value into the config field's (an enum into its string).
@@ -352,14 +357,6 @@ class Group:
     name: str
 
 
-def _config_classes() -> dict[str, type]:
-    """What a ``feeds`` path's first part names (imported when a command runs, not for --help)."""
-    from dflash_diag.analysis.diagnosis import DiagnosisConfig
-    from dflash_diag.read.formats.load import ReadOptions
-
-    return {"diagnosis": DiagnosisConfig, "read": ReadOptions}
-
-
 def build_config(cls: type, values: Mapping[str, Any]) -> Any:
     """A config dataclass from ``{"field": value, "sub.field": value}``: a dotted path fills a
     field of the nested config (``trend.acc_threshold``), the other fields keep their defaults.
@@ -403,18 +400,22 @@ class Given:
             out[option.feeds.removeprefix(config + ".")] = converted
         return out
 
-    def diagnosis(self):
+    def diagnosis(self) -> DiagnosisConfig:
         """The :class:`~dflash_diag.analysis.diagnosis.DiagnosisConfig` of these options; a bad
         value is a usage error (one line, exit 2)."""
+        from dflash_diag.analysis.diagnosis import DiagnosisConfig
+
         fed = self.fed("diagnosis")  # --window is parsed (its own usage error) first
         try:
-            return build_config(_config_classes()["diagnosis"], fed)
+            return build_config(DiagnosisConfig, fed)
         except ValueError as exc:
             fail(str(exc))
 
-    def read(self):
+    def read(self) -> ReadOptions:
         """The :class:`~dflash_diag.read.formats.load.ReadOptions` of these options."""
-        return build_config(_config_classes()["read"], self.fed("read"))
+        from dflash_diag.read.formats.load import ReadOptions
+
+        return build_config(ReadOptions, self.fed("read"))
 
 
 Layout = Sequence["str | Group"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import polars as pl
 
@@ -127,13 +128,13 @@ def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
             (pl.col("time").diff() / pl.col("step").diff().cast(pl.Float64)).alias("r")
         ).filter(pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
         if len(rates):
-            return float(rates.median()), "time"
+            return float(cast(float, rates.median())), "time"
     if {"n_tokens", "tok_per_sec"} <= set(frame.columns):
         rates = frame.select((pl.col("n_tokens") / pl.col("tok_per_sec")).alias("r")).filter(
             pl.col("r").is_finite() & (pl.col("r") > 0)
         )["r"]
         if len(rates):
-            return float(rates.median()), "tok_per_sec"
+            return float(cast(float, rates.median())), "tok_per_sec"
     return None, None
 
 
@@ -157,7 +158,9 @@ def judge(
         skip: metrics not to judge ("acc" when it is constant beside a moving loss).
     """
     config = config or VerdictConfig()
-    metric = "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    metric: str | None = (
+        "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    )
     if metric == "loss" and "loss" in skip:
         metric = None
     if metric is not None and not any(getattr(w, metric) is not None for w in windows):

@@ -109,12 +109,12 @@ def compare_regimes(
         A `RegimeComparison`; ``boundaries`` is empty when the log holds one regime.
     """
     config = config or CompareConfig()
-    if config.window is None:
-        config = replace(config, window=choose_window(frame).size)
+    size = config.window if config.window is not None else choose_window(frame).size
+    config = replace(config, window=size)
     if diagnosis is not None and diagnosis.window is None:
         diagnosis = replace(diagnosis, window=config.window)
-    # each regime's trends over config.window-step windows (regime_trend)
-    found, split_on = find_regimes(frame, headers, window=config.window)
+    # each regime's trends over size-step windows (regime_trend)
+    found, split_on = find_regimes(frame, headers, window=size)
     boundaries = [
         measure_boundary(rows_a, rows_b, reg_a, reg_b, config)
         for (reg_a, rows_a), (reg_b, rows_b) in itertools.pairwise(found)

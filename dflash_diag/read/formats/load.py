@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 import polars as pl
 
@@ -387,6 +388,16 @@ def missing_mapped_fields(log: ParsedLog, fields: Mapping[str, str]) -> list[str
     return missing
 
 
+class LoadKwargs(TypedDict):
+    """The reading options of :func:`load_log`, from :meth:`ReadOptions.load_kwargs`."""
+
+    input_format: str | None
+    presets: list[str | None]
+    per_input_fields: list[dict[str, str]]
+    fields: dict[str, str]
+    cache: bool
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The shared reading options of every command: format, presets and field maps per input.
@@ -403,9 +414,9 @@ class ReadOptions:
     field_specs: tuple[str, ...] = ()
     cache: bool = False
 
-    def load_kwargs(self, n_inputs: int, only: int | None = None) -> dict[str, object]:
-        """Keyword arguments of :func:`load_log` for ``n_inputs``
-        inputs (or for input ``only`` of them, loaded alone).
+    def load_kwargs(self, n_inputs: int, only: int | None = None) -> LoadKwargs:
+        """Keyword arguments of :func:`load_log` for ``n_inputs`` inputs (or for input ``only``
+        of them, loaded alone).
 
         Raises:
             DiagError: see :func:`split_per_input`, or a bad ``NEW=OLD`` spec.

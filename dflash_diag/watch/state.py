@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -263,7 +263,7 @@ class LiveLog:
         lr = metrics["lr"].drop_nulls()
         lr = lr.filter(lr.is_finite())
         if lr.len():
-            top = float(lr.max())
+            top = float(cast(float, lr.max()))
             self.max_lr = top if self.max_lr is None else max(self.max_lr, top)
         for name in part.issues.nonfinite:  # the reader counted them; find where they are
             if name in metrics.columns and metrics.schema[name] == pl.Float64:
@@ -338,7 +338,7 @@ class LiveLog:
             for window in compute_windows(screened, w, start=self.origin):
                 self.archived[window.index] = window
         metrics = self.log.metrics
-        newest_seq = int(metrics["seq"].max())
+        newest_seq = int(cast(int, metrics["seq"].max()))
         kept = metrics.filter((pl.col("step") >= cutoff) | (pl.col("seq") == newest_seq))
         if kept.height < metrics.height:
             self.log = ParsedLog(

@@ -385,6 +385,18 @@ def _member_weights(
     return {m: v / total for m, v in weights.items()}
 
 
+def _at_the_ceiling(fit: Fit | None, ceiling: float) -> bool:
+    """Whether a curve of a higher-is-better metric saturates only at the metric's bound.
+
+    An accuracy of 1 or a tau of the block size is the perfect drafter, not a level any run
+    settles at: a curve that needs it has found no saturation in the data and extrapolates its
+    recent rise (the straight line the backtest shows to be worse than no change). A loss
+    floored at 0 is different (a model can fit its training data), so this is for the ceiling
+    only.
+    """
+    return fit is not None and fit.family != "flat" and fit.c <= ceiling + 1e-9
+
+
 def _label(member: Member, x: np.ndarray) -> str:
     family, start = member
     return family if start == 0 else f"{family} from step {x[start]:.0f}"
@@ -452,6 +464,8 @@ def forecast_series(
     record_noise = min(
         float(np.average(np.square(r) * counts[newer], weights=wn)) for r in residuals.values()
     )
+    if higher_is_better and floor is not None:
+        members = [m for m in members if not _at_the_ceiling(fits[m], floor)]
     validated = _validate(members, x, z, counts, timeline, scale, floor)
     point_noise = record_noise / float(np.average(counts))
     weights = _member_weights(validated, members, point_noise)

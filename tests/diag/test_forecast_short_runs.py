@@ -29,12 +29,9 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_a_pipeline_run_cut_at_30_percent_forecasts_its_loss_better_than_no_change(tmp_path):
-    rows = _records(PIPELINE_RUN)
-    losses = [(r["step"], r["loss"]) for r in rows if "loss" in r and "event" not in r]
-    end = rows[0]["schedule"]["total_steps"]
-    final = np.mean([v for s, v in losses if s > end - 4])  # the last 5% of the run
-    cut = 25  # 30% of the way from step 1 to step 80
+def _forecast_of_prefix(path: Path, cut: int, tmp_path: Path) -> dict:
+    """converge's JSON forecast of the run at ``path`` cut after step ``cut``, its header kept."""
+    rows = _records(path)
     prefix = tmp_path / "train.jsonl"
     prefix.write_text(
         "".join(
@@ -49,7 +46,19 @@ def test_a_pipeline_run_cut_at_30_percent_forecasts_its_loss_better_than_no_chan
         env={"COLUMNS": "100", "NO_COLOR": "1"},
     )
     assert result.exit_code == 0, result.output
-    forecast = json.loads(result.stdout)["forecast"]
+    return json.loads(result.stdout)["forecast"]
+
+
+def _series(path: Path, metric: str) -> list[tuple[int, float]]:
+    return [(r["step"], r[metric]) for r in _records(path) if metric in r and "event" not in r]
+
+
+def test_a_pipeline_run_cut_at_30_percent_forecasts_its_loss_better_than_no_change(tmp_path):
+    losses = _series(PIPELINE_RUN, "loss")
+    end = _records(PIPELINE_RUN)[0]["schedule"]["total_steps"]
+    final = np.mean([v for s, v in losses if s > end - 4])  # the last 5% of the run
+    cut = 25  # 30% of the way from step 1 to step 80
+    forecast = _forecast_of_prefix(PIPELINE_RUN, cut, tmp_path)
     assert forecast["end_step"] == end
     loss = forecast["metrics"]["loss"]
     # No change: the newest records' mean (a single record is noisier still).
@@ -59,6 +68,17 @@ def test_a_pipeline_run_cut_at_30_percent_forecasts_its_loss_better_than_no_chan
     # it (3.43 against a final 2.73, no change 3.33); a member fitted from a later start
     # follows the slow phase.
     assert abs(loss["value"] - final) < 0.5 * abs(last - final)
+
+
+def test_an_accuracy_still_rising_straight_is_not_extrapolated_to_its_ceiling(tmp_path):
+    run = PIPELINE_RUN.parent.parent / "linear-1e-3-s1" / "train.jsonl"
+    accs = _series(run, "acc")
+    final = np.mean([v for s, v in accs if s > 76])  # 0.265
+    acc = _forecast_of_prefix(run, 25, tmp_path)["metrics"]["acc"]
+    # From steps 13-25 (0.11 rising to 0.41) every curve saturates only at acc 1 and forecast
+    # 0.58-0.89 at step 80; the accuracy settled at 0.27 by step 40.
+    assert abs(acc["value"] - final) < 0.15
+    assert acc["low"] <= final <= acc["high"]
 
 
 def test_on_noise_no_curve_that_fails_to_beat_no_change_counts():

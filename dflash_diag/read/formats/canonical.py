@@ -54,7 +54,10 @@ class Scalars:
         notes: remarks for the user (e.g. which of several runs was read).
         wide: records already in wide form (a reader's fast path): columns ``row``, ``step``,
             ``time`` and one Float64 column per key, one row per record; their rows number
-            the same writer records as the long frame's (the two together are the log).
+            the same writer records as the long frame's (the two together are the log). A
+            reader whose record is one line of several values spaces its rows by the number of
+            keys (JSONL: the i-th key as record ``row + i``); one whose record is a logging call
+            (trainer_state) gives all its values the record's row.
     """
 
     frame: pl.DataFrame
@@ -393,7 +396,8 @@ def to_parsed_log(
     ]
     records = pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
     if not _in_order(records):
-        records = records.sort("_segment", "step")
+        # stable: a step's rows keep their order, so the last value of each key is the last written
+        records = records.sort("_segment", "step", maintain_order=True)
     # sorted: a duplicate (segment, step) is the row right after its twin (no hashing)
     if (
         len(parts) > 1

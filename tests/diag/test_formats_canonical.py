@@ -235,4 +235,7 @@ def test_merge_by_step_matches_a_group_by(ordered):
     wanted = ["acc", "loss", "missing"]
     got = _merge_by_step(frame, wanted)
     assert got.equals(_reference_merge(frame, wanted))
+    # one row per record (an MLflow metric file): the rows are the records
+    single = frame.unique(["_segment", "step"], keep="first", maintain_order=True)
+    assert _merge_by_step(single, wanted).equals(_reference_merge(single, wanted))
     assert _merge_by_step(frame.clear(), wanted).equals(_reference_merge(frame.clear(), wanted))

@@ -477,3 +477,29 @@ def test_trainer_state_pieces_read_as_the_collector_does(tmp_path, monkeypatch, 
     assert metrics.equals(want_metrics)
     assert events == want_events
     assert issues == want_issues
+
+
+def test_mlflow_rows_skip_the_sort_only_when_in_logging_order():
+    """The check that lets a metric file written in order skip the sort says "in order" only
+    where the sort by (timestamp, step, key) would change nothing."""
+    import random
+
+    from dflash_diag.read.formats.mlflow_store import _in_logging_order
+
+    rng = random.Random(3)
+    said_ordered = 0
+    for _ in range(400):
+        rows = [
+            (rng.choice([1, 2, None]), rng.choice([0, 1, None]), rng.choice(["a", "b"]))
+            for _ in range(rng.randint(0, 6))
+        ]
+        frame = pl.DataFrame(
+            rows, schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String}, orient="row"
+        )
+        ordered = frame.sort("timestamp", "step", "key", maintain_order=True)
+        if frame.select(_in_logging_order()).item():
+            said_ordered += 1
+            assert ordered.equals(frame), rows
+        elif frame.null_count().sum_horizontal().item() == 0:
+            assert not ordered.equals(frame), rows
+    assert said_ordered > 50

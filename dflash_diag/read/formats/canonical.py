@@ -422,7 +422,9 @@ def to_parsed_log(
         [
             n
             for n in (*METRIC_NUMBERS, *METRIC_LISTS)
-            if n not in ("step", "time") or n in res.scalars
+            if (n not in ("step", "time") or n in res.scalars)
+            # a column of nulls holds no NaN (and counting would materialise it)
+            and metrics[n].null_count() < metrics.height
         ],
     )
     log = ParsedLog(
@@ -483,6 +485,15 @@ def _merge_by_step(frame: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
         pl.col("step") != pl.col("step").shift(1)
     )
     starts = frame.select(boundary.fill_null(True).alias("_start")).to_series()
+    if starts.all():
+        # a record per row (an MLflow metric file, a TensorBoard tag): nothing to merge
+        key, value = pl.col("key"), pl.col("value")
+        return frame.select(
+            "_segment",
+            "step",
+            "time",
+            *(pl.when(key == k).then(value).alias(_PREFIX + k) for k in wanted),
+        )
     run = (starts.cum_sum().cast(pl.UInt32) - 1).alias("_run").set_sorted()
     records = (
         pl.DataFrame([run, frame["time"]])
@@ -496,8 +507,13 @@ def _merge_by_step(frame: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
     for name in wanted:
         mine = frame["key"] == name
         values = pl.DataFrame([run.filter(mine), frame["value"].filter(mine)])
+        del mine
         # the last of each run of a key's rows is its value in that record
         last = values.filter((pl.col("_run") != pl.col("_run").shift(-1)).fill_null(True))
+        del values
+        if last.height == n_records:  # the key in every record: its values are the column
+            columns.append(last["value"].alias(_PREFIX + name))
+            continue
         column = pl.Series(_PREFIX + name, dtype=pl.Float64).extend_constant(None, n_records)
         columns.append(column.scatter(last["_run"], last["value"]) if last.height else column)
     return pl.DataFrame(columns)

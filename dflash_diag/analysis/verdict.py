@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import polars as pl
 
@@ -111,8 +112,12 @@ def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[f
         gx, gy, gn = [], [], []
         for i in range(0, len(xs), group):
             n = sum(ns[i : i + group])
-            gx.append(sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group])) / n)
-            gy.append(sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group])) / n)
+            gx.append(
+                sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group], strict=True)) / n
+            )
+            gy.append(
+                sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group], strict=True)) / n
+            )
             gn.append(n)
         xs, ys, ns = gx, gy, gn
     return xs, ys, ns
@@ -125,13 +130,13 @@ def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
             (pl.col("time").diff() / pl.col("step").diff().cast(pl.Float64)).alias("r")
         ).filter(pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
         if len(rates):
-            return float(rates.median()), "time"
+            return float(cast(float, rates.median())), "time"
     if {"n_tokens", "tok_per_sec"} <= set(frame.columns):
         rates = frame.select((pl.col("n_tokens") / pl.col("tok_per_sec")).alias("r")).filter(
             pl.col("r").is_finite() & (pl.col("r") > 0)
         )["r"]
         if len(rates):
-            return float(rates.median()), "tok_per_sec"
+            return float(cast(float, rates.median())), "tok_per_sec"
     return None, None
 
 
@@ -155,7 +160,9 @@ def judge(
         skip: metrics not to judge ("acc" when it is constant beside a moving loss).
     """
     config = config or VerdictConfig()
-    metric = "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    metric: str | None = (
+        "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    )
     if metric == "loss" and "loss" in skip:
         metric = None
     if metric is not None and not any(getattr(w, metric) is not None for w in windows):

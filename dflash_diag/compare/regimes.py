@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -140,7 +140,7 @@ def _regime_labels(
     keys = [c.normalisation_key() if (c := cfg(i)) is not None else None for i in header_idx]
     if len({k for k in keys if k is not None}) >= 2:
         labels = []
-        for i, key in zip(header_idx, keys):
+        for i in header_idx:
             c = cfg(i)
             labels.append(c.label() if c is not None else "no header")
         return labels, "config"
@@ -169,7 +169,7 @@ def _tokens_per_step(
         n = rows["n_tokens"].cast(pl.Float64, strict=False).drop_nulls()
         n = n.filter(n.is_finite())
         if n.len():
-            return float(n.mean()), "n_tokens"
+            return float(cast(float, n.mean())), "n_tokens"
     if config is not None and config.token_budget is not None:
         tokens = config.token_budget * (config.world_size or 1) * (config.grad_accum or 1)
         return float(tokens), "token_budget x world_size x grad_accum"

@@ -113,14 +113,14 @@ def compare_regimes(
         A `RegimeComparison`; ``boundaries`` is empty when the log holds one regime.
     """
     config = config or CompareConfig()
-    if config.window is None:
-        config = replace(config, window=choose_window(frame).size)
+    size = config.window if config.window is not None else choose_window(frame).size
+    config = replace(config, window=size)
     if diagnosis is not None and diagnosis.window is None:
         diagnosis = replace(diagnosis, window=config.window)
     if trend is None:
 
         def trend(rows: pl.DataFrame, column: str) -> float | None:
-            return regime_trend(rows, column, config.window)
+            return regime_trend(rows, column, size)
 
     found, split_on = find_regimes(frame, headers, trend=trend)
     boundaries = [

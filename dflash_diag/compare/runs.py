@@ -177,7 +177,7 @@ def compare_two_runs(
 
     names = _run_names(path_a, path_b)
     frames, comparisons = [], []
-    for index, (path, name) in enumerate(zip((path_a, path_b), names)):
+    for index, (path, name) in enumerate(zip((path_a, path_b), names, strict=True)):
         frame, comparison = _load_and_compare(
             path,
             config,

@@ -77,7 +77,7 @@ def window_table(
     cells = [window_cells(r, report.last_step) for r in rows]
     if _with_nonfinite(report):
         headers.append("NaN/Inf")
-        for row, line in zip(rows, cells):
+        for row, line in zip(rows, cells, strict=True):
             line.append(str(row.window.nonfinite) if row.window.nonfinite else "")
     return headers, cells
 
@@ -217,7 +217,12 @@ def eta_text(d: Diagnosis) -> str | None:
     except for a converging verdict, where its absence needs a reason)."""
     v = d.verdict
     target = d.forecast.target if d.forecast is not None else None
-    if v.eta_steps is not None and target is not None and target.eta_step is not None:
+    if (
+        v.eta_steps is not None
+        and d.forecast is not None
+        and target is not None
+        and target.eta_step is not None
+    ):
         # the forecast's ETA, with its interval: the step where it crosses the target
         if v.eta_steps == 0:
             return "target reached"

@@ -141,7 +141,7 @@ def test_mismatch_warning_high_accuracy_low_measured_tau():
 
 def test_config_validation():
     for bad in ({"block_size": 1}, {"target_acc": 0.0}, {"target_tau": 1.0}, {"baseline_tau": 0.5}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=next(iter(bad)).split("_")[-1]):
             AcceptanceConfig(**bad)
 
 

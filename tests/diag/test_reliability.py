@@ -52,7 +52,8 @@ def clean_records(n=40):
 
 def one_line_error(result):
     lines = result.stderr.strip().splitlines()
-    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
     return lines[0]
 
 
@@ -160,7 +161,8 @@ def test_damaged_gzip_is_one_line_exit_2(tmp_path):
         path.write_bytes(content)
         for command in (["converge", path], ["compare", path]):
             line = one_line_error(run(*command))
-            assert "compressed data" in line and name in line, (name, line)
+            assert "compressed data" in line, (name, line)
+            assert name in line, (name, line)
     stdin = runner.invoke(app, ["converge", "-"], input=cases["corrupt_deflate.gz"])
     assert (
         stdin.exit_code == 2 and "standard input" in stdin.stderr
@@ -248,7 +250,9 @@ def test_error_messages_escape_control_characters(tmp_path):
         result = run(*args)
         assert result.exit_code == 2
         for stream in (result.stdout, result.stderr):
-            assert "\x1b" not in stream and "\x07" not in stream and "\x9b" not in stream, args
+            assert "\x1b" not in stream, args
+            assert "\x07" not in stream, args
+            assert "\x9b" not in stream, args
         assert "\\x1b" in result.stderr, args
 
 

@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo deps test test-slow lint clean real-target
+.PHONY: demo deps test test-slow lint docs-samples clean real-target
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: deps
 	$(BIN)/ruff format --check dflash_diag dflash pipelines tests benchmarks
 	$(BIN)/ruff check dflash_diag dflash pipelines tests benchmarks
 	$(BIN)/mypy
+
+# Regenerates the output samples marked `<!-- sample: ... -->` in README.md and docs/ (the suite
+# checks them: tests/diag/test_doc_samples.py).
+docs-samples: deps
+	$(BIN)/python -m tests.doc_samples --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -267,7 +267,7 @@ def backtest_log(
                 case.covered = m.low <= truth <= m.high
             if metric == "loss":
                 # the first target is met by the final value, the second is not (by construction)
-                for t, eta, truth_within in zip(targets, etas, (True, False)):
+                for eta, truth_within in zip(etas, (True, False), strict=False):
                     if eta is None or eta.within_run is None:
                         continue
                     case.within_right.append(eta.within_run == truth_within)

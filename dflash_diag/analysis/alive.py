@@ -23,6 +23,7 @@ A metric needs :data:`MIN_RECORDS` finite records before "constant" means anythi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import polars as pl
 
@@ -66,7 +67,7 @@ def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORD
     if values.len() < min_records:
         return None
     low, high = values.min(), values.max()
-    return float(low) if low == high else None
+    return float(cast(float, low)) if low == high else None
 
 
 def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:

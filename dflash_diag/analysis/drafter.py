@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import polars as pl
 
@@ -50,7 +51,7 @@ class DrafterEvidence:
     reason: str
 
 
-def is_schema_header(header: LogEvent | None) -> bool:
+def is_schema_header(header: LogEvent | None) -> TypeGuard[LogEvent]:
     """A ``run_start`` header our drafter trainer wrote (it carries the schema version), as
     opposed to one a reader made up from another trainer's metadata."""
     return header is not None and header.fields.get("schema") is not None

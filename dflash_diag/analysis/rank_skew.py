@@ -105,24 +105,27 @@ def rank_skew(
     common = sorted(set.intersection(*map(set, per_log))) if per_log else []
     use_common = bool(common)
     stats = sorted(
-        (_rank_stats(log, common if use_common else own) for log, own in zip(logs, per_log)),
+        (
+            _rank_stats(log, common if use_common else own)
+            for log, own in zip(logs, per_log, strict=True)
+        ),
         key=lambda s: s.rank,
     )
-    rated = [s for s in stats if s.tok_per_sec is not None and s.tok_per_sec > 0]
-    slowest = min(rated, key=lambda s: s.tok_per_sec) if rated else None
-    fastest = max(rated, key=lambda s: s.tok_per_sec) if rated else None
+    rated = [(s, s.tok_per_sec) for s in stats if s.tok_per_sec is not None and s.tok_per_sec > 0]
+    slowest = min(rated, key=lambda sr: sr[1]) if rated else None
+    fastest = max(rated, key=lambda sr: sr[1]) if rated else None
     skew = vs_median = None
     if slowest is not None and fastest is not None:
-        skew = fastest.tok_per_sec / slowest.tok_per_sec
-        vs_median = statistics.median(s.tok_per_sec for s in rated) / slowest.tok_per_sec
+        skew = fastest[1] / slowest[1]
+        vs_median = statistics.median(rate for _, rate in rated) / slowest[1]
     all_steps = common if use_common else sorted({s for steps in per_log for s in steps})
     return RankSkew(
         ranks=stats,
         first_step=all_steps[0] if all_steps else None,
         last_step=all_steps[-1] if all_steps else None,
         common_steps=use_common,
-        slowest=slowest.rank if slowest else None,
-        fastest=fastest.rank if fastest else None,
+        slowest=slowest[0].rank if slowest else None,
+        fastest=fastest[0].rank if fastest else None,
         skew=skew,
         slowest_vs_median=vs_median,
     )

@@ -86,7 +86,7 @@ def resolve_restarts(
     segments = ordered.filter(is_restart)["segment"]
     restarts = [
         Restart(source=int(s), step=int(st), previous_step=int(p), segment=int(seg))
-        for (s, st, p), seg in zip(restart_rows.iter_rows(), segments)
+        for (s, st, p), seg in zip(restart_rows.iter_rows(), segments, strict=True)
     ]
     merged = ordered
     if not keep_all:

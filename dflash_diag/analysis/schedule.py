@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -156,7 +156,7 @@ def schedule_position(
         peak, peak_source = peak_lr, "--peak-lr"
     elif max_lr is not None or finite_lr.height:
         peak, peak_source = (
-            max_lr if max_lr is not None else float(finite_lr["lr"].max()),
+            max_lr if max_lr is not None else float(cast(float, finite_lr["lr"].max())),
             "max seen",
         )
     else:
@@ -187,7 +187,7 @@ def schedule_position(
     elif steps_per_epoch:
         epoch, epoch_source = step / steps_per_epoch, "steps_per_epoch"
     if header is not None and header.total_steps and steps_per_epoch:
-        if epoch_source == "log":
+        if epoch is not None and epoch_source == "log":
             # The header's steps_per_epoch is this run's; a resumed run's earlier steps may have
             # gone at another rate (sync: 1 micro-batch per step, the pipeline: grad_accum), so
             # the end is the logged epoch plus the steps left at this run's rate.

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -103,9 +103,9 @@ def _warmup_left(schedule: Mapping[str, Any] | None, step: int) -> int | None:
     if not isinstance(schedule, Mapping):
         return None
     try:
-        warmup = int(schedule.get("warmup_steps"))
+        warmup = int(schedule["warmup_steps"])
         start = int(schedule.get("start_step", 0) or 0)
-    except (TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         return None
     return max(0, start + warmup - (step - 1))
 
@@ -131,7 +131,7 @@ def _lr_at(finite: pl.DataFrame, step: int, *, before: bool) -> float | None:
         earlier = finite.filter(pl.col("step") < step)
         if earlier.height == 0:
             return None
-        return earlier["lr"][earlier["step"].arg_max()]  # arg_max: the first largest step
+        return earlier["lr"][cast(int, earlier["step"].arg_max())]  # the first largest step
     at = finite.filter(pl.col("step") == step)
     return at["lr"][0] if at.height else None
 

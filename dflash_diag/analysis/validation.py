@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import finite_number, plural
@@ -178,7 +179,7 @@ def judge_series(
     xs, ys = _bounded([float(p.step) for p in points], values)
     slope = theil_sen_slope(xs, ys) * 1000.0
     whole = mann_kendall(ys)
-    common = {
+    common: dict[str, Any] = {
         "field": field,
         "label": label,
         "n_points": n,

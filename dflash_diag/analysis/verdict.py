@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import polars as pl
 
@@ -33,8 +34,6 @@ from dflash_diag.analysis.windows import Window
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 OVERFITTING, BROKEN = "overfitting", "broken"
-#: Statuses in the order a watchdog would worry about them.
-STATUSES = (CONVERGING, PLATEAU, OVERFITTING, DIVERGING, BROKEN, NOT_ENOUGH)
 #: The O(n^2) statistics run on at most this many points; more windows are merged in groups.
 MAX_POINTS = 300
 
@@ -63,7 +62,7 @@ class Verdict:
     """The verdict section of the report.
 
     Attributes:
-        status: one of :data:`STATUSES`.
+        status: converging, plateau, overfitting, diverging, broken or "not enough data".
         metric: "acc" or "loss" (the series judged).
         slope_per_1k_steps: Theil-Sen slope of that metric per 1000 steps (loss: its own sign).
         p_value: Mann-Kendall two-sided p-value.
@@ -111,8 +110,12 @@ def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[f
         gx, gy, gn = [], [], []
         for i in range(0, len(xs), group):
             n = sum(ns[i : i + group])
-            gx.append(sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group])) / n)
-            gy.append(sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group])) / n)
+            gx.append(
+                sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group], strict=True)) / n
+            )
+            gy.append(
+                sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group], strict=True)) / n
+            )
             gn.append(n)
         xs, ys, ns = gx, gy, gn
     return xs, ys, ns
@@ -125,13 +128,13 @@ def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
             (pl.col("time").diff() / pl.col("step").diff().cast(pl.Float64)).alias("r")
         ).filter(pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
         if len(rates):
-            return float(rates.median()), "time"
+            return float(cast(float, rates.median())), "time"
     if {"n_tokens", "tok_per_sec"} <= set(frame.columns):
         rates = frame.select((pl.col("n_tokens") / pl.col("tok_per_sec")).alias("r")).filter(
             pl.col("r").is_finite() & (pl.col("r") > 0)
         )["r"]
         if len(rates):
-            return float(rates.median()), "tok_per_sec"
+            return float(cast(float, rates.median())), "tok_per_sec"
     return None, None
 
 
@@ -155,7 +158,9 @@ def judge(
         skip: metrics not to judge ("acc" when it is constant beside a moving loss).
     """
     config = config or VerdictConfig()
-    metric = "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    metric: str | None = (
+        "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
+    )
     if metric == "loss" and "loss" in skip:
         metric = None
     if metric is not None and not any(getattr(w, metric) is not None for w in windows):

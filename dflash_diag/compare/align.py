@@ -7,6 +7,7 @@ the columns of schema v1 (``step``, ``loss``, ``acc`` and, where logged, ``n_tok
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import polars as pl
 
@@ -164,7 +165,7 @@ def align_runs(
                 acc_diff=ab - aa if aa is not None and ab is not None else None,
             )
         )
-    last_x = float(max(xa.max(), xb.max()))  # type: ignore[arg-type]
+    last_x = max(float(cast(float, xa.max())), float(cast(float, xb.max())))
     return RunAlignment(
         x=x, width=width, names=names, windows=out, tokens_source=sources, last_x=last_x
     )

@@ -59,7 +59,7 @@ def _load_and_compare(
         ``(frame, comparison)``: the records compared and their `RegimeComparison`.
     """
     from dflash_diag.analysis.restarts import resolve_restarts
-    from dflash_diag.read.jsonl import load_log
+    from dflash_diag.read.formats.load import load_log
 
     # every regime is diagnosed from the frame: the lists are read with it
     log = load_log([path], strict=strict, lists=True, **read_kwargs)
@@ -177,7 +177,7 @@ def compare_two_runs(
 
     names = _run_names(path_a, path_b)
     frames, comparisons = [], []
-    for index, (path, name) in enumerate(zip((path_a, path_b), names)):
+    for index, (path, name) in enumerate(zip((path_a, path_b), names, strict=True)):
         frame, comparison = _load_and_compare(
             path,
             config,

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from dflash_diag.errors import DiagError
 from dflash_diag.text import visible
@@ -168,13 +168,13 @@ class _CheckedStream(io.RawIOBase):
 
 
 def _gunzip(raw: IO[bytes], name: str) -> IO[bytes]:
-    stream = _CheckedStream(gzip.GzipFile(fileobj=raw), name)
+    stream = _CheckedStream(cast(IO[bytes], gzip.GzipFile(fileobj=raw)), name)
     try:
         head = stream.inner.peek(4)[:4]  # type: ignore[attr-defined]
     except READ_ERRORS as exc:
         raise stream.fail(exc) from None
     check_encoding(head, name)
-    return stream
+    return cast(IO[bytes], stream)  # a file-like wrapper: the IO methods the readers use
 
 
 @contextlib.contextmanager
@@ -193,7 +193,9 @@ def open_input(path: str | Path) -> Iterator[IO[bytes]]:
         if name == "-":
             raw: IO[bytes] = sys.stdin.buffer
             if not hasattr(raw, "peek"):
-                raw = io.BufferedReader(raw)  # e.g. a BytesIO standing in for stdin
+                raw = io.BufferedReader(
+                    cast(io.RawIOBase, raw)
+                )  # e.g. a BytesIO standing in for stdin
             peek = raw.peek(4)[:4]
             if peek[:2] == b"\x1f\x8b":
                 yield _gunzip(raw, "standard input")

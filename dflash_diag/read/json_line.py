@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 #: Deepest nesting of arrays and objects a log line may have (a ``run_start`` header nests 3).
@@ -29,9 +30,10 @@ def decode_line(raw: bytes | str) -> Any:
         value = json.loads(raw)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    brackets = raw.count(b"[" if isinstance(raw, bytes) else "[") + raw.count(
-        b"{" if isinstance(raw, bytes) else "{"
-    )
+    if isinstance(raw, bytes):
+        brackets = raw.count(b"[") + raw.count(b"{")
+    else:
+        brackets = raw.count("[") + raw.count("{")
     if brackets > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     return value
@@ -43,7 +45,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children = item.values()
+            children: Iterable[Any] = item.values()
         elif isinstance(item, list):
             children = item
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dflash_diag.errors import DiagError
 
@@ -347,7 +348,7 @@ def field_map_preset(fields: Mapping[str, str], base: Preset | None = None) -> P
             scalars[canonical] = (pattern,)
         if canonical == "tau_train":
             tau_offset = 0.0  # a user's own map is taken at its word
-    base_fields = (
+    base_fields: dict[str, Any] = (
         {}
         if base is None
         else {

@@ -145,7 +145,7 @@ def diagnosis_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[s
     same records (acc of the last window, the primary tau, target progress, verdict)."""
     head = ["regime", "acc", "tau", "estimator", "target", "progress", "verdict", "ETA"]
     rows = []
-    for regime, d in zip(comparison.regimes, comparison.diagnoses):
+    for regime, d in zip(comparison.regimes, comparison.diagnoses, strict=True):
         if d is None:
             continue
         a, v = d.acceptance, d.verdict
@@ -179,7 +179,7 @@ def diagnosis_rows(comparison: RegimeComparison) -> tuple[list[str], list[list[s
 def forecast_lines(comparison: RegimeComparison) -> list[str]:
     """One forecast line per regime (as converge prints it for the same records)."""
     lines = []
-    for regime, d in zip(comparison.regimes, comparison.diagnoses or ()):
+    for regime, d in zip(comparison.regimes, comparison.diagnoses or (), strict=False):
         if d is not None and (line := forecast_line(d.forecast)) is not None:
             lines.append(f"forecast {visible(regime.name)}: {line}")
     return lines

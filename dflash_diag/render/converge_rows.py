@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dflash_diag.analysis import defaults
-from dflash_diag.analysis.acceptance import ESTIMATOR_LABELS
 from dflash_diag.analysis.alerts import format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
+from dflash_diag.analysis.estimators import PREFIX, estimator_label, ranking_text
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
@@ -77,7 +77,7 @@ def window_table(
     cells = [window_cells(r, report.last_step) for r in rows]
     if _with_nonfinite(report):
         headers.append("NaN/Inf")
-        for row, line in zip(rows, cells):
+        for row, line in zip(rows, cells, strict=True):
             line.append(str(row.window.nonfinite) if row.window.nonfinite else "")
     return headers, cells
 
@@ -217,7 +217,12 @@ def eta_text(d: Diagnosis) -> str | None:
     except for a converging verdict, where its absence needs a reason)."""
     v = d.verdict
     target = d.forecast.target if d.forecast is not None else None
-    if v.eta_steps is not None and target is not None and target.eta_step is not None:
+    if (
+        v.eta_steps is not None
+        and d.forecast is not None
+        and target is not None
+        and target.eta_step is not None
+    ):
         # the forecast's ETA, with its interval: the step where it crosses the target
         if v.eta_steps == 0:
             return "target reached"
@@ -270,9 +275,9 @@ def acceptance_lines(d: Diagnosis) -> list[tuple[str, str]]:
             (
                 "",
                 (
-                    "  (* primary; ranked measured > walk > harmonic > chain > linear, the walk "
+                    f"  (* primary; ranked {ranking_text()}, the walk "
                     f"leading on {defaults.WALK_MIN_RECORDS}+ records within ±{defaults.WALK_MAX_REL_SE:.0%}; "
-                    f"prefix is {ESTIMATOR_LABELS['prefix']})"
+                    f"prefix is {estimator_label(PREFIX)})"
                 ),
             )
         )

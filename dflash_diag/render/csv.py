@@ -126,7 +126,7 @@ def render_compare_csv(
     writer.writerow(COMPARE_CSV_COLUMNS)
     for comparison in comparisons:
         diagnoses = comparison.diagnoses or [None] * len(comparison.regimes)
-        for r, d in zip(comparison.regimes, diagnoses):
+        for r, d in zip(comparison.regimes, diagnoses, strict=True):
             row = [
                 r.name,
                 r.start_step,

@@ -42,18 +42,19 @@ def fit_columns(
     """``head`` and ``rows`` with columns dropped in :data:`DROP_ORDER` until the table fits
     ``width`` (``plain``: the text renderer's layout, else rich's); also returns the names
     dropped (for a note under the table)."""
-    head, rows = list(head), [list(r) for r in rows]
+    cols: list[str] = list(head)
+    table: list[list[str]] = [list(r) for r in rows]
     dropped: list[str] = []
     for name in DROP_ORDER.get(kind, ()):
-        if width is None or _natural_width(head, rows, plain) <= width:
+        if width is None or _natural_width(cols, table, plain) <= width:
             break
-        if name in head[1:]:
-            i = head.index(name)
-            head.pop(i)
-            for r in rows:
+        if name in cols[1:]:
+            i = cols.index(name)
+            cols.pop(i)
+            for r in table:
                 r.pop(i)
             dropped.append(name)
-    return head, rows, dropped
+    return cols, table, dropped
 
 
 def dropped_note(dropped: Sequence[str], width: int | None) -> str | None:

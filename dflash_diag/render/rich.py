@@ -70,9 +70,9 @@ def render_rich(
         table.add_column(
             name, justify="left" if name == "steps" else "right", overflow="fold", no_wrap=True
         )
-    for row, line in zip(rows, cell_rows):
+    for row, line in zip(rows, cell_rows, strict=True):
         cells = [Text(c) for c in line]
-        for i, trend in zip(arrow_cols, (row.trend.loss_trend, row.trend.acc_trend)):
+        for i, trend in zip(arrow_cols, (row.trend.loss_trend, row.trend.acc_trend), strict=False):
             cells[i].stylize(_TREND_STYLE.get(trend or "", ""))
         if headers[-1] == "NaN/Inf":
             cells[-1].stylize("bold red")

@@ -14,6 +14,7 @@ from dflash_diag import (
     prefix_tau,
 )
 from dflash_diag.analysis.acceptance import mean_positions
+from dflash_diag.analysis.estimators import Walk
 
 
 def test_estimator_formulas():
@@ -141,7 +142,7 @@ def test_mismatch_warning_high_accuracy_low_measured_tau():
 
 def test_config_validation():
     for bad in ({"block_size": 1}, {"target_acc": 0.0}, {"target_tau": 1.0}, {"baseline_tau": 0.5}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=next(iter(bad)).split("_")[-1]):
             AcceptanceConfig(**bad)
 
 
@@ -162,7 +163,7 @@ def test_mismatch_is_judged_against_walk_else_harmonic_not_the_upward_biased_pre
     assert "harmonic" in result.warnings[0]
     # the walked tau, where logged, is the one compared
     walked = estimate_acceptance(
-        0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5), tau_walk=3.5
+        0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5), walk=Walk(3.5)
     )
     assert walked.warnings
     assert "(walk)" in walked.warnings[0]

@@ -274,10 +274,13 @@ def test_one_step_windows_say_step_and_do_not_suggest_a_smaller_window(tmp_path)
     records = [{"step": s, "loss": 40.0 - s, "acc": 0.01 * s, "lr": 6e-4} for s in range(1, 5)]
     path = write(tmp_path / "short.jsonl", records)
     text = " ".join(invoke(path, "-w", "1", "-f", "text").stdout.split())
-    assert "4 windows of 1 step" in text and "of 1 steps" not in text, text
-    assert "4 windows with acc; need 5" in text and "smaller --window" not in text, text
+    assert "4 windows of 1 step" in text, text
+    assert "of 1 steps" not in text, text
+    assert "4 windows with acc; need 5" in text, text
+    assert "smaller --window" not in text, text
     wide = " ".join(invoke(path, "-w", "2", "-f", "text").stdout.split())
-    assert "2 windows of 2 steps" in wide and "(try a smaller --window)" in wide, wide
+    assert "2 windows of 2 steps" in wide, wide
+    assert "(try a smaller --window)" in wide, wide
 
 
 def test_markdown_continuations_are_sub_items(sample):
@@ -313,7 +316,8 @@ def test_a_run_past_its_schedules_end_says_so(tmp_path):
     text = " ".join(
         invoke(write(tmp_path / "past.jsonl", records), "-w", "1", "-f", "text").stdout.split()
     )
-    assert "past the schedule's end (step 4)" in text and "200%" not in text, text
+    assert "past the schedule's end (step 4)" in text, text
+    assert "200%" not in text, text
 
 
 SAMPLE_LOG = (
@@ -334,7 +338,8 @@ def test_wrapping_keeps_a_comparison_whole(fmt, columns):
         assert not line.endswith(("(<", " p =", " p", " =")), (columns, line)
         assert not line.startswith(("0.05)", "= ", "0.0")), (columns, line)
     joined = "\n".join(lines)
-    assert "Mann-Kendall" in joined and "(< 0.05)" in joined, joined
+    assert "Mann-Kendall" in joined, joined
+    assert "(< 0.05)" in joined, joined
 
 
 @pytest.mark.parametrize("columns", [80, 100])
@@ -370,11 +375,9 @@ def test_one_step_windows_are_labelled_by_their_step(tmp_path, columns):
     markdown = runner.invoke(
         app, ["converge", str(path), "-w", "2", "-f", "markdown"], env=env
     ).stdout
-    assert (
-        "| 5 | 1 |" in markdown
-        and "| 1-2 | 2 |" in markdown
-        and "5-5" not in markdown.split("**accuracy**")[0]
-    ), markdown
+    assert "| 5 | 1 |" in markdown, markdown
+    assert "| 1-2 | 2 |" in markdown, markdown
+    assert "5-5" not in markdown.split("**accuracy**")[0], markdown
     compare = runner.invoke(
         app, ["compare", str(path), str(path), "-w", "2", "-f", "text"], env=env
     ).stdout

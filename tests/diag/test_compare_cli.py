@@ -281,7 +281,8 @@ def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
     out = runner.invoke(
         app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}
     ).output
-    assert "101-120" in out and "101-150" not in out, out
+    assert "101-120" in out, out
+    assert "101-150" not in out, out
 
 
 def test_a_wrapped_boundary_explanation_keeps_its_indent(tmp_path):
@@ -317,7 +318,8 @@ def test_from_and_to_step_select_the_compared_records(tmp_path):
     windows = run_json(str(a), str(b), "--from-step", "101", "--to-step", "250")["alignment"][
         "windows"
     ]
-    assert windows[0]["start"] == 101 and windows[-1]["end"] == 251, windows  # end exclusive
+    assert windows[0]["start"] == 101, windows
+    assert windows[-1]["end"] == 251, windows
     assert sum(w["n_a"] for w in windows) == sum(w["n_b"] for w in windows) == 150
     for args, message in (
         (
@@ -367,13 +369,16 @@ def test_a_jump_without_accuracy_signal_is_unexplained(tmp_path, columns):
     )
     for path, why in ((zero, "acc is 0 on both sides"), (none, "no acc is logged around it")):
         (b,) = run_json(str(path))["boundaries"]
-        assert b["matched"] is None and "the loss jump is unexplained" in b["explanation"], b
-        assert why in b["explanation"] and "headers do not record" not in b["explanation"], b
+        assert b["matched"] is None, b
+        assert "the loss jump is unexplained" in b["explanation"], b
+        assert why in b["explanation"], b
+        assert "headers do not record" not in b["explanation"], b
         out = runner.invoke(
             app, ["compare", str(path), "-f", "text"], env={"COLUMNS": str(columns)}
         )
         text = " ".join(out.stdout.split())
-        assert "the loss jump is unexplained" in text and "is likely" not in text, text
+        assert "the loss jump is unexplained" in text, text
+        assert "is likely" not in text, text
     rows = [dict(r, acc=0.15) for r in rows]  # a real, unchanged acc: the old reading stands
     steady = tmp_path / "steady.jsonl"
     steady.write_text("".join(json.dumps(r) + "\n" for r in rows))

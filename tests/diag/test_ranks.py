@@ -195,7 +195,8 @@ def test_converge_reads_a_glob_of_rank_logs(run_dir):
     with_ranks = runner.invoke(
         app, ["converge", str(run_dir / "train.jsonl"), glob, "--format", "json"]
     )
-    assert plain.exit_code == 0 and with_ranks.exit_code == 0, with_ranks.output
+    assert plain.exit_code == 0, with_ranks.output
+    assert with_ranks.exit_code == 0, with_ranks.output
     a, b = json.loads(plain.stdout), json.loads(with_ranks.stdout)
     assert set(a) == JSON_KEYS
     assert set(b) == JSON_KEYS | {"ranks"}

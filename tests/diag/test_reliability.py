@@ -12,6 +12,7 @@ import tracemalloc
 import pytest
 from typer.testing import CliRunner
 
+from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.cli import app
 from dflash_diag.read import files
 from dflash_diag.read.files import OVERLONG_LINE, LineStats, line_chunks
@@ -52,7 +53,8 @@ def clean_records(n=40):
 
 def one_line_error(result):
     lines = result.stderr.strip().splitlines()
-    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
     return lines[0]
 
 
@@ -160,7 +162,8 @@ def test_damaged_gzip_is_one_line_exit_2(tmp_path):
         path.write_bytes(content)
         for command in (["converge", path], ["compare", path]):
             line = one_line_error(run(*command))
-            assert "compressed data" in line and name in line, (name, line)
+            assert "compressed data" in line, (name, line)
+            assert name in line, (name, line)
     stdin = runner.invoke(app, ["converge", "-"], input=cases["corrupt_deflate.gz"])
     assert (
         stdin.exit_code == 2 and "standard input" in stdin.stderr
@@ -248,7 +251,9 @@ def test_error_messages_escape_control_characters(tmp_path):
         result = run(*args)
         assert result.exit_code == 2
         for stream in (result.stdout, result.stderr):
-            assert "\x1b" not in stream and "\x07" not in stream and "\x9b" not in stream, args
+            assert "\x1b" not in stream, args
+            assert "\x07" not in stream, args
+            assert "\x9b" not in stream, args
         assert "\\x1b" in result.stderr, args
 
 
@@ -334,7 +339,7 @@ def test_a_utf16_log_is_named_as_such(tmp_path, encoding):
 def test_watch_flags_a_deleted_log(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(clean_records())
-    live = LiveLog(path, WatchConfig(window=10), clock=lambda: 100.0)
+    live = LiveLog(path, WatchConfig(analysis=DiagnosisConfig(window=10)), clock=lambda: 100.0)
     live.refresh()
     assert not [a for a in build_view(live).alerts if a.kind == "missing"]
     os.remove(path)

@@ -64,7 +64,7 @@ def test_any_series_draws_one_known_character_per_value(values, width):
     kept = values if width is None else values[max(0, len(values) - width) :]
     assert len(line) == len(kept)
     assert set(line) <= set(BLOCKS) | {MISSING, NONFINITE}
-    for v, c in zip(kept, line):
+    for v, c in zip(kept, line, strict=True):
         if v is None:
             assert c == MISSING
         elif not math.isfinite(v):

@@ -17,7 +17,7 @@ def test_theil_sen_is_the_median_pairwise_slope():
     assert theil_sen_slope([1, 2, 3, 4], [1, 3, 2, 5]) == pytest.approx(7 / 6)
     # one wild outlier does not move it
     assert theil_sen_slope(list(range(10)), [2 * x for x in range(9)] + [1000]) == pytest.approx(2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="two distinct x values"):
         theil_sen_slope([1, 1], [1, 2])
 
 
@@ -134,7 +134,7 @@ def test_eta_hours_and_config_validation():
     values = [0.10 + 0.01 * i for i in range(6)]
     verdict = judge(_windows(values), current_acc=0.15, target_acc=0.27, frame=frame)
     assert verdict.eta_hours == pytest.approx(600 * 3.6 / 3600)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="alpha must be in"):
         VerdictConfig(alpha=1.5)
 
 

@@ -139,14 +139,16 @@ def test_header_facts_use_singular_and_plural(tmp_path):
     one = runner.invoke(app, ["watch", str(_log(tmp_path, "\n".join(lines) + "\n")), "--once"])
     assert one.exit_code == 0, one.output
     head = " ".join(one.output.split())  # the facts line may wrap at the runner's width
-    assert "1 NaN/Inf value ·" in head and "1 malformed line skipped ·" in head, head
+    assert "1 NaN/Inf value ·" in head, head
+    assert "1 malformed line skipped ·" in head, head
     assert "restart at 15150" in head, head
     records[60]["acc"] = float("nan")
     lines = [json.dumps(HEADER)] + [json.dumps(r) for r in records[:200]] + ["{", "{"]
     lines += [json.dumps(r) for r in records[150:200]] + [json.dumps(r) for r in records[100:]]
     two = runner.invoke(app, ["watch", str(_log(tmp_path, "\n".join(lines) + "\n")), "--once"])
     head = " ".join(two.output.split())
-    assert "2 NaN/Inf values" in head and "2 malformed lines skipped" in head, head
+    assert "2 NaN/Inf values" in head, head
+    assert "2 malformed lines skipped" in head, head
     assert "restarts at " in head, head
 
 
@@ -168,7 +170,8 @@ def test_no_record_yet_shows_the_last_write_not_a_last_record(tmp_path):
     result = runner.invoke(app, ["watch", str(path), "--once"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "0 records · last write" in text and "last record" not in text, text
+    assert "0 records · last write" in text, text
+    assert "last record" not in text, text
     assert "2 malformed lines skipped" in text, text
 
 
@@ -181,4 +184,5 @@ def test_every_plot_frame_has_the_same_three_panels(tmp_path):
         for _ in range(2)
     ]
     tops = [next(line for line in f.splitlines() if "┌" in line) for f in frames]
-    assert tops[0].count("┌") == 3 and tops[1] == tops[0], tops
+    assert tops[0].count("┌") == 3, tops
+    assert tops[1] == tops[0], tops

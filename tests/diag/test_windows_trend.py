@@ -104,7 +104,7 @@ def test_tau_train_weighted_by_blocks():
 
 
 def test_window_size_must_be_positive():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="window size must be >= 1"):
         compute_windows(_frame([{"step": 1}]), 0)
 
 
@@ -252,7 +252,7 @@ def test_windows_match_a_plain_python_reference_on_messy_records():
         got = compute_windows(_frame(rows), size, start=start)
         want = _reference_windows(rows, size, rows[0]["step"] if start is None else start)
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert (
                 g.index,
                 g.start,
@@ -317,5 +317,5 @@ def test_noise_aware_uses_standard_error_of_difference():
 
 
 def test_trend_config_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="accuracy threshold"):
         TrendConfig(acc_threshold=-1)

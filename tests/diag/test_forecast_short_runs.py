@@ -93,7 +93,8 @@ def test_on_noise_no_curve_that_fails_to_beat_no_change_counts():
     # Every curve misses the validated points by more than "no further change" does: the
     # forecast is the flat member alone (with them, an exponential from step 17 bent it down).
     assert fc.method == "flat 1.00"
-    assert fc.low is not None and fc.high is not None
+    assert fc.low is not None
+    assert fc.high is not None
     assert fc.low <= 2.0 <= fc.high
 
 

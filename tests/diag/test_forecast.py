@@ -453,28 +453,6 @@ def test_watch_plot_draws_the_band_after_the_data():
     assert all(low <= value <= high for _, value, low, high in path)
 
 
-def test_the_forecast_adds_little_time():
-    import time
-
-    from dflash_diag.analysis.diagnosis import DiagnosisConfig
-    from dflash_diag.analysis.run_forecast import ForecastConfig
-    from dflash_diag.converge.report import build_converge_report
-    from dflash_diag.read.jsonl import load_log
-
-    log = load_log([str(SAMPLE)], lists=False)
-    build_converge_report(log)  # warm: imports and caches
-
-    def best(enabled: bool) -> float:
-        times = []
-        for _ in range(3):
-            t = time.perf_counter()
-            build_converge_report(log, DiagnosisConfig(forecast=ForecastConfig(enabled=enabled)))
-            times.append(time.perf_counter() - t)
-        return min(times)
-
-    assert best(True) - best(False) < 0.3
-
-
 def test_a_run_at_its_planned_end_is_not_forecast_as_if_it_went_on():
     """The sample log's last step is its schedule's end (410): the line says the run is there
     and that the band is the fit at the end; before the plan ends it says 'at the planned end'."""

@@ -131,7 +131,7 @@ class Timeline:
     ) -> None:
         pairs = sorted(
             (float(s), float(v))
-            for s, v in zip(lr_steps, lrs)
+            for s, v in zip(lr_steps, lrs, strict=True)
             if v is not None and math.isfinite(v) and v >= 0
         )
         n = 4096
@@ -193,7 +193,9 @@ def binned(
 ) -> Series:
     """Finite ``values`` averaged into at most ``max_bins`` bins of equal step width."""
     pairs = [
-        (float(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(v)
+        (float(s), float(v))
+        for s, v in zip(steps, values, strict=True)
+        if v is not None and math.isfinite(v)
     ]
     if not pairs:
         return Series((), (), (), basis)

@@ -126,7 +126,8 @@ def tau_input(
         )
     pts = [
         ((w.first_step + w.last_step) / 2.0, v, w.n)
-        for w, v in zip(windows, tau_series)
+        # tau_series is empty when the diagnosis did not compute it (nothing to pair then)
+        for w, v in zip(windows, tau_series, strict=False)
         if v is not None and math.isfinite(v)
     ]
     return Series(

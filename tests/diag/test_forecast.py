@@ -179,7 +179,8 @@ def test_a_saturating_curve_cut_at_30_percent_is_forecast_within_its_interval():
 
 def _forecast(values, *, end=1000):
     path = tuple(
-        (s, v, v - 0.05, v + 0.05) for s, v in zip(np.linspace(500, end, len(values)), values)
+        (s, v, v - 0.05, v + 0.05)
+        for s, v in zip(np.linspace(500, end, len(values)), values, strict=True)
     )
     from dflash_diag.analysis.forecast import MetricForecast
 

@@ -1,0 +1,5 @@
+"""``python -m dflash_diag``: the ``dflash-diag`` command, for environments without its script."""
+
+from dflash_diag.cli import main
+
+main()

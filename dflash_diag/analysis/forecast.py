@@ -192,19 +192,18 @@ def binned(
     steps: Sequence[float], values: Sequence[float | None], *, basis: str, max_bins: int = MAX_BINS
 ) -> Series:
     """Finite ``values`` averaged into at most ``max_bins`` bins of equal step width."""
-    pairs = [
-        (float(s), float(v))
-        for s, v in zip(steps, values, strict=True)
-        if v is not None and math.isfinite(v)
-    ]
-    if not pairs:
+    # arrays, not a Python float per record (10M records: 1.5 GB and seconds)
+    all_x = np.asarray(steps, dtype=float)
+    all_y = np.asarray(values, dtype=float)  # None (a list's null) is NaN: left out with it
+    finite = np.isfinite(all_y)
+    xs, ys = all_x[finite], all_y[finite]
+    del all_x, all_y, finite
+    if not xs.size:
         return Series((), (), (), basis)
-    xs = np.array([p[0] for p in pairs])
-    ys = np.array([p[1] for p in pairs])
     lo, hi = float(xs.min()), float(xs.max())
-    bins = min(max_bins, len(pairs))
+    bins = min(max_bins, xs.size)
     if hi <= lo or bins <= 1:
-        return Series((float(xs.mean()),), (float(ys.mean()),), (len(pairs),), basis)
+        return Series((float(xs.mean()),), (float(ys.mean()),), (xs.size,), basis)
     index = np.minimum(((xs - lo) / (hi - lo) * bins).astype(int), bins - 1)
     counts = np.bincount(index, minlength=bins)
     keep = counts > 0

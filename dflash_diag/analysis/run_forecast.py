@@ -191,11 +191,11 @@ def forecast_run(
     timeline = Timeline(plan, [p[0] for p in lr_pts], [p[1] for p in lr_pts], max(step, last_step))
     if timeline.note and (not planned or step > last_step):
         notes.append(timeline.note)
-    steps = frame["step"].to_list()
+    steps = frame["step"].to_numpy()
     inputs: dict[str, Series] = {}
     for name in ("loss", "acc"):
         if name in frame.columns and frame[name].drop_nulls().len():
-            inputs[name] = binned(steps, frame[name].to_list(), basis="binned train records")
+            inputs[name] = binned(steps, frame[name].to_numpy(), basis="binned train records")
     tau = tau_input(evals, windows, tau_series, tau_estimator, first_step, last_step)
     if tau.steps:
         inputs["tau"] = tau

@@ -20,58 +20,52 @@ which is the whole point: on one device per stage the step time tends to the slo
 
 Resume equivalence with read-ahead: the checkpoint stores the cursor carried by the last
 micro-batch the drafter consumed, so batches the loader had prefetched are simply read again.
+
+Each stage is a module-level function taking its channels and an explicit state object
+(:func:`loader_stage`, :func:`target_stage`, :func:`drafter_stage`); :func:`build_graph` wires
+them. The drafter stage runs the loop the lock-step trainer runs too (:mod:`pipelines.train_loop`):
+each step is :func:`~pipelines.train_step.train_step`, and the logger/checkpoint work is that
+loop's :func:`~pipelines.train_loop.step_tail`, in the drafter's thread because a checkpoint must
+hold the weights of the step it names.
+
+Where a new stage goes: work that can run ahead of the optimizer (packing, a tokenizer, a second
+target, feature compression) is a new ``<name>_stage(inputs, outputs, state)`` function here, fed
+and drained by bounded :class:`~pipelines.csp.Channel` s, and one ``Stage`` entry in
+:func:`build_graph`; its busy fraction and its channels' fill then appear in ``stage_busy`` and
+``queue_fill`` by themselves. Work that needs the weights between two updates is not a stage: it
+goes in ``train_step`` (before the update, like the walked tau) or ``step_tail`` (after it, like
+the eval and the checkpoint).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from dflash import StepMetrics, TargetModel, compute_loss_and_metrics, walk_batch
+from dflash import TargetModel
+from dflash.data import TokenBudgetLoader
 
 from .config import PipelineConfig
 from .csp import Channel, Graph, Stage, StageError, StopRequest
-from .devices import compute_precision, dtype_of
+from .devices import dtype_of
 from .distributed import DataParallel, init_data_parallel, shutdown_data_parallel
-from .evaluate import run_eval
-from .log_schema import Metrics
-from .outcome import RunResult, exit_code_for, make_progress, summarize
-from .run_setup import Setup, anchor_generator, build_setup, load_target
-from .runlog import RunLog, walk_due
-from .update import apply_update, grad_scale_for, reduce_step
+from .outcome import RunResult, make_progress
+from .run_setup import Setup, build_setup, load_target
+from .runlog import RunLog
+from .train_loop import PIPELINE, TrainLoop, close_log, end_run, run_steps
+from .train_step import MicroBatch, read_micro_batch
 
-SCRIPT = "pipeline"
+SCRIPT = PIPELINE.script
 
 #: Test hook: ``inject(stage_name, item_index, item)`` runs before a stage handles an item (the
 #: loader's item is None); raising injects a failure, changing the item injects bad data.
 FaultHook = Callable[[str, int, "MicroBatch | None"], None]
-
-
-@dataclass
-class MicroBatch:
-    """One token-budget batch travelling through the graph."""
-
-    seq: int
-    """Position in the loader's stream (restores order after parallel target workers)."""
-    batch: dict[str, torch.Tensor]
-    cursor: dict
-    """Data cursor after this batch: what a checkpoint taken after consuming it must store."""
-    epoch: float
-    features: torch.Tensor | None = None
-
-
-@dataclass
-class _Outcome:
-    """Where the drafter stage got to, read by the caller after the graph stops."""
-
-    step: int
-    reason: str = "max_steps"
-    error: str | None = None
 
 
 def _no_fault(stage: str, i: int, item: MicroBatch | None = None) -> None:
@@ -149,208 +143,103 @@ def _train(
     if not cfg.torch_threads:
         torch.set_num_threads(cpu_threads_per_stage(cfg))
     workers = target_workers(setup, cfg.target_devices)
-    drafter, loader = setup.drafter, setup.loader
-    layer_ids = drafter.config.target_layer_ids
-    bpe = loader.batches_per_epoch()
-    runlog = RunLog(setup, SCRIPT, steps_per_epoch=bpe / cfg.grad_accum, dp=dp)
-
-    ch_batches = Channel("batches", cfg.channel_capacity)
-    ch_features = Channel("features", cfg.channel_capacity)
-    outcome = _Outcome(step=setup.start_step)
-    bar = make_progress(setup, dp, started_at)
-    graph: Graph  # assigned below; the drafter stage samples its accounting
-
-    def loader_stage() -> None:
-        seq = 0
-        while True:
-            inject("loader", seq, None)
-            batch = loader.next_batch()
-            ch_batches.put(
-                MicroBatch(
-                    seq=seq, batch=batch, cursor=loader.state_dict(), epoch=loader.epoch_float
-                )
-            )
-            seq += 1
-
-    def make_target_stage(name: str, target: TargetModel, device: str) -> Callable[[], None]:
-        def target_stage() -> None:
-            i = 0
-            while True:
-                item = ch_batches.get()
-                inject(name, i, item)
-                i += 1
-                ids = item.batch["input_ids"].to(device, non_blocking=True)
-                mask = item.batch["attention_mask"].to(device, non_blocking=True)
-                feats = target.forward(ids, layer_ids, mask, logits=False).features
-                item.features = feats.to(cfg.device)
-                ch_features.put(item)
-
-        return target_stage
-
-    def drafter_stage() -> None:
-        pending: dict[int, MicroBatch] = {}
-        next_seq = 0
-        consumed = 0
-
-        def next_micro() -> MicroBatch:
-            nonlocal next_seq
-            while next_seq not in pending:
-                item = ch_features.get()
-                pending[item.seq] = item
-            item = pending.pop(next_seq)
-            next_seq += 1
-            return item
-
-        step = setup.start_step
-        cursor = loader.state_dict()  # what a checkpoint before any step would store
-        drafter.train()
-        precision = compute_precision(cfg.device, cfg.dtype)
-        t_last = time.perf_counter()
-        with bar:
-            while step < cfg.max_steps:
-                if dp.any(stop.is_set()):  # every rank stops after the same step
-                    outcome.reason = "signal"
-                    break
-                k = step + 1
-                m = StepMetrics(block_size=drafter.config.block_size)
-                epoch, sync_wait = 0.0, 0.0
-                for micro in range(cfg.grad_accum):
-                    item = next_micro()
-                    inject("drafter", consumed, item)
-                    consumed += 1
-                    batch = {n: t.to(cfg.device, non_blocking=True) for n, t in item.batch.items()}
-                    # Index in the step's global order (ranks get batches round-robin).
-                    anchors = anchor_generator(cfg.seed, k, micro * dp.world_size + dp.rank)
-                    # DDP all-reduces in the last micro-batch's backward only.
-                    last = micro == cfg.grad_accum - 1
-                    with dp.grad_sync(setup.model, last=last):
-                        with precision:
-                            out = compute_loss_and_metrics(
-                                setup.model, setup.target, batch, anchors, features=item.features
-                            )
-                        # Backpropagate the unnormalised sum; scaling the accumulated gradient by
-                        # world_size / the step's total loss weight below gives the exact
-                        # per-token mean over the step (not a mean of micro-batch means) without
-                        # knowing the total in advance.
-                        if last and runlog.per_rank:
-                            sync_wait = dp.wait_for_others()
-                        out.loss_sum.backward()
-                    m = m + out.metrics
-                    cursor, epoch = item.cursor, item.epoch
-                walk = {}
-                if walk_due(cfg, k) and dp.is_main:
-                    # The walked tau before the update (the drafter state the step's other
-                    # metrics describe), without gradients; its time counts in this step's tok/s.
-                    # On the held-out split: sequences never trained on, in every epoch. Without
-                    # one, on the step's last micro-batch (its own target features): not yet
-                    # trained on in the first epoch only.
-                    with precision:
-                        if setup.held_out is not None:
-                            walk = setup.held_out.walk(
-                                drafter,
-                                setup.target,
-                                layer_ids,
-                                setup.horizon,
-                                record=k // (cfg.log_every * cfg.walk_every) - 1,
-                                n=cfg.walk_seqs,
-                                device=cfg.device,
-                            )
-                        else:
-                            walk = walk_batch(
-                                drafter,
-                                setup.target,
-                                batch,
-                                item.features,
-                                horizon=setup.horizon,
-                                max_seqs=cfg.walk_seqs,
-                            ).to_log_dict()
-                local, m = m, reduce_step(dp, m)
-                lr = setup.schedule.lr_at(k)
-                scale = grad_scale_for(dp, m)
-                upd = apply_update(drafter, setup.optimizer, lr, cfg.grad_clip, m.loss, scale)
-                step = outcome.step = k
-                if not upd.applied:
-                    if runlog.nonfinite(k, m.loss, upd.grad_norm):
-                        outcome.reason = "nonfinite"
-                        break
-                    t_last = time.perf_counter()  # the next step's tok/s counts its own time
-                    continue
-                runlog.finite()
-                now = time.perf_counter()
-                step_time = now - t_last
-                tok_per_sec = m.n_tokens / step_time if step_time > 0 else 0.0
-                t_last = now
-                if k % cfg.log_every == 0:
-                    busy, fill = graph.sample()
-                    runlog.write(
-                        Metrics(
-                            step=k,
-                            time=time.time(),
-                            epoch=epoch,
-                            lr=lr,
-                            tok_per_sec=tok_per_sec,
-                            grad_norm=upd.grad_norm,
-                            stage_busy=busy,
-                            queue_fill=fill,
-                            **m.to_log_dict(),
-                            **walk,
-                        )
-                    )
-                    runlog.rank_metrics(
-                        k, epoch, lr, local, upd.grad_norm, step_time, sync_wait, busy, fill
-                    )
-                bar.update(k, m, step_time)
-                if cfg.eval_every and k % cfg.eval_every == 0 and dp.is_main:
-                    runlog.write(
-                        run_eval(drafter, setup.target, setup.eval_prompts, setup.horizon, step=k)
-                    )
-                    drafter.train()
-                    t_last = time.perf_counter()  # keep eval time out of tok/s
-                if cfg.ckpt_every and k % cfg.ckpt_every == 0:
-                    runlog.checkpoint(k, cursor, SCRIPT)
-                    t_last = time.perf_counter()
-        if outcome.reason != "signal":
-            outcome.error = runlog.nothing_trained(step)
-        if outcome.error is not None:
-            outcome.reason = "nonfinite"
-        elif step > setup.start_step and runlog.last_ckpt_step != step:
-            runlog.checkpoint(step, cursor, SCRIPT)
-
-    stages = [Stage("loader", loader_stage, outputs=[ch_batches])]
-    for i, (dev, target) in enumerate(zip(cfg.target_devices, workers)):
-        name = f"target{i}"
-        stages.append(
-            Stage(
-                name,
-                make_target_stage(name, target, dev),
-                inputs=[ch_batches],
-                outputs=[ch_features],
-            )
-        )
-    stages.append(Stage("drafter", drafter_stage, inputs=[ch_features]))
-    graph = Graph(stages)
+    runlog = RunLog(
+        setup, SCRIPT, steps_per_epoch=setup.loader.batches_per_epoch() / cfg.grad_accum, dp=dp
+    )
+    loop = TrainLoop(setup, dp, stop, runlog, make_progress(setup, dp, started_at), PIPELINE)
+    graph = build_graph(setup, loop, workers, inject)
+    loop.sample = graph.sample  # the metrics records' stage_busy and queue_fill
     try:
         graph.run()
     except StageError as e:
-        runlog.stop(outcome.step, "error", str(e))
-        runlog.close()
-        return RunResult(
-            step=outcome.step,
-            reason="error",
-            exit_code=1,
-            error=str(e),
-            summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, "error", str(e)),
-        )
+        return end_run(loop, "error", str(e))
     except BaseException as e:  # KeyboardInterrupt from a second signal: stages already stopped
-        runlog.stop(outcome.step, "signal", f"{type(e).__name__}: interrupted twice, no checkpoint")
-        runlog.close()
+        close_log(loop, "signal", f"{type(e).__name__}: interrupted twice, no checkpoint")
         raise
-    runlog.stop(outcome.step, outcome.reason, outcome.error)
-    runlog.close()
-    return RunResult(
-        step=outcome.step,
-        reason=outcome.reason,
-        exit_code=exit_code_for(outcome.reason, stop.signum),
-        error=outcome.error,
-        summary=summarize(SCRIPT, setup, runlog, bar, outcome.step, outcome.reason, outcome.error),
-    )
+    return end_run(loop, loop.state.reason, loop.state.error)
+
+
+def build_graph(
+    setup: Setup, loop: TrainLoop, workers: list[TargetModel], inject: FaultHook
+) -> Graph:
+    """The stage graph: loader -> one target worker per ``target_devices`` entry -> drafter."""
+    cfg = setup.cfg
+    batches = Channel("batches", cfg.channel_capacity)
+    features = Channel("features", cfg.channel_capacity)
+    stages = [Stage("loader", functools.partial(loader_stage, batches, setup.loader, inject))]
+    layer_ids = setup.drafter.config.target_layer_ids
+    for i, (device, target) in enumerate(zip(cfg.target_devices, workers, strict=True)):
+        worker = TargetWorker(f"target{i}", target, device, layer_ids, out_device=cfg.device)
+        run = functools.partial(target_stage, batches, features, worker, inject)
+        stages.append(Stage(worker.name, run, inputs=[batches], outputs=[features]))
+    drafter = functools.partial(drafter_stage, features, loop, inject)
+    stages.append(Stage("drafter", drafter, inputs=[features]))
+    return Graph(stages)
+
+
+def loader_stage(batches: Channel, loader: TokenBudgetLoader, inject: FaultHook) -> None:
+    """Read micro-batches from the resumable data stream into ``batches``, numbered in order,
+    until the graph closes ``batches`` (the loader reads ahead by the channel's capacity)."""
+    seq = 0
+    while True:
+        inject("loader", seq, None)
+        batches.put(read_micro_batch(loader, seq))
+        seq += 1
+
+
+@dataclass
+class TargetWorker:
+    """One target forward worker: its frozen model, where it runs and where it ships to."""
+
+    name: str
+    target: TargetModel
+    device: str
+    layer_ids: list[int]
+    """The target layers whose hidden states make the drafter's features."""
+    out_device: str
+    """The drafter's device."""
+
+
+def target_stage(
+    batches: Channel, features: Channel, worker: TargetWorker, inject: FaultHook
+) -> None:
+    """Attach the target's hidden-state features to each micro-batch of ``batches`` and pass it
+    on to ``features`` (several workers may finish out of order: the drafter reorders)."""
+    i = 0
+    while True:
+        item = batches.get()
+        inject(worker.name, i, item)
+        i += 1
+        ids = item.batch["input_ids"].to(worker.device, non_blocking=True)
+        mask = item.batch["attention_mask"].to(worker.device, non_blocking=True)
+        feats = worker.target.forward(ids, worker.layer_ids, mask, logits=False).features
+        item.features = feats.to(worker.out_device)
+        features.put(item)
+
+
+@dataclass
+class InOrder:
+    """The drafter's input: the micro-batches of ``features`` in the loader's order."""
+
+    features: Channel
+    inject: FaultHook
+    next_seq: int = 0
+    """The next micro-batch to hand out (= how many were handed out)."""
+    pending: dict[int, MicroBatch] = field(default_factory=dict)
+    """Micro-batches that arrived before their turn."""
+
+    def __call__(self) -> MicroBatch:
+        while self.next_seq not in self.pending:
+            item = self.features.get()
+            self.pending[item.seq] = item
+        item = self.pending.pop(self.next_seq)
+        self.inject("drafter", self.next_seq, item)
+        self.next_seq += 1
+        return item
+
+
+def drafter_stage(features: Channel, loop: TrainLoop, inject: FaultHook) -> None:
+    """Train on the micro-batches of ``features``, in the loader's order: the shared step loop
+    (``loop.state`` says where it got to), its log records, evals and checkpoints. The graph ends
+    when it returns (max steps, a stop request, too many non-finite steps)."""
+    run_steps(loop, InOrder(features, inject))

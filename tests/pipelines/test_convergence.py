@@ -67,7 +67,7 @@ def test_sample_log_recipe_is_read_by_the_diagnostics(tmp_path):
         [
             sys.executable,
             "-m",
-            "pipelines.make_sample_logs",
+            "pipelines.real_sample_log",
             "--out",
             str(out),
             "--sync-steps",

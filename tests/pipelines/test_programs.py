@@ -72,6 +72,44 @@ def test_sync_then_pipeline_migration_continues_the_step_count(make_cfg, tmp_pat
     assert state["script"] == "pipeline"
 
 
+def test_sync_and_pipeline_train_the_same_steps_on_the_same_seed_and_data(make_cfg, tmp_path):
+    """One micro-batch per step and one target worker: the pipeline's read-ahead, its target
+    stage and its reordering change nothing, so both programs log the same legacy fields (time
+    aside) and save the same drafter, cursor and schedule."""
+    common = {"max_steps": 4, "ckpt_every": 2, "torch_threads": 1}
+    sync = make_cfg(
+        TrainConfig, log=str(tmp_path / "s.jsonl"), ckpt_dir=str(tmp_path / "s"), **common
+    )
+    pipe = make_cfg(
+        log=str(tmp_path / "p.jsonl"),
+        ckpt_dir=str(tmp_path / "p"),
+        grad_accum=1,
+        target_devices=["cpu"],
+        **common,
+    )
+    assert run_sync(sync).exit_code == run_pipeline(pipe).exit_code == 0
+
+    a = metrics_of(read_log(tmp_path / "s.jsonl"))
+    b = metrics_of(read_log(tmp_path / "p.jsonl"))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
+    for ra, rb in zip(a, b, strict=True):
+        assert (rb["epoch"], rb["lr"]) == (ra["epoch"], ra["lr"]), ra["step"]
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6), ra["step"]
+        assert rb["acc"] == pytest.approx(ra["acc"], abs=1e-6), ra["step"]
+    assert len({r["loss"] for r in a}) == 4  # the steps trained on different batches
+    for step in (2, 4):
+        sa = json.loads((step_dir(tmp_path / "s", step) / "state.json").read_text())
+        sb = json.loads((step_dir(tmp_path / "p", step) / "state.json").read_text())
+        assert (sa["script"], sb["script"]) == ("sync", "pipeline")
+        for key in ("step", "cursor", "schedule", "seed", "micro_batches"):
+            assert sb[key] == sa[key], (step, key)
+        wa = load_file(str(step_dir(tmp_path / "s", step) / "model.safetensors"))
+        wb = load_file(str(step_dir(tmp_path / "p", step) / "model.safetensors"))
+        assert sorted(wb) == sorted(wa)
+        for name in wa:
+            torch.testing.assert_close(wb[name], wa[name], rtol=1e-5, atol=1e-6)
+
+
 def test_periodic_checkpoints_are_named_by_step(make_cfg, tmp_path):
     run_pipeline(make_cfg(max_steps=5, ckpt_every=2))
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())

@@ -10,8 +10,8 @@ The story of the original analysis, for real and small enough to commit:
 3. the pipeline restarted from its latest checkpoint to the end, so the steps between that
    checkpoint and the crash are logged twice (the diagnostics resolve the restart).
 
-    python -m pipelines.make_sample_logs                 # writes sample_logs/train.jsonl
-    python -m pipelines.make_sample_logs --out /tmp/t.jsonl --sync-steps 20 --pipeline-steps 20
+    python -m pipelines.real_sample_log                 # writes sample_logs/train.jsonl
+    python -m pipelines.real_sample_log --out /tmp/t.jsonl --sync-steps 20 --pipeline-steps 20
 
 Every phase runs the real ``dflash-train`` command in a scratch directory (relative paths, so the
 log names no machine-specific directory). Timestamps and throughput are real, so two

@@ -4,7 +4,10 @@ the reliability issues, so the share that holds says how well the fixes generali
 Each case is written to a scratch folder and given to ``converge`` (text and JSON), ``compare``
 and ``watch --once``. A run holds when it exits 0 or 2 (no ``--fail-on`` is given, so 1 is wrong too), prints no traceback, says an exit-2
 error in one line on stderr, writes no raw terminal control bytes, and stays under the time and
-memory bounds. Run: ``python benchmarks/attacks_heldout.py [--only NAME] [--keep DIR]``.
+memory bounds. ``dflash-train sync`` gets its own held-out cases (bad values, paths that are the wrong kind of
+thing, damaged checkpoints and targets, an unwritable log); each must exit 2 with one line, or 0
+where the input is valid. Run: ``python benchmarks/attacks_heldout.py [--only NAME] [--keep DIR]
+[--no-train]``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TIME_LIMIT_S = 60.0
+TRAIN_TIME_LIMIT_S = 300.0
 RSS_LIMIT_MB = 1500.0
 CONTROL = (b"\x1b", b"\x07", b"\x9b")
 
@@ -258,6 +262,91 @@ CASES = [
     Case("end_step_negative", _file("e.jsonl", _jsonl(_plain(50))), ("--end-step", "-10")),
 ]
 
+
+def _train_cases(root: Path) -> list[tuple[str, list[str], tuple[int, ...]]]:
+    """(name, dflash-train sync arguments, exit codes that hold) for the training held-out set."""
+    bad_toml = root / "bad.toml"
+    bad_toml.write_text("max_steps = [1,\n")
+    unknown_toml = root / "unknown.toml"
+    unknown_toml.write_text("max_stepz = 3\n")
+    a_file = root / "a_file"
+    a_file.write_text("not a directory\n")
+    garbage_ckpt = root / "garbage_ckpt"
+    garbage_ckpt.mkdir(exist_ok=True)
+    (garbage_ckpt / "train.safetensors").write_bytes(random.Random(5).randbytes(4096))
+    (garbage_ckpt / "meta.json").write_text("{not json")
+    no_weights = root / "no_weights"
+    no_weights.mkdir(exist_ok=True)
+    (no_weights / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    bad_config = root / "bad_config"
+    bad_config.mkdir(exist_ok=True)
+    (bad_config / "config.json").write_text("{")
+    base = ["--max-steps", "2", "--no-progress"]
+
+    def out(name: str) -> list[str]:
+        return ["--log", str(root / f"{name}.jsonl"), "--ckpt-dir", str(root / f"{name}_ckpt")]
+
+    two = (2,)
+    return [
+        ("valid_two_steps", [*base, *out("valid")], (0,)),
+        ("lr_negative", [*base, *out("lr"), "--lr", "-1"], two),
+        ("lr_nan", [*base, *out("lrnan"), "--lr", "nan"], two),
+        ("epochs_negative", ["--epochs", "-1", "--no-progress", *out("ep")], two),
+        ("max_steps_negative", ["--max-steps", "-3", "--no-progress", *out("ms")], two),
+        ("block_size_one", [*base, *out("b1"), "--block-size", "1"], two),
+        ("data_is_a_file", [*base, *out("data"), "--data", str(a_file)], two),
+        ("config_syntax_error", [*base, *out("toml"), "--config", str(bad_toml)], two),
+        ("config_unknown_key", [*base, *out("toml2"), "--config", str(unknown_toml)], two),
+        (
+            "ckpt_dir_is_a_file",
+            [*base, "--log", str(root / "c.jsonl"), "--ckpt-dir", str(a_file)],
+            two,
+        ),
+        ("resume_missing", [*base, *out("rm"), "--resume", str(root / "nope")], two),
+        ("resume_garbage", [*base, *out("rg"), "--resume", str(garbage_ckpt)], two),
+        (
+            "log_device_full",
+            [*base, "--log", "/dev/full", "--ckpt-dir", str(root / "full_ckpt")],
+            two,
+        ),
+        ("device_cuda_absent", [*base, *out("cuda"), "--device", "cuda"], two),
+        ("device_unknown", [*base, *out("dev"), "--device", "tpu:7"], two),
+        ("target_without_weights", [*base, *out("tw"), "--target", str(no_weights)], two),
+        ("target_config_broken", [*base, *out("tc"), "--target", str(bad_config)], two),
+        ("seed_huge", [*base, *out("seed"), "--seed", "1" + "0" * 40], two),
+    ]
+
+
+def run_train(name: str, args: list[str], ok: tuple[int, ...], env: dict[str, str]) -> Outcome:
+    train = Path(sys.executable).with_name("dflash-train")
+    argv = ["/usr/bin/time", "-f", "%M", str(train), "sync", *args]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            argv,
+            check=False,
+            capture_output=True,
+            timeout=TRAIN_TIME_LIMIT_S,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return Outcome(name, "train", -1, TRAIN_TIME_LIMIT_S, 0.0, "timeout")
+    seconds = time.monotonic() - start
+    lines = proc.stderr.decode("utf-8", "replace").rstrip("\n").split("\n")
+    rss = lines.pop() if lines else ""
+    lines = [e for e in lines if e.strip() and not e.startswith("Command exited with non-zero")]
+    problem = None
+    if any("Traceback" in e for e in lines):
+        problem = "traceback: " + lines[-1][:120]
+    elif proc.returncode not in ok:
+        problem = f"exit {proc.returncode}, expected {ok}: " + (lines[-1][:120] if lines else "")
+    elif proc.returncode == 2 and len(lines) != 1:
+        problem = f"exit 2 with {len(lines)} stderr lines: " + " | ".join(x[:60] for x in lines[:3])
+    rss_mb = int(rss) / 1024 if rss.isdigit() else 0.0
+    return Outcome(name, "train", proc.returncode, seconds, rss_mb, problem)
+
+
 COMMANDS = {
     "converge": ("converge", "{path}", "-f", "text"),
     "converge-json": ("converge", "{path}", "-f", "json"),
@@ -323,6 +412,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="run the cases whose name contains this")
     parser.add_argument("--keep", type=Path, help="write the cases here and keep them")
+    parser.add_argument("--no-train", action="store_true", help="skip the dflash-train cases")
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="attacks-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -337,6 +427,20 @@ def main() -> int:
             path = case.make(where)
             for command in COMMANDS:
                 o = run_one(case, command, path, env)
+                outcomes.append(o)
+                mark = "ok  " if o.problem is None else "FAIL"
+                print(
+                    f"{mark} {o.case:28} {o.command:14} rc={o.rc:<3} {o.seconds:6.1f} s"
+                    f" {o.rss_mb:7.0f} MB  {o.problem or ''}",
+                    flush=True,
+                )
+        if not args.no_train:
+            train_root = root / "train"
+            train_root.mkdir(exist_ok=True)
+            for name, train_args, ok in _train_cases(train_root):
+                if args.only and args.only not in name:
+                    continue
+                o = run_train(name, train_args, ok, env)
                 outcomes.append(o)
                 mark = "ok  " if o.problem is None else "FAIL"
                 print(

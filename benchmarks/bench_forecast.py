@@ -5,6 +5,8 @@ Not a timed test: run it by hand and read the figures.
     python benchmarks/bench_forecast.py                          # the corpus at shared/wild
     python benchmarks/bench_forecast.py --root PATH/wild_heldout # another corpus
     python benchmarks/bench_forecast.py --runs tests/fixtures/runs  # add pipeline runs
+    python benchmarks/bench_forecast.py --runs tests/fixtures/runs \
+        --heldout-runs tests/fixtures/runs_heldout --by-metric          # held-out runs, per metric
 
 Three kinds of real curves:
 
@@ -15,12 +17,15 @@ Three kinds of real curves:
     and eval loss/accuracy forecast at the end;
 (b) pipeline runs of this repository (``--runs DIR``: every ``*.jsonl`` under it is a run, the
     plan in its header, tau measured by its evals);
-(c) the acceptance-length curves users posted (``benchmarks/curves/*.json``).
+(c) the acceptance-length curves users posted (``benchmarks/curves/*.json``);
+(d) held-out pipeline runs (``--heldout-runs DIR``, as (b)): runs no forecast constant was tuned
+    on, reported apart (the held-out corpus is ``--root`` pointed at it).
 
 Per cut it prints the forecast's median error of the final value as a share of the run's whole
 change (``|forecast - final| / |first - final|``), beside two contenders on the same prefix: the
 last value (no further change) and a Theil-Sen straight line through the prefix's points
-extrapolated to the end; the share of 80% intervals that hold the final value; and how often
+extrapolated to the end; in how many cases the forecast was closer than the last value (a
+median over a mix of metrics can sit between them, ``--by-metric`` splits it); the share of 80% intervals that hold the final value; and how often
 "within this run" was answered right for two loss targets per run: halfway from the cut's value
 to the final one (the final value meets it: reachable) and half as far again beyond the final one
 (the final value does not: not within the run). Targets at the 30% cut: median error <= 0.8x the last value's and <= 0.5x the
@@ -322,9 +327,9 @@ def summary(cases: list[Case], title: str) -> list[str]:
         "",
         (
             "| cut | forecasts | no evidence | median error: forecast | last value | straight line "
-            "| forecast/last | forecast/line | 80% coverage | within-run right |"
+            "| forecast/last | forecast/line | closer than last | 80% coverage | within-run right |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cut in sorted({c.cut for c in cases}):
         group = [c for c in cases if c.cut == cut]
@@ -334,6 +339,7 @@ def summary(cases: list[Case], title: str) -> list[str]:
         line = _median(c.line_error for c in made)
         cov = [c.covered for c in made if c.covered is not None]
         right = [r for c in group for r in c.within_right]
+        closer = sum(c.error < c.last_error for c in made if c.error is not None)
 
         def pct(v):
             return "-" if v is None else f"{100 * v:.1f}%"
@@ -344,11 +350,22 @@ def summary(cases: list[Case], title: str) -> list[str]:
         label = "last-but-one" if cut < 0 else f"{cut:.0%}"
         out.append(
             f"| {label} | {len(made)} | {len(group) - len(made)} | {pct(fc)} | {pct(last)} | "
-            f"{pct(line)} | {ratio(fc, last)} | {ratio(fc, line)} | "
+            f"{pct(line)} | {ratio(fc, last)} | {ratio(fc, line)} | {closer}/{len(made)} | "
             f"{pct(sum(cov) / len(cov) if cov else None)} ({sum(cov)}/{len(cov)}) | "
             f"{pct(sum(right) / len(right) if right else None)} ({sum(right)}/{len(right)}) |"
         )
     out.append("")
+    return out
+
+
+def by_metric(cases: list[Case], title: str) -> list[str]:
+    """:func:`summary` of each metric's cases apart (a median over a mix of metrics can sit
+    between a metric forecast well and one forecast badly)."""
+    out: list[str] = []
+    for metric in METRICS:
+        group = [c for c in cases if c.metric == metric]
+        if any(c.error is not None for c in group):
+            out += summary(group, f"{title}: {metric} only")
     return out
 
 
@@ -361,7 +378,13 @@ def main() -> int:
         help="corpus folder with index.csv (default: shared/wild)",
     )
     parser.add_argument("--runs", type=Path, default=None, help="folder of pipeline runs (*.jsonl)")
+    parser.add_argument(
+        "--heldout-runs", type=Path, default=None, help="folder of held-out pipeline runs"
+    )
     parser.add_argument("--curves", type=Path, default=ROOT / "benchmarks" / "curves")
+    parser.add_argument(
+        "--by-metric", action="store_true", help="each table again per metric (loss, acc, ...)"
+    )
     parser.add_argument("--verbose", action="store_true", help="one line per case")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -381,12 +404,16 @@ def main() -> int:
             notes += skipped
         runs = len({c.source for c in corpus_cases})
         lines += summary(corpus_cases, f"(a) completed public runs of {args.root} ({runs} runs)")
+        if args.by_metric:
+            lines += by_metric(corpus_cases, f"(a) {args.root}")
     else:
         notes.append(f"no corpus at {args.root}")
-    if args.runs is not None and args.runs.is_dir():
+    for folder, label in ((args.runs, "(b) pipeline runs"), (args.heldout_runs, "(d) held-out")):
+        if folder is None or not folder.is_dir():
+            continue
         run_cases: list[Case] = []
-        for path in sorted(args.runs.rglob("*.jsonl")):
-            name = str(path.relative_to(args.runs))
+        for path in sorted(folder.rglob("*.jsonl")):
+            name = str(path.relative_to(folder))
             try:
                 cases, skipped = backtest_log(name, load(path))
             except DiagError as exc:
@@ -394,10 +421,12 @@ def main() -> int:
                 continue
             run_cases += cases
             notes += skipped
-        lines += summary(
-            run_cases,
-            f"(b) pipeline runs of {args.runs} ({len({c.source for c in run_cases})} runs)",
-        )
+        title = f"{label} pipeline runs of {folder}" if label.startswith("(d)") else label
+        if not label.startswith("(d)"):
+            title = f"{label} of {folder}"
+        lines += summary(run_cases, f"{title} ({len({c.source for c in run_cases})} runs)")
+        if args.by_metric:
+            lines += by_metric(run_cases, title)
         corpus_cases += run_cases
     curve_cases: list[Case] = []
     for path in sorted(args.curves.glob("*.json")):

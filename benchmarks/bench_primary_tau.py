@@ -5,7 +5,7 @@ committed pipeline runs (``tests/fixtures/runs/*/train.jsonl``, made by
 ``benchmarks/make_forecast_runs.py``), which walk a held-out split.
 
     python benchmarks/bench_primary_tau.py                          # every committed run
-    python benchmarks/bench_primary_tau.py --window 8 run/train.jsonl
+    python benchmarks/bench_primary_tau.py --window 8 run/train.jsonl  # 8-step windows
     python benchmarks/bench_primary_tau.py --all-evals              # the first epoch too
 
 For each eval record at step s, the log is cut after step s's metric record and EVERY eval record
@@ -25,9 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def primary_at_evals(path: Path, window: int, all_evals: bool = False) -> list[dict]:
+def primary_at_evals(path: Path, window: int | None, all_evals: bool = False) -> list[dict]:
     """One row per eval of ``path`` (past the first epoch unless ``all_evals``): the measured
-    tau, the primary estimate of the report with every eval hidden, and its relative error."""
+    tau, the primary estimate of the report with every eval hidden, and its relative error.
+    ``window``: steps per window (None: converge's default, ``--window auto``)."""
     from dflash_diag import ConvergeConfig, build_converge_report, load_log
 
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -65,10 +66,25 @@ def primary_at_evals(path: Path, window: int, all_evals: bool = False) -> list[d
     return rows
 
 
+def window_arg(text: str) -> int | None:
+    """``--window``: a positive number of steps, or ``auto``."""
+    if text == "auto":
+        return None
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--window must be >= 1 or auto, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("logs", nargs="*", type=Path)
-    p.add_argument("--window", type=int, default=8, help="steps per window (converge --window)")
+    p.add_argument(
+        "--window",
+        type=window_arg,
+        default=None,
+        help="steps per window, or auto (converge's default, the default here)",
+    )
     p.add_argument("--all-evals", action="store_true", help="the first epoch's evals too")
     args = p.parse_args(argv)
     logs = args.logs or sorted((REPO / "tests" / "fixtures" / "runs").glob("*/train.jsonl"))

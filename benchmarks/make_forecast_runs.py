@@ -4,6 +4,11 @@ measured eval every ~10% of the run, past the first epoch, with the held-out wal
 
     nice -n 10 python benchmarks/make_forecast_runs.py cosine-6e-4-s0      # one run
     nice -n 10 python benchmarks/make_forecast_runs.py --list              # the table
+    nice -n 10 python benchmarks/make_forecast_runs.py --heldout           # the held-out runs
+
+The held-out runs (:data:`HELDOUT`, written to ``tests/fixtures/runs_heldout/``) are other
+schedules, learning rates and seeds that no forecast constant was tuned on: the backtest reports
+them separately (``bench_forecast.py --heldout-runs``).
 
 Each run trains on the first ``--examples`` examples of the bundled data (written once to
 ``<work>/data``: the same target-generated sequences, fewer of them, so that several epochs fit
@@ -22,12 +27,26 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: Flags of the longer runs (after COMMON's, so they win): 160 steps, an eval every 16.
+LONG = ["--max-steps", "160", "--eval-every", "16", "--progress-every", "16"]
+
 #: name -> flags of ``dflash-train pipeline`` on top of COMMON.
 RUNS: dict[str, list[str]] = {
     "cosine-6e-4-s0": ["--schedule", "cosine", "--lr", "6e-4", "--seed", "0"],
     "linear-1e-3-s1": ["--schedule", "linear", "--lr", "1e-3", "--seed", "1"],
     "constant-3e-4-s2": ["--schedule", "constant", "--lr", "3e-4", "--seed", "2"],
     "cosine-1.5e-3-s3": ["--schedule", "cosine", "--lr", "1.5e-3", "--seed", "3"],
+    # twice as long (6.5 epochs), an eval every 16 steps: a 30% cut sees 48 records, not 24
+    "cosine-8e-4-s7-160": ["--schedule", "cosine", "--lr", "8e-4", "--seed", "7", *LONG],
+    "constant-5e-4-s8-160": ["--schedule", "constant", "--lr", "5e-4", "--seed", "8", *LONG],
+}
+
+#: Held out from tuning: name -> flags, as :data:`RUNS`.
+HELDOUT: dict[str, list[str]] = {
+    "cosine-1e-3-s4": ["--schedule", "cosine", "--lr", "1e-3", "--seed", "4"],
+    "linear-5e-4-s5": ["--schedule", "linear", "--lr", "5e-4", "--seed", "5"],
+    "constant-8e-4-s6": ["--schedule", "constant", "--lr", "8e-4", "--seed", "6"],
+    "linear-1.2e-3-s9-160": ["--schedule", "linear", "--lr", "1.2e-3", "--seed", "9", *LONG],
 }
 
 #: What every run shares: about 24 optimizer steps an epoch on the 384-example data (352
@@ -68,19 +87,25 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help="runs to make (default: all)")
     p.add_argument("--list", action="store_true", help="print the table of runs")
+    p.add_argument("--heldout", action="store_true", help="the held-out runs (HELDOUT)")
     p.add_argument("--work", type=Path, default=REPO / "runs" / "forecast_runs")
-    p.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "runs")
+    p.add_argument("--out", type=Path, default=None, help="default: tests/fixtures/runs[_heldout]")
     p.add_argument("--examples", type=int, default=384)
     args = p.parse_args(argv)
+    table = HELDOUT if args.heldout else RUNS
+    out = args.out or REPO / "tests" / "fixtures" / ("runs_heldout" if args.heldout else "runs")
     if args.list:
-        for name, flags in RUNS.items():
+        for name, flags in table.items():
             print(name, " ".join(flags))
         return 0
+    unknown = [n for n in args.names if n not in table]
+    if unknown:
+        p.error(f"unknown run(s) {', '.join(unknown)}: see --list")
     data = make_data(args.work, args.examples)
     toml = args.work / "runs.toml"
     toml.write_text(TOML)
-    for name in args.names or list(RUNS):
-        log = args.out / name / "train.jsonl"
+    for name in args.names or list(table):
+        log = out / name / "train.jsonl"
         log.parent.mkdir(parents=True, exist_ok=True)
         if log.exists():
             log.unlink()
@@ -98,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             "--ckpt-dir",
             str(args.work / name),
             *COMMON,
-            *RUNS[name],
+            *table[name],
         ]
         print(" ".join(cmd), flush=True)
         if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:

@@ -25,7 +25,7 @@ _EXPORTS = {
     "LogEvent": "read.records",
     "ParseIssues": "read.records",
     "ParsedLog": "read.records",
-    "load_log": "read.jsonl",
+    "load_log": "read.formats.load",
     "parse_records": "read.jsonl",
     "read_input": "read.files",
     "parse_field_map": "read.schema",
@@ -126,7 +126,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from dflash_diag.converge.report import ConvergeConfig, ConvergeReport, build_converge_report  # noqa: F401
     from dflash_diag.errors import DiagError  # noqa: F401
     from dflash_diag.read.files import read_input  # noqa: F401
-    from dflash_diag.read.jsonl import load_log, parse_records  # noqa: F401
+    from dflash_diag.read.formats.load import load_log  # noqa: F401
+    from dflash_diag.read.jsonl import parse_records  # noqa: F401
     from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues  # noqa: F401
     from dflash_diag.read.schema import parse_field_map  # noqa: F401
     from dflash_diag.read.tail import LogTail  # noqa: F401

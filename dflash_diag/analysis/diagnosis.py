@@ -17,23 +17,10 @@ import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.acceptance import (
-    CHAIN,
-    HARMONIC,
-    LINEAR,
-    MEASURED,
-    WALK,
     Acceptance,
     AcceptanceConfig,
-    TauEstimate,
     block_size_for,
-    chain_tau,
     estimate_acceptance,
-    harmonic_tau,
-    linear_tau,
-    measurements,
-    position_means_by_group,
-    training_estimates,
-    walk_in_sample,
 )
 from dflash_diag.analysis.alerts import Alert, loss_spikes, value_resolution
 from dflash_diag.analysis.alive import broken_reason, screen_records
@@ -43,8 +30,20 @@ from dflash_diag.analysis.drafter import (
     detect_drafter,
     is_schema_header,
 )
+from dflash_diag.analysis.estimators import (
+    BY_NAME,
+    Evidence,
+    SeriesInput,
+    TauEstimate,
+    Walk,
+    estimates_of,
+    measurements,
+    walk_in_sample,
+)
+from dflash_diag.analysis.estimators import estimator_series as series_of
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
+from dflash_diag.analysis.recent_walk import recent_walk
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
 from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forecast_of
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
@@ -66,7 +65,6 @@ from dflash_diag.analysis.windows import (
     WindowChoice,
     choose_window,
     compute_windows,
-    window_index,
     window_rows,
 )
 from dflash_diag.errors import DiagError
@@ -185,11 +183,11 @@ def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
 
 
 def walked_epoch(
-    frame: pl.DataFrame, window: Window, steps_per_epoch: float | None
+    frame: pl.DataFrame, first_step: int, last_step: int, steps_per_epoch: float | None
 ) -> float | None:
-    """The latest epoch of ``window``'s walked records (from ``epoch``, else the step over the
-    header's ``steps_per_epoch``; None when neither is known)."""
-    rows = window_rows(frame, window)
+    """The latest epoch of the walked records of steps ``first_step``-``last_step`` (from
+    ``epoch``, else the step over the header's ``steps_per_epoch``; None when neither is known)."""
+    rows = frame.filter(pl.col("step").is_between(first_step, last_step))
     if "walk_tokens" in rows.columns:
         rows = rows.filter(pl.col("walk_tokens").is_not_null())
     if rows.height == 0:
@@ -223,7 +221,7 @@ def max_lr_of(frame: pl.DataFrame) -> float | None:
 def diagnose(
     log: ParsedLog, config: DiagnosisConfig | None = None, *, lists: ListLoader | None = None
 ) -> Diagnosis:
-    """The whole analysis of one log: restarts resolved, phase selected, then :func:`diagnose_frame`.
+    """The whole analysis of one log: restarts resolved, phase selected, :func:`diagnose_frame`.
 
     Args:
         log: the parsed log.
@@ -239,7 +237,9 @@ def diagnose(
         # load_log's default leaves the lists in the files: read back the rows that need them
         from dflash_diag.read.jsonl import fetch_lists
 
-        lists = lambda rows: fetch_lists(log, rows)
+        def lists(rows: pl.DataFrame) -> pl.DataFrame:
+            return fetch_lists(log, rows)
+
     frame, restarts = resolve_restarts(log.metrics, keep_all=config.keep_all)
     selected, selection = select_phase(frame, config.phase, config.from_step, config.to_step)
     if selected.height == 0:
@@ -276,7 +276,7 @@ def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, i
         return []  # one block size in every header: nothing to look for in the records
     firsts = frame.filter(pl.col("run") >= 0).group_by("run").agg(pl.col("step").min()).sort("step")
     out, previous = [], None
-    for run, step in zip(firsts["run"].to_list(), firsts["step"].to_list()):
+    for run, step in zip(firsts["run"].to_list(), firsts["step"].to_list(), strict=True):
         size = header_number(headers[run], "block_size") if run < len(headers) else None
         if size is None:
             continue
@@ -372,13 +372,23 @@ def diagnose_frame(
         )
     else:
         acc_basis = "no accuracy in the log"
-    walk_window = next((w for w in reversed(windows) if w.tau_walk is not None), None)
     by_window = {w.index: w for w in windows}
     held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
 
-    def in_sample(w: Window) -> str | None:  # a walk of training sequences past epoch 1
-        return walk_in_sample(
-            held_out_named, walked_epoch(frame, w, header_number(header, "steps_per_epoch"))
+    def walk_to(step: int | None) -> Walk | None:
+        """The walk of the latest walked records up to ``step`` (:mod:`recent_walk`)."""
+        recent = recent_walk(frame, choice.size, up_to_step=step)
+        if recent is None:
+            return None
+        first, latest = recent.first_step, recent.last_step
+        epoch = walked_epoch(frame, first, latest, header_number(header, "steps_per_epoch"))
+        span = f"step {latest}" if first == latest else f"steps {first}-{latest}"
+        return Walk(
+            recent.tau,
+            f"walk_tokens / walk_steps, latest records, {span}",
+            se=recent.se,
+            n=recent.n,
+            in_sample=walk_in_sample(held_out_named, epoch),
         )
 
     def estimates_at(step: int) -> list[TauEstimate]:
@@ -386,16 +396,17 @@ def diagnose_frame(
         w = by_window.get(index)
         if w is None:
             return []
-        return training_estimates(
-            acc=w.acc,
-            rows=load(window_rows(frame, w)),
-            block_size=block_size,
-            tau_walk=w.tau_walk,
-            tau_train=w.tau_train,
-            where=f"window {window_label(w, last_step)}",
-            tau_walk_se=w.tau_walk_se,
-            walk_n=w.walk_n,
-            in_sample=in_sample(w),
+        rows = load(window_rows(frame, w))
+        where = f"window {window_label(w, last_step)}"
+        return estimates_of(
+            Evidence(
+                rows,
+                block_size,
+                where,
+                acc=w.acc,
+                tau_train=w.tau_train,
+                walk=walk_to(w.last_step),
+            )
         )
 
     last_rows = load(window_rows(frame, last))
@@ -408,16 +419,8 @@ def diagnose_frame(
         header_block_size=header_number(header, "block_size"),
         tau_train=last.tau_train,
         up_to_step=last_step,
-        tau_walk=walk_window.tau_walk if walk_window else None,
-        walk_basis=(
-            f"walk_tokens / walk_steps, window {window_label(walk_window, last_step)}"
-            if walk_window
-            else ""
-        ),
-        tau_walk_se=walk_window.tau_walk_se if walk_window else None,
-        walk_n=walk_window.walk_n if walk_window else None,
+        walk=walk_to(last_step),
         estimates_at=estimates_at,
-        walk_in_sample=in_sample(walk_window) if walk_window else None,
     )
     drafter = detect_drafter(
         frame,
@@ -456,7 +459,8 @@ def diagnose_frame(
     tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
     # The forecast of tau reads the primary's series; the list-based ones cost a second pass
     # over a log read without its lists, so they are paid only when asked for.
-    cheap = acceptance.estimator in (MEASURED, WALK, LINEAR) and config.forecast.enabled
+    primary_entry = BY_NAME.get(acceptance.estimator) if acceptance.estimator else None
+    cheap = primary_entry is not None and not primary_entry.reads_lists and config.forecast.enabled
     tau_series = (
         estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
         if series or tau_target or cheap
@@ -527,7 +531,7 @@ def diagnose_frame(
         notes.append(f"drafter log: {drafter.reason}")
     return Diagnosis(
         selection=selection,
-        windows=[WindowRow(w, t) for w, t in zip(windows, trends)],
+        windows=[WindowRow(w, t) for w, t in zip(windows, trends, strict=True)],
         schedule=schedule,
         acceptance=acceptance,
         verdict=verdict,
@@ -586,39 +590,7 @@ def estimator_series(
     estimators read the lists of every window (for a log read without them, that is a second
     pass over the selected lines, paid only when a tau series is needed).
     """
-    if name is None or not windows:
-        return [None] * len(windows)
-    if name == MEASURED:
-        points = [
-            (e.step, float(e.fields["tau"])) for e in measurements(evals, windows[-1].last_step)
-        ]
-        out: list[float | None] = []
-        for w in windows:
-            before = [tau for step, tau in points if step <= w.last_step]
-            out.append(before[-1] if before else None)
-        return out
-    if name == WALK:
-        return [w.tau_walk for w in windows]
-    if name == LINEAR:
-        return [linear_tau(w.acc, block_size) if w.acc is not None else None for w in windows]
-    if name in (HARMONIC, CHAIN):
-        column = "accept_pos" if name == HARMONIC else "acc_pos"
-        size = windows[0].end - windows[0].start + 1
-        start = windows[0].start - windows[0].index * size
-        rows = load(frame.filter(pl.col("step").is_between(windows[0].start, windows[-1].end)))
-        rows = rows.with_columns(window_index(start, size))
-        means = position_means_by_group(rows, column, "_window", block_size - 1)
-        out = []
-        for w in windows:
-            values = means.get(w.index)
-            if not values:
-                out.append(None)
-            elif name == HARMONIC:
-                out.append(harmonic_tau(values, block_size))
-            else:
-                out.append(chain_tau(values))
-        return out
-    return [None] * len(windows)
+    return series_of(name, SeriesInput(windows, frame, load, evals, block_size))
 
 
 def estimator_points(
@@ -630,14 +602,18 @@ def estimator_points(
     last_step: int,
 ) -> tuple[list[tuple[float, float]], str]:
     """The ``(step, tau)`` points a tau target's ETA is fitted on, and their description: the eval
-    points for ``measured``, the per-window estimates otherwise."""
-    if name == MEASURED:
+    points for ``measured`` (an estimator whose points are the evals), the per-window estimates
+    otherwise."""
+    entry = BY_NAME.get(name) if name is not None else None
+    if entry is not None and entry.from_evals:
         points = [
             (float(e.step), float(e.fields["tau"]))
             for e in measurements(evals, last_step, first_step)
         ]
         return points, f"eval points ({len(points)})"
     points = [
-        ((w.first_step + w.last_step) / 2.0, v) for w, v in zip(windows, series) if v is not None
+        ((w.first_step + w.last_step) / 2.0, v)
+        for w, v in zip(windows, series, strict=True)
+        if v is not None
     ]
     return points, f"per-window {name} estimates ({len(points)})"

@@ -1,15 +1,19 @@
 """A forecast of each tracked metric at the planned end of the run, with an 80% interval.
 
 The observed series (binned records, or eval points) is fitted by the saturating families of
-:mod:`dflash_diag.analysis.curve_families`, recent points weighted more. Which family to trust is
-decided inside the observed prefix by rolling-origin validation: each family is fitted on the
-points up to an earlier origin and asked for the newest points; its errors, scaled by how far it
-had to look ahead, give it a weight (inverse mean squared error) and give the combination an
-error per unit of look-ahead. The forecast is the weighted median of the families fitted to the
-whole prefix; the interval's half-width is that validation error times the look-ahead to the
-target step, plus the scatter of the points around the fit (the truth is itself one noisy bin),
-times the 80% normal quantile and a calibration factor measured on real runs
-(``benchmarks/bench_forecast.py``).
+:mod:`dflash_diag.analysis.curve_families`, recent points weighted more, each from the curve's
+steepest point and from a later start (:data:`LATE_STARTS`): a fast initial collapse (a loss
+falling tenfold in a few steps) followed by slow learning is two phases no single saturating
+curve follows, and the later starts fit the slow one alone. Which members to trust is decided
+inside the observed prefix by rolling-origin validation: each member is fitted on the points up
+to an earlier origin and asked for every point after it. A member's mean squared error, less the
+points' own noise (common to every member: it says nothing about the curve), gives it a weight
+(the inverse of that excess), so a noisy prefix on which no curve beats "no change" (the ``flat``
+member) leaves the forecast there. The forecast is the weighted median of the members fitted to
+the whole prefix; the interval's half-width combines the combination's validation error per unit
+of look-ahead times the look-ahead to the target step, the noise of one point (the truth is
+itself one noisy bin) and the members' spread, times the 80% normal quantile and a calibration
+factor measured on real runs (``benchmarks/bench_forecast.py``).
 
 Look-ahead is measured in the progress variable learning follows: ``log`` of the lr summed so far
 when the lr is known (a decayed lr buys little more), else ``log`` of the step. With fewer than
@@ -41,11 +45,16 @@ LEVEL = 0.8
 _Z80 = 1.2815515655446004
 #: Multiplies the interval's half-width; measured on the corpus of completed public runs so that
 #: the 80% intervals cover about 80% of the final values (bench_forecast.py, 30% cut).
-CALIBRATION = 2.0
-#: Rolling origins, as shares of the observed step range.
+CALIBRATION = 1.5
+#: Rolling origins, as shares of the observed step range (of the saturating part).
 ORIGINS = (0.45, 0.6, 0.75)
-#: The newest share of the observed range whose mean each origin's fit must predict.
-_VALIDATION_TAIL = 0.1
+#: Later starts of the fitted part, as shares of its step range: each curve is also fitted from
+#: there (a member of its own), where at least three points lie before the first origin. One is
+#: enough: starts at 15% and 30% forecast the backtest as well and cost half as much again.
+LATE_STARTS = (0.2,)
+#: A member's validation weight is ``1 / (mse - noise)``; the excess is floored at this share of
+#: the largest member's mse, so a member that matches the noise exactly does not take all.
+_EXCESS_FLOOR = 1e-6
 #: Recency weighting: a point's weight halves every this share of the observed range back.
 RECENCY_HALF_LIFE = 0.35
 #: Records are averaged into at most this many bins of equal step width before fitting.
@@ -122,7 +131,7 @@ class Timeline:
     ) -> None:
         pairs = sorted(
             (float(s), float(v))
-            for s, v in zip(lr_steps, lrs)
+            for s, v in zip(lr_steps, lrs, strict=True)
             if v is not None and math.isfinite(v) and v >= 0
         )
         n = 4096
@@ -160,6 +169,14 @@ class Timeline:
             scale=scale,
         )
 
+    def lookaheads(self, start: float, ends: np.ndarray) -> np.ndarray:
+        """:meth:`lookahead` from ``start`` to each of ``ends``."""
+        a = float(np.interp(start, self.grid, self.s1))
+        if a <= 0:
+            return np.zeros(len(ends))
+        b = np.interp(np.maximum(ends, start), self.grid, self.s1)
+        return np.log(np.maximum(b, a) / a)
+
     def lookahead(self, start: float, end: float) -> float:
         """How far ``end`` is from ``start`` in the progress variable (``log`` ratio, >= 0)."""
         if end <= start:
@@ -175,17 +192,18 @@ def binned(
     steps: Sequence[float], values: Sequence[float | None], *, basis: str, max_bins: int = MAX_BINS
 ) -> Series:
     """Finite ``values`` averaged into at most ``max_bins`` bins of equal step width."""
-    pairs = [
-        (float(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(v)
-    ]
-    if not pairs:
+    # arrays, not a Python float per record (10M records: 1.5 GB and seconds)
+    all_x = np.asarray(steps, dtype=float)
+    all_y = np.asarray(values, dtype=float)  # None (a list's null) is NaN: left out with it
+    finite = np.isfinite(all_y)
+    xs, ys = all_x[finite], all_y[finite]
+    del all_x, all_y, finite
+    if not xs.size:
         return Series((), (), (), basis)
-    xs = np.array([p[0] for p in pairs])
-    ys = np.array([p[1] for p in pairs])
     lo, hi = float(xs.min()), float(xs.max())
-    bins = min(max_bins, len(pairs))
+    bins = min(max_bins, xs.size)
     if hi <= lo or bins <= 1:
-        return Series((float(xs.mean()),), (float(ys.mean()),), (len(pairs),), basis)
+        return Series((float(xs.mean()),), (float(ys.mean()),), (xs.size,), basis)
     index = np.minimum(((xs - lo) / (hi - lo) * bins).astype(int), bins - 1)
     counts = np.bincount(index, minlength=bins)
     keep = counts > 0
@@ -205,23 +223,28 @@ def _weights(steps: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def _convex_part(
     x: np.ndarray, z: np.ndarray, counts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The points from the steepest improvement on (keeping at least :data:`MIN_CONVEX_POINTS`).
+    """The points from the steepest improvement on (keeping at least :data:`MIN_CONVEX_POINTS`
+    and the newer half).
 
     A saturating family is convex: it cannot follow a curve that starts flat and then drops (a
     sigmoid, a delayed start), and fitted to one it extrapolates the drop. From the steepest
-    point on, the curve is the saturating part the families describe.
+    point on, the curve is the saturating part the families describe. The slope is smoothed over
+    a fifth of the points and the start kept in the older half: on noisy records (one per bin)
+    the steepest three-point slope is often a noise spike among the newest points, and a curve
+    fitted to the few points after it extrapolates that spike.
     """
     if len(x) <= MIN_CONVEX_POINTS:
         return x, z, counts
     slope = -np.diff(z) / np.maximum(np.diff(x), 1e-12)  # improvement per step
-    if len(slope) >= 3:
-        slope = np.convolve(slope, np.ones(3) / 3.0, mode="same")
-    start = min(int(np.argmax(slope)), len(x) - MIN_CONVEX_POINTS)
+    width = max(3, len(slope) // 5)
+    if len(slope) >= width:
+        slope = np.convolve(slope, np.ones(width) / width, mode="same")
+    start = min(int(np.argmax(slope)), len(x) // 2, len(x) - MIN_CONVEX_POINTS)
     return x[start:], z[start:], counts[start:]
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Per column of ``values`` (families x points), the weighted median of the families."""
+    """Per column of ``values`` (members x points), the weighted median of the members."""
     order = np.argsort(values, axis=0)
     sorted_values = np.take_along_axis(values, order, axis=0)
     cum = np.cumsum(weights[order], axis=0)
@@ -245,40 +268,139 @@ def _families(timeline: Timeline, last_step: float) -> tuple[str, ...]:
     return FAMILIES
 
 
-def _validation(
-    families: Sequence[str],
+#: An ensemble member: a family fitted from the point at an index of the fitted part.
+Member = tuple[str, int]
+
+
+def _members(families: Sequence[str], x: np.ndarray) -> list[Member]:
+    """Every family from the first point; every curve (not ``flat``) from each admissible late
+    start (:data:`LATE_STARTS`)."""
+    lo, hi = float(x[0]), float(x[-1])
+    first_origin = lo + ORIGINS[0] * (hi - lo)
+    starts = [0]
+    for share in LATE_STARTS:
+        j = int(np.searchsorted(x, lo + share * (hi - lo)))
+        if j in starts or j > len(x) - MIN_CONVEX_POINTS:
+            continue
+        if int(np.sum((x >= x[j]) & (x <= first_origin))) >= 3:
+            starts.append(j)
+    return [(f, 0) for f in families] + [
+        (f, j) for j in starts[1:] for f in families if f != "flat"
+    ]
+
+
+def _fit_member(
+    member: Member,
+    keep: np.ndarray,
     x: np.ndarray,
     z: np.ndarray,
-    w: np.ndarray,
+    counts: np.ndarray,
     timeline: Timeline,
     scale: float,
     floor: float | None,
-) -> tuple[dict[str, list[float]], list[float]]:
-    """Rolling-origin errors per family, each divided by its look-ahead; and the origin weights."""
+) -> Fit | None:
+    """``member`` fitted on the points ``keep`` selects from its start on (None: under 3)."""
+    family, start = member
+    use = keep & (np.arange(len(x)) >= start)
+    if use.sum() < 3:
+        return None
+    progress = timeline.progress(x[use], scale)
+    return fit_family(family, progress, z[use], _weights(x[use], counts[use]), floor)
+
+
+@dataclass(frozen=True)
+class _Validated:
+    """Rolling-origin validation: each member's error at every point after every origin.
+
+    Attributes:
+        errors: per member that every origin could fit, ``prediction - observed`` per point.
+        ahead: each point's look-ahead from its origin's newest point.
+        weight: each point's weight (its origin's, later origins more, shared among its points).
+    """
+
+    errors: dict[Member, np.ndarray]
+    ahead: np.ndarray
+    weight: np.ndarray
+
+
+def _validate(
+    members: Sequence[Member],
+    x: np.ndarray,
+    z: np.ndarray,
+    counts: np.ndarray,
+    timeline: Timeline,
+    scale: float,
+    floor: float | None,
+) -> _Validated:
+    """Every member fitted at every origin of :data:`ORIGINS` and asked for every later point:
+    all of them, not only the newest, so a noisy prefix scores the members on many points."""
     lo, hi = float(x[0]), float(x[-1])
-    tail = x >= hi - _VALIDATION_TAIL * (hi - lo)
-    if tail.sum() < 2:
-        tail[-2:] = True
-    target_x = float(np.average(x[tail], weights=w[tail]))
-    target_z = float(np.average(z[tail], weights=w[tail]))
-    errors: dict[str, list[float]] = {f: [] for f in families}
-    origin_weights: list[float] = []
+    errors: dict[Member, list[np.ndarray]] = {m: [] for m in members}
+    ahead: list[np.ndarray] = []
+    weight: list[np.ndarray] = []
     for k, share in enumerate(ORIGINS):
-        cut = lo + share * (hi - lo)
-        inside = x <= cut
-        if inside.sum() < 3:
+        inside = x <= lo + share * (hi - lo)
+        later = ~inside
+        if inside.sum() < 3 or not later.any():
             continue
-        ahead = timeline.lookahead(float(x[inside][-1]), target_x)
-        if ahead <= 0:
-            continue
-        progress = timeline.progress(x[inside], scale)
-        wi = _weights(x[inside], w[inside])
-        at = timeline.progress(np.array([target_x]), scale)
-        for family in families:
-            fit = fit_family(family, progress, z[inside], wi, floor)
-            errors[family].append((float(fit.predict(at)[0]) - target_z) / ahead)
-        origin_weights.append(float(k + 1))
-    return errors, origin_weights
+        origin = float(x[inside][-1])
+        at = timeline.progress(x[later], scale)
+        for m in members:
+            fit = _fit_member(m, inside, x, z, counts, timeline, scale, floor)
+            errors[m].append(
+                fit.predict(at) - z[later] if fit is not None else np.full(later.sum(), np.nan)
+            )
+        ahead.append(timeline.lookaheads(origin, x[later]))
+        weight.append(float(k + 1) * np.sqrt(counts[later]) / later.sum())
+    if not ahead:
+        return _Validated({}, np.zeros(0), np.zeros(0))
+    joined = {m: np.concatenate(e) for m, e in errors.items()}
+    return _Validated(
+        {m: e for m, e in joined.items() if np.isfinite(e).all()},
+        np.concatenate(ahead),
+        np.concatenate(weight),
+    )
+
+
+def _member_weights(
+    validated: _Validated, members: Sequence[Member], noise: float
+) -> dict[Member, float]:
+    """Weights ``1 / (mse - noise)``, normalised, of ``flat`` and of the curves whose mse is below
+    its; members under 2% dropped. ``noise`` is the mean squared error a perfect curve would
+    still make on the validated points."""
+    if not validated.errors:
+        return {m: 1.0 / len(members) for m in members}
+    mse = {
+        m: float(np.average(np.square(e), weights=validated.weight))
+        for m, e in validated.errors.items()
+    }
+    # A curve must beat "no further change" on the validated points to count at all.
+    flat = mse.get(("flat", 0))
+    if flat is not None:
+        mse = {m: v for m, v in mse.items() if m[0] == "flat" or v < flat}
+    least = _EXCESS_FLOOR * max(max(mse.values()), 1e-300)
+    raw = {m: 1.0 / max(v - noise, least) for m, v in mse.items()}
+    total = sum(raw.values())
+    weights = {m: v / total for m, v in raw.items() if v / total >= 0.02}
+    total = sum(weights.values())
+    return {m: v / total for m, v in weights.items()}
+
+
+def _at_the_ceiling(fit: Fit | None, ceiling: float) -> bool:
+    """Whether a curve of a higher-is-better metric saturates only at the metric's bound.
+
+    An accuracy of 1 or a tau of the block size is the perfect drafter, not a level any run
+    settles at: a curve that needs it has found no saturation in the data and extrapolates its
+    recent rise (the straight line the backtest shows to be worse than no change). A loss
+    floored at 0 is different (a model can fit its training data), so this is for the ceiling
+    only.
+    """
+    return fit is not None and fit.family != "flat" and fit.c <= ceiling + 1e-9
+
+
+def _label(member: Member, x: np.ndarray) -> str:
+    family, start = member
+    return family if start == 0 else f"{family} from step {x[start]:.0f}"
 
 
 def forecast_series(
@@ -327,52 +449,59 @@ def forecast_series(
     families = _families(timeline, float(x[-1]))
     floor = sign * best if best is not None else None
     x, z, counts = _convex_part(x, z, counts)
-    errors, origin_w = _validation(families, x, z, counts, timeline, scale, floor)
-    ow = np.array(origin_w) if origin_w else np.ones(1)
-    scores = {
-        f: float(np.average(np.square(e), weights=ow)) if e else math.inf for f, e in errors.items()
+    members = _members(families, x)
+    everything = np.ones(len(x), dtype=bool)
+    fits = {m: _fit_member(m, everything, x, z, counts, timeline, scale, floor) for m in members}
+    # The noise of one record: the residuals of the best-fitting curve in the newer half (the
+    # early transient is no guide to the noise at the end), a bin of c records having 1/c of it.
+    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
+    progress = timeline.progress(x[newer], scale)
+    residuals = {
+        m: z[newer] - fit.predict(progress)
+        for m, fit in fits.items()
+        if fit is not None and m[0] != "flat"
     }
-    finite = {f: s for f, s in scores.items() if math.isfinite(s)}
-    if not finite:
-        weights = {f: 1.0 / len(families) for f in families}
-    else:
-        least = max(min(finite.values()), 1e-12)
-        raw = {f: 1.0 / max(s, least * 1e-3) for f, s in finite.items()}
-        total = sum(raw.values())
-        weights = {f: v / total for f, v in raw.items() if v / total >= 0.02}
-        total = sum(weights.values())
-        weights = {f: v / total for f, v in weights.items()}
-    # The combination's own validation error per unit of look-ahead.
-    k_origins = min((len(errors[f]) for f in weights), default=0)
-    if k_origins:
-        combined = np.array(
-            [sum(weights[f] * errors[f][i] for f in weights) for i in range(k_origins)]
+    wn = _weights(x, counts)[newer]
+    record_noise = min(
+        float(np.average(np.square(r) * counts[newer], weights=wn)) for r in residuals.values()
+    )
+    if higher_is_better and floor is not None:
+        members = [m for m in members if not _at_the_ceiling(fits[m], floor)]
+    validated = _validate(members, x, z, counts, timeline, scale, floor)
+    point_noise = record_noise / float(np.average(counts))
+    weights = _member_weights(validated, members, point_noise)
+    # The combination's own validation error per unit of look-ahead, its noise removed.
+    names = [m for m in weights if m in validated.errors]
+    if names and float(np.sum(validated.weight * np.square(validated.ahead))) > 0:
+        combined = _weighted_median(
+            np.stack([validated.errors[m] for m in names]), np.array([weights[m] for m in names])
         )
-        per_lookahead = math.sqrt(float(np.average(np.square(combined), weights=ow[:k_origins])))
+        excess = float(np.sum(validated.weight * (np.square(combined) - point_noise)))
+        per_lookahead = math.sqrt(
+            max(excess, 0.0) / float(np.sum(validated.weight * np.square(validated.ahead)))
+        )
     else:
         per_lookahead = 0.0
-    progress = timeline.progress(x, scale)
-    wfit = _weights(x, counts)
-    fits: dict[str, Fit] = {f: fit_family(f, progress, z, wfit, floor) for f in weights}
-    fitted = sum(weights[f] * fits[f].predict(progress) for f in weights)
-    # Scatter of a point around the fit, in the newer half (the early transient is no guide to
-    # the noise at the end): the truth at the end is one such point.
-    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
-    scatter = math.sqrt(float(np.average(np.square(z - fitted)[newer], weights=wfit[newer])))
+    # The truth at the end is one point like the newest.
+    scatter = math.sqrt(record_noise / float(counts[-1]))
     start = float(x[-1])
     end = max(float(target_step), start)
     path_steps = np.unique(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))
     at = timeline.progress(path_steps, scale)
-    preds = {f: fits[f].predict(at) for f in weights}
-    # The weighted median of the families, not their mean: when validation cannot tell them
-    # apart (a noisy, nearly flat prefix) one family's wild extrapolation must not move the
-    # forecast; its distance still widens the band through the spread.
     names = list(weights)
-    stack = np.stack([preds[f] for f in names])
-    centre = _weighted_median(stack, np.array([weights[f] for f in names]))
-    spread = np.sqrt(sum(weights[f] * np.square(preds[f] - centre) for f in weights))
+    preds = {}
+    for m in names:
+        fit = fits[m]
+        assert fit is not None  # every member starts at least MIN_CONVEX_POINTS from the end
+        preds[m] = fit.predict(at)
+    # The weighted median of the members, not their mean: when validation cannot tell them
+    # apart (a noisy, nearly flat prefix) one member's wild extrapolation must not move the
+    # forecast; its distance still widens the band through the spread.
+    stack = np.stack([preds[m] for m in names])
+    centre = _weighted_median(stack, np.array([weights[m] for m in names]))
+    spread = np.sqrt(sum(weights[m] * np.square(preds[m] - centre) for m in names))
     path = []
-    for s, c, sp in zip(path_steps, centre, spread):
+    for s, c, sp in zip(path_steps, centre, spread, strict=True):
         ahead = timeline.lookahead(start, float(s))
         half = (
             CALIBRATION
@@ -388,7 +517,9 @@ def forecast_series(
         low, high = sorted((sign * lo_z, sign * hi_z))
         path.append((float(s), value, low, high))
     value, low, high = path[-1][1:]
-    method = " + ".join(f"{f} {weights[f]:.2f}" for f in sorted(weights, key=lambda f: -weights[f]))
+    method = " + ".join(
+        f"{_label(m, x)} {weights[m]:.2f}" for m in sorted(weights, key=lambda m: -weights[m])
+    )
     if end <= start:
         method = "observed (the plan has ended): " + method
     return MetricForecast(

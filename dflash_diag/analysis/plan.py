@@ -125,7 +125,11 @@ def matched_kind(
     never shows the peak itself). None when the log shows no decay yet to tell them apart, or
     when no shape is within :data:`_SHAPE_TOLERANCE` of the peak.
     """
-    pairs = [(s, v) for s, v in zip(steps, lrs) if v is not None and math.isfinite(v) and v >= 0]
+    pairs = [
+        (s, v)
+        for s, v in zip(steps, lrs, strict=True)
+        if v is not None and math.isfinite(v) and v >= 0
+    ]
     if len(pairs) < 3:
         return None, None, 0
     peak_at, peak = max(pairs, key=lambda p: (p[1], -p[0]))
@@ -145,8 +149,8 @@ def matched_kind(
         norm = sum(u * u for u in unit)
         if norm <= 0:
             continue
-        scale = sum(u * v for u, (_, v) in zip(unit, after)) / norm
-        err = max(abs(scale * u - v) for u, (_, v) in zip(unit, after))
+        scale = sum(u * v for u, (_, v) in zip(unit, after, strict=True)) / norm
+        err = max(abs(scale * u - v) for u, (_, v) in zip(unit, after, strict=True))
         if err < best_err:
             best, best_err, best_peak = kind, err, scale
     if best is None or best_err > _SHAPE_TOLERANCE * peak:

@@ -126,7 +126,8 @@ def tau_input(
         )
     pts = [
         ((w.first_step + w.last_step) / 2.0, v, w.n)
-        for w, v in zip(windows, tau_series)
+        # tau_series is empty when the diagnosis did not compute it (nothing to pair then)
+        for w, v in zip(windows, tau_series, strict=False)
         if v is not None and math.isfinite(v)
     ]
     return Series(
@@ -135,6 +136,22 @@ def tau_input(
         tuple(p[2] for p in pts),
         f"{len(pts)} per-window {estimator} estimates",
     )
+
+
+def _lr_points(frame: pl.DataFrame, windows: Sequence[Window]) -> list[tuple[float, float]]:
+    """The logged lr as ``(step, lr)``: every record's when the records carry it, else each
+    window's mean at its middle step.
+
+    The records' own lr, not the windows': a short prefix is one or two windows, whose means
+    flatten a warmup and a decay the progress variables must follow (lr summed so far, annealing
+    area).
+    """
+    if "lr" in frame.columns:
+        rows = frame.select("step", "lr").drop_nulls()
+        pts = [(float(s), float(v)) for s, v in rows.iter_rows() if math.isfinite(v) and v >= 0]
+        if pts:
+            return pts
+    return [((w.first_step + w.last_step) / 2.0, w.lr) for w in windows if w.lr is not None]
 
 
 def forecast_run(
@@ -170,15 +187,15 @@ def forecast_run(
         span = max(1, last_step - first_step)
         step, planned = last_step + max(1, round(UNPLANNED_HORIZON * span)), False
         notes.append(f"no planned end: forecast to +{step - last_step:,} steps (give --end-step)")
-    lr_pts = [((w.first_step + w.last_step) / 2.0, w.lr) for w in windows if w.lr is not None]
+    lr_pts = _lr_points(frame, windows)
     timeline = Timeline(plan, [p[0] for p in lr_pts], [p[1] for p in lr_pts], max(step, last_step))
     if timeline.note and (not planned or step > last_step):
         notes.append(timeline.note)
-    steps = frame["step"].to_list()
+    steps = frame["step"].to_numpy()
     inputs: dict[str, Series] = {}
     for name in ("loss", "acc"):
         if name in frame.columns and frame[name].drop_nulls().len():
-            inputs[name] = binned(steps, frame[name].to_list(), basis="binned train records")
+            inputs[name] = binned(steps, frame[name].to_numpy(), basis="binned train records")
     tau = tau_input(evals, windows, tau_series, tau_estimator, first_step, last_step)
     if tau.steps:
         inputs["tau"] = tau

@@ -34,8 +34,6 @@ from dflash_diag.analysis.windows import Window
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 OVERFITTING, BROKEN = "overfitting", "broken"
-#: Statuses in the order a watchdog would worry about them.
-STATUSES = (CONVERGING, PLATEAU, OVERFITTING, DIVERGING, BROKEN, NOT_ENOUGH)
 #: The O(n^2) statistics run on at most this many points; more windows are merged in groups.
 MAX_POINTS = 300
 
@@ -64,7 +62,7 @@ class Verdict:
     """The verdict section of the report.
 
     Attributes:
-        status: one of :data:`STATUSES`.
+        status: converging, plateau, overfitting, diverging, broken or "not enough data".
         metric: "acc" or "loss" (the series judged).
         slope_per_1k_steps: Theil-Sen slope of that metric per 1000 steps (loss: its own sign).
         p_value: Mann-Kendall two-sided p-value.

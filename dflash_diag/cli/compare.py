@@ -14,39 +14,14 @@ import typer
 
 from dflash_diag.analysis import defaults
 from dflash_diag.cli.common import (
-    AlphaOption,
-    BaselineTauOption,
-    BlockSizeOption,
-    EndStepOption,
-    FieldOption,
     FormatOption,
-    FromStepOption,
-    InputFormatOption,
-    KeepAllOption,
-    LossThresholdOption,
-    NoCacheOption,
-    NoiseAwareOption,
     OutputFormat,
-    PeakLrOption,
-    PhaseChoice,
-    PhaseOption,
-    PresetOption,
-    ScheduleOption,
-    StrictOption,
-    TargetAccOption,
-    TargetLossOption,
-    TargetTauOption,
-    ThresholdOption,
-    ToStepOption,
-    WindowOption,
-    diagnosis_config,
     fail,
     make_console,
-    parse_window,
     use_rich,
     user_errors,
 )
-from dflash_diag.cli.validate import check_numbers
+from dflash_diag.cli.options import READING, TUNING, Given, Group, command
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import expand_log_args, split_rank_logs
 
@@ -62,6 +37,19 @@ class XAxis(str, enum.Enum):
 # the command
 
 
+@command(
+    "logs",
+    "k",
+    "x",
+    "window",
+    "phase",
+    "from_step",
+    "to_step",
+    "keep_all",
+    Group(TUNING),
+    Group(READING),
+    "fmt",
+)
 def compare(
     logs: Annotated[
         list[str],
@@ -77,28 +65,8 @@ def compare(
     x: Annotated[XAxis, typer.Option("--x", help="Align two runs on step or tokens seen.")] = (
         XAxis.STEP
     ),
-    window: WindowOption = "auto",
-    phase: PhaseOption = PhaseChoice.AUTO,
-    from_step: FromStepOption = None,
-    to_step: ToStepOption = None,
-    keep_all: KeepAllOption = False,
-    threshold: ThresholdOption = defaults.ACC_THRESHOLD,
-    loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
-    noise_aware: NoiseAwareOption = False,
-    peak_lr: PeakLrOption = None,
-    block_size: BlockSizeOption = None,
-    target_acc: TargetAccOption = defaults.TARGET_ACC,
-    target_tau: TargetTauOption = None,
-    baseline_tau: BaselineTauOption = None,
-    target_loss: TargetLossOption = None,
-    end_step: EndStepOption = None,
-    schedule: ScheduleOption = None,
-    alpha: AlphaOption = defaults.ALPHA,
-    fields: FieldOption = None,
-    input_format: InputFormatOption = None,
-    preset: PresetOption = None,
-    strict: StrictOption = False,
-    no_cache: NoCacheOption = False,
+    *,
+    options: Given,
     fmt: FormatOption = OutputFormat.AUTO,
 ) -> None:
     """Compare training regimes in one log (old script vs new pipeline), or two runs.
@@ -114,67 +82,28 @@ def compare(
         from dflash_diag.analysis.rank_skew import rank_skew
         from dflash_diag.compare.report import CompareConfig
         from dflash_diag.compare.runs import compare_log, compare_two_runs
-        from dflash_diag.read.formats.load import ReadOptions
         from dflash_diag.render.json import compare_json, dump_json
         from dflash_diag.render.markdown import render_compare_markdown
         from dflash_diag.render.rich import render_compare_plain, render_compare_rich
 
-        window_size = parse_window(window)
-        check_numbers(
-            {
-                "--k": k,
-                "--from-step": from_step,
-                "--to-step": to_step,
-                "--threshold": threshold,
-                "--loss-threshold": loss_threshold,
-                "--peak-lr": peak_lr,
-                "--block-size": block_size,
-                "--target-acc": target_acc,
-                "--target-tau": target_tau,
-                "--baseline-tau": baseline_tau,
-                "--alpha": alpha,
-                "--target-loss": target_loss,
-                "--end-step": end_step,
-            }
-        )
+        diagnosis = options.diagnosis()
         logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
         if len(logs) not in (1, 2):
             fail(f"compare takes one log or two (plus per-rank logs), got {len(logs)}")
         ranks = rank_skew(rank_logs) if rank_logs else None
-        diagnosis = diagnosis_config(
-            phase=phase.value,
-            from_step=from_step,
-            to_step=to_step,
-            window=window_size,
-            keep_all=keep_all,
-            peak_lr=peak_lr,
-            threshold=threshold,
-            loss_threshold=loss_threshold,
-            noise_aware=noise_aware,
-            block_size=block_size,
-            target_acc=target_acc,
-            target_tau=target_tau,
-            baseline_tau=baseline_tau,
-            alpha=alpha,
-            end_step=end_step,
-            schedule=schedule,
-            target_loss=target_loss,
-        )
         try:
-            config = CompareConfig(k=k, window=window_size)
+            config = CompareConfig(k=k, window=diagnosis.window)
         except ValueError as exc:
             raise DiagError(str(exc)) from None
-        read = ReadOptions(
-            input_format, tuple(preset or ()), tuple(fields or ()), cache=not no_cache
-        )
+        read = options.read()
         read.load_kwargs(len(logs))  # a bad --preset/--field count fails before any reading
         if len(logs) == 1:
             comparisons = [
                 compare_log(
                     logs[0],
                     config,
-                    keep_all=keep_all,
-                    strict=strict,
+                    keep_all=diagnosis.keep_all,
+                    strict=options["strict"],
                     read=read,
                     diagnosis=diagnosis,
                 )
@@ -186,9 +115,9 @@ def compare(
                 logs[1],
                 config,
                 x=x.value,
-                phase=phase.value,
-                keep_all=keep_all,
-                strict=strict,
+                phase=diagnosis.phase,
+                keep_all=diagnosis.keep_all,
+                strict=options["strict"],
                 read=read,
                 diagnosis=diagnosis,
             )

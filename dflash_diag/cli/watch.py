@@ -14,34 +14,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from dflash_diag.analysis import defaults
-from dflash_diag.cli.common import (
-    AlphaOption,
-    BaselineTauOption,
-    BlockSizeOption,
-    EndStepOption,
-    FieldOption,
-    FromStepOption,
-    InputFormatOption,
-    LossThresholdOption,
-    NoiseAwareOption,
-    PeakLrOption,
-    PhaseChoice,
-    PhaseOption,
-    ScheduleOption,
-    TargetAccOption,
-    TargetLossOption,
-    TargetTauOption,
-    ThresholdOption,
-    WindowOption,
-    fail,
-    make_console,
-    parse_window,
-    print_notes,
-    user_errors,
-)
-from dflash_diag.cli.validate import check_numbers
+from dflash_diag.cli.common import fail, make_console, print_notes, user_errors
+from dflash_diag.cli.options import TUNING, Given, Group, command
 from dflash_diag.read.files import check_log_path
+from dflash_diag.read.formats import registry as formats
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
     from dflash_diag.watch import LiveLog
@@ -174,13 +150,31 @@ class _NoKeys:
         raise OSError("no keyboard")
 
 
+@command(
+    "log",
+    "interval",
+    "stall",
+    "window",
+    "history",
+    "threshold",
+    "loss_threshold",
+    "noise_aware",
+    "phase",
+    "from_step",
+    Group(TUNING),
+    "once",
+    "plot",
+    "fmt",
+    "fields",
+    "input_format",
+    "preset",
+)
 def watch(
     log: Annotated[
         Path,
         typer.Argument(
             help="The log to follow: a JSONL file (only new bytes are read), or "
-            "another trainer's TensorBoard run, trainer_state.json, MLflow store, "
-            "W&B run, metrics.csv or console log (read again when it changes).",
+            f"another trainer's {formats.described()} (read again when it changes).",
             metavar="LOG",
         ),
     ],
@@ -190,22 +184,7 @@ def watch(
     stall: Annotated[
         float, typer.Option(help="Alert when no record arrives for this many seconds.")
     ] = 300.0,
-    window: WindowOption = "auto",
     history: Annotated[int, typer.Option(help="Windows shown in the sparklines.")] = 40,
-    threshold: ThresholdOption = defaults.ACC_THRESHOLD,
-    loss_threshold: LossThresholdOption = defaults.LOSS_THRESHOLD,
-    noise_aware: NoiseAwareOption = False,
-    phase: PhaseOption = PhaseChoice.AUTO,
-    from_step: FromStepOption = None,
-    peak_lr: PeakLrOption = None,
-    block_size: BlockSizeOption = None,
-    target_acc: TargetAccOption = defaults.TARGET_ACC,
-    target_tau: TargetTauOption = None,
-    baseline_tau: BaselineTauOption = None,
-    target_loss: TargetLossOption = None,
-    end_step: EndStepOption = None,
-    schedule: ScheduleOption = None,
-    alpha: AlphaOption = defaults.ALPHA,
     once: Annotated[
         bool, typer.Option("--once/--no-once", metavar="", help="Draw one frame and exit.")
     ] = False,
@@ -221,75 +200,33 @@ def watch(
             help="auto: the live view; json: one frame's diagnosis as JSON (implies --once).",
         ),
     ] = (WatchFormat.AUTO),
-    fields: FieldOption = None,
-    input_format: InputFormatOption = None,
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            "--preset",
-            help="Another trainer's names and conventions (see converge --help); "
-            "default: detected.",
-            metavar="NAME",
-        ),
-    ] = None,
+    *,
+    options: Given,
 ) -> None:
     """Live view of a training log: sparklines, latest windows, schedule, verdict, alerts.
 
     Reads only the bytes appended since the previous refresh. Press q or Ctrl-C to quit.
     """
     with user_errors():
-        from dflash_diag.read.formats.load import ReadOptions, plan_input, read_planned
+        from dflash_diag.read.formats.load import plan_input, read_planned
         from dflash_diag.watch import LiveLog, WatchConfig
 
-        window_size = parse_window(window)
-        check_numbers(
-            {
-                "--interval": interval,
-                "--stall": stall,
-                "--history": history,
-                "--threshold": threshold,
-                "--block-size": block_size,
-                "--target-acc": target_acc,
-                "--loss-threshold": loss_threshold,
-                "--from-step": from_step,
-                "--peak-lr": peak_lr,
-                "--target-tau": target_tau,
-                "--baseline-tau": baseline_tau,
-                "--alpha": alpha,
-                "--target-loss": target_loss,
-                "--end-step": end_step,
-            }
-        )
+        analysis = options.diagnosis()
         try:
             config = WatchConfig(
-                interval=interval,
-                stall=stall,
-                window=window_size,
-                history=history,
-                threshold=threshold,
-                phase=phase.value,
-                block_size=block_size,
-                target_acc=target_acc,
-                plot=plot,
-                from_step=from_step,
-                peak_lr=peak_lr,
-                target_tau=target_tau,
-                baseline_tau=baseline_tau,
-                loss_threshold=loss_threshold,
-                noise_aware=noise_aware,
-                alpha=alpha,
-                end_step=end_step,
-                schedule=schedule.value if schedule else None,
-                target_loss=target_loss,
+                interval=interval, stall=stall, history=history, plot=plot, analysis=analysis
             )
         except ValueError as exc:
             fail(str(exc))
         if not log.is_dir():
             check_log_path(str(log))  # a missing file, a symlink loop...: one precise line
-        options = ReadOptions(input_format, (preset,) if preset else (), tuple(fields or ()))
-        read = options.load_kwargs(1)
+        read = options.read()
+        kwargs = read.load_kwargs(1)
         plan = plan_input(
-            str(log), input_format=input_format, preset=read["presets"][0], fields=read["fields"]
+            str(log),
+            input_format=read.input_format,
+            preset=kwargs["presets"][0],
+            fields=kwargs["fields"],
         )
         if plan.native:
             live = LiveLog(log, config, fields=plan.fields)

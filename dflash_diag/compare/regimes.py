@@ -15,7 +15,7 @@ for the record (-1 or null before any header), as `dflash_diag.read.records.Pars
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -31,9 +31,6 @@ from dflash_diag.analysis.windows import compute_windows
 _WORLD_SIZE_KEYS = ("world_size", "dp", "data_parallel", "dp_size", "num_gpus")
 _GRAD_ACCUM_KEYS = ("grad_accum", "grad_accumulation", "gradient_accumulation_steps", "accum")
 _TOKEN_BUDGET_KEYS = ("token_budget", "max_tokens", "tokens_per_batch", "batch_tokens")
-
-# trend(rows, column) -> robust slope per 1k steps, or None when the rows are too few.
-TrendFn = Callable[[pl.DataFrame, str], "float | None"]
 
 
 @dataclass(frozen=True)
@@ -205,14 +202,15 @@ def find_regimes(
     frame: pl.DataFrame,
     headers: Sequence[Mapping[str, Any]] = (),
     *,
-    trend: TrendFn | None = None,
+    window: int | None = None,
 ) -> tuple[list[tuple[Regime, pl.DataFrame]], str | None]:
     """Split a step-ordered metrics frame into regimes.
 
     Args:
         frame: one row per step (restarts resolved), step order; see the module docstring.
         headers: the log's ``run_start`` headers (their fields), indexed by the ``run`` column.
-        trend: ``trend(rows, column) -> slope per 1k steps | None``; None leaves trends out.
+        window: steps per window of each regime's trends (:func:`regime_trend`); None leaves
+            trends out.
 
     Returns:
         The regimes with their rows, and the rule that split them (None for a single regime).
@@ -243,8 +241,8 @@ def find_regimes(
                     tok_per_sec=mean_of(rows, "tok_per_sec"),
                     loss=mean_loss(rows),
                     acc=mean_acc(rows),
-                    loss_trend=trend(rows, "loss") if trend is not None else None,
-                    acc_trend=trend(rows, "acc") if trend is not None else None,
+                    loss_trend=regime_trend(rows, "loss", window) if window is not None else None,
+                    acc_trend=regime_trend(rows, "acc", window) if window is not None else None,
                     config=config,
                 ),
                 rows,

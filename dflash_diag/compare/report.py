@@ -34,7 +34,7 @@ from dflash_diag.compare.boundary import (
     measure_boundary,
     normalisation_factors,
 )
-from dflash_diag.compare.regimes import Regime, RunConfig, TrendFn, find_regimes, regime_trend
+from dflash_diag.compare.regimes import Regime, RunConfig, find_regimes, regime_trend
 from dflash_diag.read.records import LogEvent
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "RegimeComparison",
     "RunAlignment",
     "RunConfig",
-    "TrendFn",
     "align_runs",
     "compare_regimes",
     "explain_boundary",
@@ -85,7 +84,6 @@ def compare_regimes(
     headers: Sequence[Mapping[str, Any]] = (),
     config: CompareConfig | None = None,
     *,
-    trend: TrendFn | None = None,
     diagnosis: DiagnosisConfig | None = None,
     evals: Sequence[LogEvent] = (),
     run_starts: Sequence[LogEvent] | None = None,
@@ -99,8 +97,6 @@ def compare_regimes(
         frame: metrics after restart resolution, step order (see the module docstring).
         headers: the ``run_start`` headers' fields, which the frame's ``run`` column indexes.
         config: K and tolerances; defaults to `CompareConfig()`.
-        trend: ``trend(rows, column) -> slope per 1k steps`` for each regime; by default
-            `regime_trend` over ``config.window``-step windows.
         diagnosis: when given, each regime also gets the one diagnosis (acc, tau and its
             estimators, target progress, verdict) run on its own records with these settings.
         evals: the log's eval records (each regime uses those within its steps).
@@ -117,12 +113,8 @@ def compare_regimes(
     config = replace(config, window=size)
     if diagnosis is not None and diagnosis.window is None:
         diagnosis = replace(diagnosis, window=config.window)
-    if trend is None:
-
-        def trend(rows: pl.DataFrame, column: str) -> float | None:
-            return regime_trend(rows, column, size)
-
-    found, split_on = find_regimes(frame, headers, trend=trend)
+    # each regime's trends over size-step windows (regime_trend)
+    found, split_on = find_regimes(frame, headers, window=size)
     boundaries = [
         measure_boundary(rows_a, rows_b, reg_a, reg_b, config)
         for (reg_a, rows_a), (reg_b, rows_b) in itertools.pairwise(found)

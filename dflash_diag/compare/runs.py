@@ -59,7 +59,7 @@ def _load_and_compare(
         ``(frame, comparison)``: the records compared and their `RegimeComparison`.
     """
     from dflash_diag.analysis.restarts import resolve_restarts
-    from dflash_diag.read.jsonl import load_log
+    from dflash_diag.read.formats.load import load_log
 
     # every regime is diagnosed from the frame: the lists are read with it
     log = load_log([path], strict=strict, lists=True, **read_kwargs)

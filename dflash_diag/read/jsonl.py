@@ -5,8 +5,9 @@ Layers (each usable alone, so a watch loop can feed new bytes as they arrive):
 1. :func:`parse_records` turns bytes into a :class:`ParsedLog`: a frame of metric records with a
    declared schema, the event records (``run_start``, ``eval``, ``checkpoint``, ...) and a
    :class:`ParseIssues` account of torn, malformed and non-numeric lines and of NaN/Inf values.
-2. :func:`load_log` streams files, ``.gz`` files and ``-`` (standard input) through
-   :func:`parse_records` in chunks of a few MiB and merges them.
+2. :func:`parse_stream` streams a file, a ``.gz`` file or ``-`` (standard input) through
+   :func:`parse_records` in chunks of a few MiB
+   (:func:`dflash_diag.read.formats.load.load_log` reads and merges the inputs of any format).
 3. :func:`dflash_diag.analysis.restarts.resolve_restarts` and :func:`dflash_diag.analysis.phase.select_phase`
    work on the resulting frame.
 
@@ -29,12 +30,12 @@ sentinels turned back into NaN/inf after (only those lines pay a Python pass).
 from __future__ import annotations
 
 import bisect
+import importlib
 import json
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
@@ -44,7 +45,6 @@ from dflash_diag.read.files import (
     CHUNK_BYTES,
     OVERLONG_LINE,
     LineStats,
-    can_reread,
     line_chunks,
     open_input,
     read_input,
@@ -66,7 +66,6 @@ from dflash_diag.read.records import (  # re-exported: the reader's public types
     join_sequential,
 )
 from dflash_diag.read.schema import METRIC_LISTS, read_schema
-from dflash_diag.text import visible
 
 __all__ = [
     "BOOKKEEPING_COLUMNS",
@@ -76,7 +75,6 @@ __all__ = [
     "ParsedLog",
     "fetch_lists",
     "join_sequential",
-    "load_log",
     "open_input",
     "parse_records",
     "parse_stream",
@@ -826,201 +824,13 @@ def fetch_lists(log: ParsedLog, rows: pl.DataFrame, chunk_bytes: int = CHUNK_BYT
     )
 
 
-#: Share of records repeating the step of the record before them above which a log is taken to
-#: be written by two processes (each step twice), not to hold that many restarts.
-DUPLICATE_WRITERS_SHARE = 0.25
+#: What moved to :mod:`dflash_diag.read.formats.load` (reading inputs of any format is not the
+#: JSONL parser's job); importable from here still, for scripts that do.
+_MOVED = ("load_log", "drop_duplicate_writers", "DUPLICATE_WRITERS_SHARE")
 
 
-def drop_duplicate_writers(log: ParsedLog, name: str) -> ParsedLog:
-    """A log in which (nearly) every step was written twice, by two processes that both log:
-    one record per step (the later of each repeat), and one note saying so, instead of a restart
-    per step. A few repeats are left to the restart rule (a resume at the step it crashed)."""
-    metrics = log.metrics
-    if metrics.height < 8:
-        return log
-    repeat = (pl.col("step") == pl.col("step").shift(1)).fill_null(False)
-    repeats = int(metrics.select(repeat.sum()).item())
-    if repeats < DUPLICATE_WRITERS_SHARE * metrics.height:
-        return log
-    later_repeat = (pl.col("step") == pl.col("step").shift(-1)).fill_null(False)
-    log.metrics = metrics.filter(~later_repeat)
-    log.notes.append(
-        f"{name}: {repeats} records repeat the step of the record before them (two "
-        "processes writing one log?): read as one record per step, the later kept"
-    )
-    return log
-
-
-def _read_native(
-    name: str,
-    index: int,
-    *,
-    strict: bool,
-    fields: Mapping[str, str],
-    extra: Mapping[str, pl.DataType] | None,
-    lists: bool,
-    cache: bool,
-) -> ParsedLog:
-    """One input by the JSONL reader (through the cache when asked; --strict never is, as a
-    cached parse has no malformed line left to raise on)."""
-
-    def parse_whole() -> ParsedLog:
-        with open_input(name) as handle:
-            try:
-                return parse_stream(
-                    handle, source=index, strict=strict, fields=fields, extra=extra, lists=lists
-                )
-            except DiagError as exc:
-                message = str(exc)  # named already when the file itself could not be read
-                raise DiagError(
-                    message if visible(name) in message else f"{visible(name)}: {message}"
-                ) from None
-
-    if not cache or name == "-":
-        return parse_whole()
-    from dflash_diag.read.cache import cached_parse
-
-    return cached_parse(
-        name,
-        source=index,
-        fields=fields,
-        extra=extra,
-        lists=lists,
-        parse_whole=parse_whole,
-        parse_tail=lambda data, line_no: parse_records(
-            data, first_line_no=line_no, source=index, fields=fields, extra=extra, lists=lists
-        ),
-    )
-
-
-def load_log(
-    paths: str | Path | Sequence[str | Path],
-    *,
-    strict: bool = False,
-    fields: Mapping[str, str] | None = None,
-    extra: Mapping[str, pl.DataType] | None = None,
-    lists: bool = False,
-    input_format: str | None = None,
-    presets: Sequence[str | None] | None = None,
-    per_input_fields: Sequence[Mapping[str, str]] | None = None,
-    cache: bool = False,
-) -> ParsedLog:
-    """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
-
-    Every input may be of another format (TensorBoard, HF ``trainer_state.json``, MLflow, W&B,
-    CSV, console text: :mod:`dflash_diag.read.formats`), told by its content unless
-    ``input_format`` forces one; those are read by their readers and a preset (given per input
-    in ``presets``, else detected from the field names), and come out in the same canonical
-    form. ``per_input_fields`` replaces ``fields`` input by input. How each input was read, and
-    any mapped field that never occurs, is in :attr:`ParsedLog.notes`.
-
-    The per-position lists (``acc_pos``, ``accept_pos``) are most of a pipeline log's parse time
-    and memory and a report needs them for its last window only, so by default (``lists=False``)
-    those of files are left unread (null, the sources named in :attr:`ParsedLog.lists_pending`):
-    :func:`fetch_lists` reads them for the rows that need them, and
-    :func:`~dflash_diag.analysis.diagnosis.diagnose` does so by itself. ``lists=True`` reads
-    them all. Standard input, FIFOs and pipes are always read whole (they cannot be read twice).
-
-    With ``cache=True`` plain JSONL files are read through :mod:`dflash_diag.read.cache`: a log
-    that only grew since the last cached read costs its new bytes (the CLI's default; the
-    library's is False, so that it writes nothing unasked).
-
-    Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
-    resolved per source and the records merged in step order by
-    :func:`dflash_diag.analysis.restarts.resolve_restarts`.
-
-    Raises:
-        DiagError: a missing or unreadable file, a log with no records at all, or records none of
-            which has a ``step`` (suggesting ``--field step=NAME``).
-    """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    names = [str(p) for p in paths]
-    if not names:
-        raise DiagError("no log given")
-    if names.count("-") > 1:
-        raise DiagError("standard input ('-') can be read only once")
-    from dflash_diag.read.formats.load import (
-        missing_mapped_fields,
-        plan_input,
-        read_planned,
-        with_extra_columns,
-    )
-
-    parts = []
-    notes: list[str] = []
-    for index, name in enumerate(names):
-        own_fields = per_input_fields[index] if per_input_fields is not None else fields
-        plan = plan_input(
-            name,
-            input_format=input_format,
-            preset=presets[index] if presets else None,
-            fields=own_fields,
-        )
-        if not plan.native:
-            part = read_planned(plan, index, strict=strict)
-            part = with_extra_columns(part, extra)
-            notes += part.notes
-            parts.append(part)
-            continue
-        part = _read_native(
-            name,
-            index,
-            strict=strict,
-            fields=plan.fields,
-            extra=extra,
-            lists=lists or not can_reread(name),
-            cache=cache and not strict,
-        )
-        part = drop_duplicate_writers(part, visible(name))
-        notes += part.notes
-        missing = missing_mapped_fields(part, plan.fields)
-        if missing:
-            notes.append(f"{visible(name)}: never in the log: {'; '.join(missing)}")
-        parts.append(part)
-    issues = ParseIssues()
-    events: list[LogEvent] = []
-    frames = []
-    for part in parts:
-        # Header indices become global: offset by the headers of the files before.
-        offset = sum(1 for e in events if e.kind == "run_start")
-        metrics = part.metrics
-        if offset:
-            metrics = metrics.with_columns(
-                pl.when(pl.col("run") >= 0)
-                .then(pl.col("run") + offset)
-                .otherwise(-1)
-                .cast(pl.Int32)
-                .alias("run")
-            )
-        frames.append(metrics)
-        events.extend(part.events)
-        issues.merge(part.issues)
-    metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
-    log = ParsedLog(
-        metrics=metrics,
-        events=events,
-        issues=issues,
-        consumed_bytes=sum(p.consumed_bytes for p in parts),
-        sources=names,
-        lists_pending=sorted({s for p in parts for s in p.lists_pending}),
-        fields=dict(fields or {}),
-        chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
-        notes=notes,
-        foreign=any(p.foreign for p in parts),
-        presets=sorted({name for p in parts for name in p.presets}),
-    )
-    shown = ", ".join(visible(n) for n in names)
-    if issues.lines == 0:
-        raise DiagError(f"empty log: {shown}")
-    if metrics.height == 0:
-        if issues.without_step:
-            raise DiagError(
-                f"no record has a 'step' field in {shown} (map one with --field step=NAME)"
-            )
-        if issues.bad_step:
-            raise DiagError(
-                f"every record's step is out of range (NaN/Inf or beyond ±2^53) in {shown}"
-            )
-        raise DiagError(f"no metric records in {shown}")
-    return log
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        # by name: load.py imports this module, and this old path must not make it a cycle
+        return getattr(importlib.import_module("dflash_diag.read.formats.load"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

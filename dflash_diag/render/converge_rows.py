@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dflash_diag.analysis import defaults
-from dflash_diag.analysis.acceptance import ESTIMATOR_LABELS
 from dflash_diag.analysis.alerts import format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
+from dflash_diag.analysis.estimators import PREFIX, estimator_label, ranking_text
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
@@ -275,9 +275,9 @@ def acceptance_lines(d: Diagnosis) -> list[tuple[str, str]]:
             (
                 "",
                 (
-                    "  (* primary; ranked measured > walk > harmonic > chain > linear, the walk "
+                    f"  (* primary; ranked {ranking_text()}, the walk "
                     f"leading on {defaults.WALK_MIN_RECORDS}+ records within ±{defaults.WALK_MAX_REL_SE:.0%}; "
-                    f"prefix is {ESTIMATOR_LABELS['prefix']})"
+                    f"prefix is {estimator_label(PREFIX)})"
                 ),
             )
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -58,10 +58,12 @@ def _plot(view: WatchView, width: int) -> Text:
     plt.plotsize(max(60, width), 14)
     for col, series in enumerate(panels, start=1):
         plt.subplot(1, col)
-        pts = [(x, v) for x, v in zip(xs, series.values) if v is not None and math.isfinite(v)]
+        # every series is per window of the history; a shorter one is plotted as far as it goes
+        pairs = zip(xs, series.values, strict=False)
+        pts = [(x, v) for x, v in pairs if v is not None and math.isfinite(v)]
         if pts:
             plt.plot([p[0] for p in pts], [p[1] for p in pts], marker="braille")
-            ticks = {pts[0][0], pts[len(pts) // 2][0], pts[-1][0]}
+            ticks: set[float] = {pts[0][0], pts[len(pts) // 2][0], pts[-1][0]}
             band = _forecast_path(view, series.name)
             if band:
                 # The forecast after the data: its median and the 80% band to the planned end.
@@ -71,8 +73,8 @@ def _plot(view: WatchView, width: int) -> Text:
                 plt.plot(steps, [p[3] for p in band], marker="dot", color="gray")
                 ticks.add(steps[-1])
             # Steps are integers: label them so (plotext's own ticks read "15002.0").
-            ticks = sorted(ticks)
-            plt.xticks(ticks, [str(int(t)) for t in ticks])
+            positions = sorted(ticks)
+            plt.xticks(positions, [str(int(t)) for t in positions])
         plt.title(series.name)
     return Text.from_ansi(plt.build())
 
@@ -147,7 +149,7 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     parts.append(sparks)
 
     table = Table(title="latest windows", title_justify="left", box=box.SIMPLE_HEAD)
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("steps", "left"),
         ("n", "right"),
         ("loss", "right"),
@@ -155,9 +157,11 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         ("acc", "right"),
         ("Δacc", "right"),
         (" ", "left"),
-    ):
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")  # never an ellipsis in a number
-    for w, t in zip(view.windows, view.trends):
+    for row in view.rows:
+        w, t = row.window, row.trend
         table.add_row(
             window_label(w, view.last_step),
             str(w.n),

@@ -13,21 +13,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
-from dflash_diag.analysis import defaults
-from dflash_diag.analysis.acceptance import AcceptanceConfig
 from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
-from dflash_diag.analysis.phase import Phase, Selection, select_phase
+from dflash_diag.analysis.phase import Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, resolve_restarts
-from dflash_diag.analysis.run_forecast import ForecastConfig
-from dflash_diag.analysis.trend import TrendConfig
-from dflash_diag.analysis.verdict import VerdictConfig
 from dflash_diag.analysis.windows import Window, WindowChoice, choose_window, compute_windows
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import check_encoding
@@ -49,87 +44,31 @@ class WatchConfig:
     Attributes:
         interval: seconds between refreshes (``--interval``).
         stall: seconds without a new record before the stall alert (``--stall``).
-        window: steps per window (``--window``), aligned to the first selected step; None
-            (``--window auto``): converge's rule, fixed once 50 records are read.
         history: windows kept and drawn in the sparklines. The verdict judges every window
             of the log (the pruned ones are kept as window means), as converge does.
         table_rows: latest windows listed with their arrows.
-        threshold: acc change below which an arrow is flat (``--threshold``).
-        spike_factor: robust standard deviations above its neighbours that make a window's loss
-            a spike.
-        phase: which records to show (auto, pipeline, all), as in converge.
-        block_size: block size B for the tau estimate (``--block-size``; default: the header's,
-            else 16).
-        target_acc: accuracy target for the progress and the ETA (``--target-acc``).
         plot: add plotext line charts of loss, acc and tau (``--plot``).
-        from_step, peak_lr, target_tau, baseline_tau, loss_threshold, noise_aware, alpha,
-            end_step, schedule, target_loss: the options watch shares with converge and compare
-            (same meaning, same defaults).
+        analysis: the diagnosis settings, the ones converge and compare use (phase, first step,
+            window: None for ``--window auto``, converge's rule fixed once 50 records are
+            read; thresholds, targets...).
     """
 
     interval: float = 2.0
     stall: float = 300.0
-    window: int | None = None
     history: int = 40
     table_rows: int = 6
-    threshold: float = defaults.ACC_THRESHOLD
-    spike_factor: float = defaults.SPIKE_FACTOR
-    phase: str = "auto"
-    block_size: int | None = None
-    target_acc: float = defaults.TARGET_ACC
     plot: bool = False
-    from_step: int | None = None
-    peak_lr: float | None = None
-    target_tau: float | None = None
-    baseline_tau: float | None = None
-    loss_threshold: float = defaults.LOSS_THRESHOLD
-    noise_aware: bool = False
-    alpha: float = defaults.ALPHA
-    end_step: int | None = None
-    schedule: str | None = None
-    target_loss: float | None = None
-
-    @property
-    def analysis(self) -> DiagnosisConfig:
-        """The diagnosis settings (the ones converge and compare use for the same options)."""
-        return DiagnosisConfig(
-            phase=self.phase,
-            from_step=self.from_step,
-            window=self.window,
-            peak_lr=self.peak_lr,
-            trend=TrendConfig(self.threshold, self.loss_threshold, self.noise_aware),
-            acceptance=AcceptanceConfig(
-                self.block_size, self.target_acc, self.target_tau, self.baseline_tau
-            ),
-            verdict=VerdictConfig(alpha=self.alpha),
-            spike_factor=self.spike_factor,
-            forecast=ForecastConfig(self.end_step, self.schedule, self.target_loss),
-        )
+    analysis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
             raise ValueError(f"--interval must be positive, got {self.interval}")
         if not self.stall > 0:
             raise ValueError(f"--stall must be positive, got {self.stall}")
-        if self.window is not None and self.window < 1:
-            raise ValueError(f"--window must be at least 1, got {self.window}")
         if self.history < 2:
             raise ValueError(f"history must be at least 2 windows, got {self.history}")
         if self.table_rows < 1:
             raise ValueError(f"table_rows must be at least 1, got {self.table_rows}")
-        if self.threshold < 0:
-            raise ValueError(f"--threshold must be >= 0, got {self.threshold}")
-        if not self.spike_factor > 0:
-            raise ValueError(f"spike factor must be positive, got {self.spike_factor}")
-        if self.block_size is not None and self.block_size < 2:
-            raise ValueError(f"--block-size must be at least 2, got {self.block_size}")
-        if not 0 < self.target_acc <= 1:
-            raise ValueError(f"--target-acc must be in (0, 1], got {self.target_acc}")
-        try:
-            Phase(self.phase)
-        except ValueError:
-            raise ValueError(f"unknown phase {self.phase!r} (auto, pipeline or all)") from None
-        self.analysis  # noqa: B018 - validates the shared options (raises ValueError)
 
 
 @dataclass(frozen=True)
@@ -324,7 +263,7 @@ class LiveLog:
         lr = metrics["lr"].drop_nulls()
         lr = lr.filter(lr.is_finite())
         if lr.len():
-            top = float(lr.max())
+            top = float(cast(float, lr.max()))
             self.max_lr = top if self.max_lr is None else max(self.max_lr, top)
         for name in part.issues.nonfinite:  # the reader counted them; find where they are
             if name in metrics.columns and metrics.schema[name] == pl.Float64:
@@ -344,7 +283,9 @@ class LiveLog:
         resolved, restarts = resolve_restarts(self.log.metrics)
         for r in restarts:
             self.restarts.setdefault((r.source, r.step), r)
-        selected, selection = select_phase(resolved, self.config.phase, self.config.from_step)
+        selected, selection = select_phase(
+            resolved, self.config.analysis.phase, self.config.analysis.from_step
+        )
         self.selection = selection
         if selection.phase != self._origin_phase:
             # e.g. the first pipeline entries of a migrating run: windows align to them now
@@ -359,8 +300,8 @@ class LiveLog:
         :data:`AUTO_FIX_RECORDS` records are read (until then, chosen on what there is)."""
         if self.window is not None:
             return self.window
-        choice = choose_window(frame, self.config.window)
-        if self.config.window is not None or (
+        choice = choose_window(frame, self.config.analysis.window)
+        if self.config.analysis.window is not None or (
             frame.height and frame["step"].n_unique() >= AUTO_FIX_RECORDS
         ):
             self.window = choice
@@ -380,8 +321,8 @@ class LiveLog:
             return
         if self.origin is None:
             self.origin = (
-                self.config.from_step
-                if self.config.from_step is not None
+                self.config.analysis.from_step
+                if self.config.analysis.from_step is not None
                 else int(selected["step"][0])
             )
         choice = self.window_choice(selected)
@@ -397,7 +338,7 @@ class LiveLog:
             for window in compute_windows(screened, w, start=self.origin):
                 self.archived[window.index] = window
         metrics = self.log.metrics
-        newest_seq = int(metrics["seq"].max())
+        newest_seq = int(cast(int, metrics["seq"].max()))
         kept = metrics.filter((pl.col("step") >= cutoff) | (pl.col("seq") == newest_seq))
         if kept.height < metrics.height:
             self.log = ParsedLog(

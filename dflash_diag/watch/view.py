@@ -8,11 +8,12 @@ the recent windows, the time since the last record and the `Alert`s. No file acc
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from dflash_diag.analysis.acceptance import Acceptance
 from dflash_diag.analysis.alerts import Alert, stall_alert
-from dflash_diag.analysis.diagnosis import Diagnosis, diagnose_frame, governing_header
+from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, diagnose_frame, governing_header
 from dflash_diag.analysis.schedule import SchedulePosition
 from dflash_diag.analysis.schedule_events import ScheduleEvent, detect_schedule_events
 from dflash_diag.analysis.trend import Trend
@@ -45,6 +46,9 @@ class Series:
 class WatchView:
     """Everything one frame of the live view shows, as plain data.
 
+    The analysis is :attr:`diagnosis` (converge's, on the recent records); ``windows``,
+    ``trends``, ``schedule``, ``acceptance`` and ``verdict`` read it, so the frame holds no copy.
+
     Attributes:
         path: the log followed.
         total_records: metric records read since the start (the whole file).
@@ -52,17 +56,14 @@ class WatchView:
         since_last_record: seconds since the newest record (None before any).
         selection: which records are shown (the phase rule's reason).
         series: per-window sparkline series (loss, acc, tau, lr, tok/s), oldest first.
-        windows: the latest windows, oldest first, and their trends.
-        trends: one `Trend` per entry of ``windows``.
-        schedule: the lr schedule position at the newest record.
-        acceptance: the converge acceptance estimate of the newest window, or None.
-        verdict: the converge verdict over the recent windows, or None.
         alerts: problems to show in red.
         skipped_lines, nonfinite: the reader's counts over the whole file.
         restarts: steps where the log went back (seen in the recent records).
         resets: truncations/rotations of the file seen.
         waiting: a line saying why there is nothing to show yet, or None.
         diagnosis: the diagnosis of the recent records (None while waiting).
+        table_rows: how many of the latest windows the table lists.
+        schedule_events: lr schedule restarts at resumes (see analysis.schedule_events).
     """
 
     path: str
@@ -71,11 +72,6 @@ class WatchView:
     since_last_record: float | None
     selection: str
     series: list[Series]
-    windows: list[Window]
-    trends: list[Trend]
-    schedule: SchedulePosition | None
-    acceptance: Acceptance | None
-    verdict: Verdict | None
     alerts: list[Alert]
     skipped_lines: int
     nonfinite: int
@@ -83,12 +79,44 @@ class WatchView:
     resets: int
     waiting: str | None = None
     diagnosis: Diagnosis | None = None
+    table_rows: int = 6
     schedule_events: list[ScheduleEvent] = field(default_factory=list)
-    """lr schedule restarts at resumes (see analysis.schedule_events)."""
+
+    @property
+    def rows(self) -> list[WindowRow]:
+        """The latest windows with their trends, oldest first (the table's rows)."""
+        if self.diagnosis is None:
+            return []
+        return self.diagnosis.windows[-self.table_rows :]
+
+    @property
+    def windows(self) -> list[Window]:
+        """The latest windows, oldest first."""
+        return [row.window for row in self.rows]
+
+    @property
+    def trends(self) -> list[Trend]:
+        """One `Trend` per entry of ``windows``."""
+        return [row.trend for row in self.rows]
+
+    @property
+    def schedule(self) -> SchedulePosition | None:
+        """The lr schedule position at the newest record."""
+        return self.diagnosis.schedule if self.diagnosis is not None else None
+
+    @property
+    def acceptance(self) -> Acceptance | None:
+        """The acceptance estimate of the newest window."""
+        return self.diagnosis.acceptance if self.diagnosis is not None else None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict over every window of the log."""
+        return self.diagnosis.verdict if self.diagnosis is not None else None
 
 
 def _selection_text(live: LiveLog, size: int) -> str:
-    phase = live.phase_used or live.config.phase
+    phase = live.phase_used or live.config.analysis.phase
     what = "pipeline entries" if phase == "pipeline" else "all entries"
     return f"{what}, {size}-step windows from step {live.origin}"
 
@@ -132,21 +160,23 @@ def build_view(live: LiveLog) -> WatchView:
     stall = stall_alert(since, config.stall)
     if stall is not None:
         alerts.append(stall)
-    base = {
-        "path": str(live.path),
-        "total_records": live.total_records,
-        "last_step": live.last_step,
-        "since_last_record": since,
-        "skipped_lines": live.issues.malformed,
-        "nonfinite": live.issues.nonfinite_total,
-        "restarts": sorted(r.step for r in live.restarts.values()),
-        "resets": live.tail.resets,
-        "schedule_events": detect_schedule_events(
+    # the parts every frame has, waiting or not
+    frame_view = functools.partial(
+        WatchView,
+        path=str(live.path),
+        total_records=live.total_records,
+        last_step=live.last_step,
+        since_last_record=since,
+        skipped_lines=live.issues.malformed,
+        nonfinite=live.issues.nonfinite_total,
+        restarts=sorted(r.step for r in live.restarts.values()),
+        resets=live.tail.resets,
+        schedule_events=detect_schedule_events(
             live.headers(),
             frame["step"].to_list() if frame.height else [],
             frame["lr"].to_list() if frame.height else [],
         ),
-    }
+    )
     diagnosis = None
     if (
         frame.height
@@ -174,24 +204,16 @@ def build_view(live: LiveLog) -> WatchView:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"
         if live.log is not None and live.last_step is not None:
             # Metric records exist, only none that --phase / --from-step select: say so.
-            what = "pipeline entries" if config.phase == "pipeline" else "records"
-            where = f" at or after step {config.from_step}" if config.from_step is not None else ""
+            what = "pipeline entries" if config.analysis.phase == "pipeline" else "records"
+            where = (
+                f" at or after step {config.analysis.from_step}"
+                if config.analysis.from_step is not None
+                else ""
+            )
             waiting = f"no {what}{where} yet (the log's last step is {live.last_step})"
-        return WatchView(
-            **base,
-            selection="",
-            series=[],
-            windows=[],
-            trends=[],
-            schedule=None,
-            acceptance=None,
-            verdict=None,
-            alerts=alerts,
-            waiting=waiting,
-        )
+        return frame_view(selection="", series=[], alerts=alerts, waiting=waiting)
 
     windows = [row.window for row in diagnosis.windows]
-    trends = [row.trend for row in diagnosis.windows]
     acceptance = diagnosis.acceptance
     estimator = acceptance.estimator
     series = [
@@ -204,15 +226,10 @@ def build_view(live: LiveLog) -> WatchView:
     ]
     if any(w.tok_per_sec is not None for w in windows):  # legacy records have no tok/s
         series.append(Series("tok/s", [w.tok_per_sec for w in windows], ",.0f"))
-    return WatchView(
-        **base,
+    return frame_view(
         selection=_selection_text(live, diagnosis.window.size if diagnosis.window else 0),
         series=series,
-        windows=windows[-config.table_rows :],
-        trends=trends[-config.table_rows :],
-        schedule=diagnosis.schedule,
-        acceptance=acceptance,
-        verdict=diagnosis.verdict,
         alerts=alerts + diagnosis.alerts,
         diagnosis=diagnosis,
+        table_rows=config.table_rows,
     )

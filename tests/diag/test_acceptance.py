@@ -14,6 +14,7 @@ from dflash_diag import (
     prefix_tau,
 )
 from dflash_diag.analysis.acceptance import mean_positions
+from dflash_diag.analysis.estimators import Walk
 
 
 def test_estimator_formulas():
@@ -162,7 +163,7 @@ def test_mismatch_is_judged_against_walk_else_harmonic_not_the_upward_biased_pre
     assert "harmonic" in result.warnings[0]
     # the walked tau, where logged, is the one compared
     walked = estimate_acceptance(
-        0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5), tau_walk=3.5
+        0.96, "w", leaky, [_eval(10, 1.1)], AcceptanceConfig(block_size=5), walk=Walk(3.5)
     )
     assert walked.warnings
     assert "(walk)" in walked.warnings[0]

@@ -179,7 +179,8 @@ def test_a_saturating_curve_cut_at_30_percent_is_forecast_within_its_interval():
 
 def _forecast(values, *, end=1000):
     path = tuple(
-        (s, v, v - 0.05, v + 0.05) for s, v in zip(np.linspace(500, end, len(values)), values)
+        (s, v, v - 0.05, v + 0.05)
+        for s, v in zip(np.linspace(500, end, len(values)), values, strict=True)
     )
     from dflash_diag.analysis.forecast import MetricForecast
 
@@ -450,28 +451,6 @@ def test_watch_plot_draws_the_band_after_the_data():
     assert path[0][0] >= 400
     assert path[-1][0] == 410
     assert all(low <= value <= high for _, value, low, high in path)
-
-
-def test_the_forecast_adds_little_time():
-    import time
-
-    from dflash_diag.analysis.diagnosis import DiagnosisConfig
-    from dflash_diag.analysis.run_forecast import ForecastConfig
-    from dflash_diag.converge.report import build_converge_report
-    from dflash_diag.read.jsonl import load_log
-
-    log = load_log([str(SAMPLE)], lists=False)
-    build_converge_report(log)  # warm: imports and caches
-
-    def best(enabled: bool) -> float:
-        times = []
-        for _ in range(3):
-            t = time.perf_counter()
-            build_converge_report(log, DiagnosisConfig(forecast=ForecastConfig(enabled=enabled)))
-            times.append(time.perf_counter() - t)
-        return min(times)
-
-    assert best(True) - best(False) < 0.3
 
 
 def test_a_run_at_its_planned_end_is_not_forecast_as_if_it_went_on():

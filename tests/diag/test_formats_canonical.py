@@ -187,3 +187,55 @@ def test_long_frame_keys_named_like_columns():
     )
     log = to_parsed_log(Scalars(frame=frame, format="t")).log
     assert log.metrics.select("step", "loss", "time").rows() == [(1, 2.0, 5.0)]
+
+
+def _reference_merge(frame: pl.DataFrame, wanted: list[str]) -> pl.DataFrame:
+    """The merge by (segment, step) as a hashing group-by (the old implementation)."""
+    key = pl.col("key")
+    return (
+        frame.group_by("_segment", "step")
+        .agg(
+            pl.col("time").min(),
+            *(pl.col("value").filter(key == k).last().alias("k:" + k) for k in wanted),
+        )
+        .sort("_segment", "step")
+    )
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_merge_by_step_matches_a_group_by(ordered):
+    """The run-based merge gives each (segment, step) the earliest time and each key's last
+    value in row order, as a group-by does, whether or not the rows come in step order."""
+    import random
+
+    from dflash_diag.read.formats.canonical import _merge_by_step
+
+    rng = random.Random(7)
+    rows = []
+    for segment in range(3):
+        step = 0
+        for _ in range(300):
+            step += rng.choice((0, 0, 1, 2))
+            key = rng.choice(("loss", "acc", "lr", "other"))
+            time = rng.choice((None, rng.random()))
+            rows.append((segment, step, key, rng.choice((rng.random(), float("nan"))), time))
+    if not ordered:
+        rng.shuffle(rows)
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "_segment": pl.UInt32,
+            "step": pl.Int64,
+            "key": pl.String,
+            "value": pl.Float64,
+            "time": pl.Float64,
+        },
+        orient="row",
+    )
+    wanted = ["acc", "loss", "missing"]
+    got = _merge_by_step(frame, wanted)
+    assert got.equals(_reference_merge(frame, wanted))
+    # one row per record (an MLflow metric file): the rows are the records
+    single = frame.unique(["_segment", "step"], keep="first", maintain_order=True)
+    assert _merge_by_step(single, wanted).equals(_reference_merge(single, wanted))
+    assert _merge_by_step(frame.clear(), wanted).equals(_reference_merge(frame.clear(), wanted))

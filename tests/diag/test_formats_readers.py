@@ -171,8 +171,9 @@ def test_tensorboard_not_an_event_file(tmp_path):
 def test_trainer_state_latest_checkpoint_wins():
     scalars = read_trainer_state(FIXTURES / "hf_trainer")
     assert any("checkpoint-260" in note for note in scalars.notes)
-    assert scalars.frame["step"].max() == 260
-    keys = set(scalars.frame["key"].unique())
+    frame = scalars.long_frame()
+    assert frame["step"].max() == 260
+    keys = set(frame["key"].unique())
     assert {"loss", "learning_rate", "grad_norm", "mean_token_accuracy", "eval_loss"} <= keys
 
 
@@ -427,3 +428,84 @@ def test_varint_encoding_round_trips_and_matches_the_wire_format():
     for n in (127, 128, 2**31, 2**63 - 1):
         raw = encode_varint(n)
         assert read_varint(raw, 0, len(raw)) == (n, len(raw))
+
+
+_EDGE_HISTORIES = {
+    "plain": [{"step": s, "loss": 3 - s / 10, "grad_norm": s} for s in range(1, 6)]
+    + [{"step": 5, "eval_loss": 2.5, "epoch": 1}, {"step": 5, "loss": 2.4}],
+    "summary": [{"step": 1, "loss": 3.0}, {"step": 2, "train_runtime": 9.5, "train_loss": 2.9}],
+    "float steps": [{"step": 1.5, "loss": 3.0}, {"step": -1.7, "loss": 2.0}, {"step": 2.0}],
+    "huge steps": [{"step": 2**53, "loss": 1.0}, {"step": 2**53 - 1, "loss": 2.0}],
+    "no numbers": [{"step": 1, "loss": 3.0}, {"step": 2}, {"note": None}, {"step": 3, "loss": 1}],
+    "not dicts": [{"step": 1, "loss": 3.0}, 7, "x", [1], {"step": 2, "loss": 2.0}],
+    "null steps": [{"step": None, "loss": 3.0}, {"loss": 2.0}, {"step": 3, "loss": 1.0}],
+    "bools": [{"step": 1, "loss": 3.0, "flag": True}, {"step": True, "loss": 2.0}],
+    "bool among numbers": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": False}, {"step": 3}],
+    "strings": [{"step": 1, "loss": "3.5"}, {"step": "2", "loss": 2.0, "name": "x"}],
+    "nested": [{"step": 1, "loss": 3.0, "train": {"acc": 0.5}}, {"step": 2, "loss": [1, 2]}],
+    "dotted": [{"step": 1, "train.acc": 0.1, "train/acc": 0.2, "loss": 1.0}],
+    "fixed names": [{"step": 1, "loss": 3.0, "time": 5.0, "row": 1}],
+    "rewind": [{"step": s % 4, "loss": 1.0 / (s + 1)} for s in range(10)],
+    "big int": [{"step": 1, "loss": 10**400}, {"step": 2, "loss": 2**70}],
+    "no step": [{"epoch": 1.0, "loss": 3.0}, {"epoch": 2.0, "loss": 2.0}],
+}
+
+
+@pytest.mark.parametrize("chunk", [64, 2**16])
+@pytest.mark.parametrize("case", sorted(_EDGE_HISTORIES))
+def test_trainer_state_pieces_read_as_the_collector_does(tmp_path, monkeypatch, case, chunk):
+    """The history decoded in pieces and built by polars gives the canonical log the entry by
+    entry collector gives, on every kind of entry (or leaves those to the collector)."""
+    import json
+
+    from dflash_diag.read.formats import trainer_state
+    from dflash_diag.read.formats.canonical import to_parsed_log
+
+    path = tmp_path / "trainer_state.json"
+    state = {"global_step": 5, "log_history": _EDGE_HISTORIES[case], "max_steps": 10}
+    path.write_text(json.dumps(state, indent=2))
+    # 64 characters: every entry alone; 64 KiB: the history in one piece
+    monkeypatch.setattr(trainer_state._Scanner, "CHUNK", chunk)
+
+    def parsed():
+        scalars = read_trainer_state(path)
+        log = to_parsed_log(scalars).log
+        return log.metrics, [(e.kind, e.seq, e.step, e.fields) for e in log.events], log.issues
+
+    metrics, events, issues = parsed()
+
+    def collector_only(pieces, issues):
+        for _ in pieces:
+            pass  # the pass still checks the JSON; the entries are read again one by one
+
+    monkeypatch.setattr(trainer_state, "_wide_history", collector_only)
+    want_metrics, want_events, want_issues = parsed()
+    assert metrics.equals(want_metrics)
+    assert events == want_events
+    assert issues == want_issues
+
+
+def test_mlflow_rows_skip_the_sort_only_when_in_logging_order():
+    """The check that lets a metric file written in order skip the sort says "in order" only
+    where the sort by (timestamp, step, key) would change nothing."""
+    import random
+
+    from dflash_diag.read.formats.mlflow_store import _in_logging_order
+
+    rng = random.Random(3)
+    said_ordered = 0
+    for _ in range(400):
+        rows = [
+            (rng.choice([1, 2, None]), rng.choice([0, 1, None]), rng.choice(["a", "b"]))
+            for _ in range(rng.randint(0, 6))
+        ]
+        frame = pl.DataFrame(
+            rows, schema={"timestamp": pl.Int64, "step": pl.Int64, "key": pl.String}, orient="row"
+        )
+        ordered = frame.sort("timestamp", "step", "key", maintain_order=True)
+        if frame.select(_in_logging_order()).item():
+            said_ordered += 1
+            assert ordered.equals(frame), rows
+        elif frame.null_count().sum_horizontal().item() == 0:
+            assert not ordered.equals(frame), rows
+    assert said_ordered > 50

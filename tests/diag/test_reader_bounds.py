@@ -292,10 +292,11 @@ def test_trainer_state_is_read_entry_by_entry(tmp_path, monkeypatch):
         + '], "max_steps": 20000, "train_batch_size": 8}'
     )
     scalars, peak = peak_bytes(trainer_state.read_trainer_state, path)
-    assert scalars.frame.height == 60_000
+    frame = scalars.long_frame()
+    assert frame.height == 60_000
     assert scalars.issues.lines == 20_000
     assert scalars.meta["max_steps"] == 20_000  # a key after log_history
-    assert scalars.frame["step"].to_list()[-1] == 20_000
+    assert frame["step"].to_list()[-1] == 20_000
     assert peak < 4 * 2**20, peak  # the file is 1.4 MB; its objects were over 12 MB
 
 

@@ -12,6 +12,7 @@ import tracemalloc
 import pytest
 from typer.testing import CliRunner
 
+from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.cli import app
 from dflash_diag.read import files
 from dflash_diag.read.files import OVERLONG_LINE, LineStats, line_chunks
@@ -338,7 +339,7 @@ def test_a_utf16_log_is_named_as_such(tmp_path, encoding):
 def test_watch_flags_a_deleted_log(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(clean_records())
-    live = LiveLog(path, WatchConfig(window=10), clock=lambda: 100.0)
+    live = LiveLog(path, WatchConfig(analysis=DiagnosisConfig(window=10)), clock=lambda: 100.0)
     live.refresh()
     assert not [a for a in build_view(live).alerts if a.kind == "missing"]
     os.remove(path)

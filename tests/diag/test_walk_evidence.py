@@ -134,7 +134,8 @@ def test_a_consistent_walk_leads_with_its_standard_error(tmp_path):
     walk = next(e for e in a["estimates"] if e["name"] == "walk")
     assert walk["se"] is not None
     assert 0 < walk["se"] / walk["tau"] <= defaults.WALK_MAX_REL_SE
-    assert walk["basis"].endswith("10 records")
+    # the latest 8 of the 10 walked records of the last window's length (recent_walk)
+    assert walk["basis"].endswith("latest records, steps 65-100, 8 records")
     assert a["calibration"]["estimator"] == "walk"  # the walk would have led at the eval's step
     no_eval = tmp_path / "steady_no_eval.jsonl"
     no_eval.write_bytes(

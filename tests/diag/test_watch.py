@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.errors import DiagError
 from dflash_diag.watch import (
     LiveLog,
@@ -111,11 +112,11 @@ def test_a_torn_line_is_counted_once_complete(log):
 def test_state_stays_the_size_of_the_view(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 20000, slope=1e-5))
-    config = WatchConfig(window=50, history=10)
+    config = WatchConfig(history=10, analysis=DiagnosisConfig(window=50))
     live = LiveLog(path, config)
     live.refresh()
     assert live.total_records == 5000
-    assert live.log.metrics.height <= (config.history + 1) * config.window
+    assert live.log.metrics.height <= (config.history + 1) * config.analysis.window
     view = build_view(live)
     assert len(view.series[0].values) == config.history
     assert view.windows[-1].end == 19999
@@ -126,7 +127,7 @@ def test_state_stays_the_size_of_the_view(tmp_path):
 def test_series_carry_the_window_means_of_lr_and_tok_per_sec(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15100))
-    live = LiveLog(path, WatchConfig(window=50))
+    live = LiveLog(path, WatchConfig(analysis=DiagnosisConfig(window=50)))
     live.refresh()
     series = {s.name: s.values for s in build_view(live).series}
     # lr rises linearly: each window's mean is its middle step's lr
@@ -136,7 +137,7 @@ def test_series_carry_the_window_means_of_lr_and_tok_per_sec(tmp_path):
     legacy.write_text(
         "".join(record(s, 0.15).replace('"tok_per_sec": 16000.0, ', "") for s in range(100))
     )
-    live = LiveLog(legacy, WatchConfig(window=50))
+    live = LiveLog(legacy, WatchConfig(analysis=DiagnosisConfig(window=50)))
     live.refresh()
     names = [s.name for s in build_view(live).series]
     assert "lr" in names
@@ -161,13 +162,13 @@ def test_header_numbers_out_of_float_range_are_ignored(tmp_path):
 def test_a_backlog_is_parsed_in_pieces_with_the_same_result(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 17000, slope=1e-5))
-    config = WatchConfig(window=50, history=10)
+    config = WatchConfig(history=10, analysis=DiagnosisConfig(window=50))
     whole = LiveLog(path, config, max_chunk_bytes=None)
     pieces = LiveLog(path, config, max_chunk_bytes=4096)  # about 25 lines per piece
     assert whole.refresh().new_records == pieces.refresh().new_records == 2000
     assert pieces.tail.backlog_bytes == 0
     # pruned after each piece: never more than the view plus one piece
-    assert pieces.log.metrics.height <= (config.history + 1) * config.window
+    assert pieces.log.metrics.height <= (config.history + 1) * config.analysis.window
     a, b = build_view(whole), build_view(pieces)
     assert [w.acc for w in a.windows] == [w.acc for w in b.windows]
     assert a.series[0].values == b.series[0].values
@@ -320,8 +321,10 @@ def test_config_validation():
         WatchConfig(interval=0)
     with pytest.raises(ValueError, match="--stall"):
         WatchConfig(stall=-1)
-    with pytest.raises(ValueError, match="phase"):
-        WatchConfig(phase="legacy")
+    with pytest.raises(ValueError, match="history"):
+        WatchConfig(history=1)
+    with pytest.raises(ValueError, match="legacy"):
+        WatchConfig(analysis=DiagnosisConfig(phase="legacy"))
 
 
 def _text(view, **kw) -> str:
@@ -383,7 +386,7 @@ def test_any_appended_bytes_never_crash_the_view(tmp_path, chunks, seed):
     rng = random.Random(seed)
     path = tmp_path / f"fuzz-{seed}.jsonl"
     path.write_text(json.dumps(HEADER) + "\n" + rising(15000, 15120))
-    live = LiveLog(path, WatchConfig(window=10, history=5))
+    live = LiveLog(path, WatchConfig(history=5, analysis=DiagnosisConfig(window=10)))
     live.refresh()
     pieces = [
         record(rng.randrange(14990, 15200), rng.random(), loss=rng.choice([1.0, math.nan])).encode()

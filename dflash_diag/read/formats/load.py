@@ -1,4 +1,5 @@
-"""Per-input reading plans: which reader, which preset and field map for each log given.
+"""Reading the logs given: :func:`load_log`, and the per-input plans it follows (which reader,
+which preset and field map for each log).
 
 The JSONL reader stays the fast path for this project's own logs (and for flat JSONL whose
 names a ``--field`` map renames). Anything else goes through a format reader and
@@ -18,9 +19,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
+
+import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.files import check_log_path
+from dflash_diag.read.files import can_reread, check_log_path, open_input
 from dflash_diag.read.formats.detect import (
     FORMATS,
     HEAD_BYTES,
@@ -30,8 +34,10 @@ from dflash_diag.read.formats.detect import (
     read_scalars,
 )
 from dflash_diag.read.formats.jsonl_rows import has_foreign_events, sample_keys
+from dflash_diag.read.jsonl import parse_records, parse_stream
 from dflash_diag.read.presets import PRESETS, Preset, detect_preset, get_preset
-from dflash_diag.read.records import ParsedLog
+from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
+from dflash_diag.text import visible
 
 #: ``--preset`` value meaning "detect from the field names" (the default).
 AUTO = "auto"
@@ -61,7 +67,7 @@ class InputPlan:
     @property
     def label(self) -> str:
         """``read as TensorBoard`` (for the native path: JSONL, the log schema)."""
-        return f"read as {FORMATS[self.format]}"
+        return f"read as {FORMATS[self.format].display}"
 
 
 def split_per_input(
@@ -206,20 +212,20 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
     if not read:
         raise DiagError(
             f"{plan.path}: a folder holding {len(tried)} sources, none readable: "
-            + " | ".join(f"{FORMATS[fmt]}: {message}" for fmt, _, message in tried)
+            + " | ".join(f"{FORMATS[fmt].display}: {message}" for fmt, _, message in tried)
         )
     fmt, best = max(read, key=lambda fl: _richness(fl[1]))  # max keeps the first of equals
     others = ", ".join(
-        f"{FORMATS[f]} ({_richness(log)[0]} records)"
+        f"{FORMATS[f].display} ({_richness(log)[0]} records)"
         if log is not None
-        else f"{FORMATS[f]} (unreadable)"
+        else f"{FORMATS[f].display} (unreadable)"
         for f, log, _ in tried
         if f != fmt
     )
     best.notes.insert(
         1,
-        f"{plan.path}: the folder holds {FORMATS[fmt]} and {others}: read "
-        f"{FORMATS[fmt]} ({_richness(best)[0]} records; give --input-format "
+        f"{plan.path}: the folder holds {FORMATS[fmt].display} and {others}: read "
+        f"{FORMATS[fmt].display} ({_richness(best)[0]} records; give --input-format "
         "or a path inside to read another)",
     )
     return best
@@ -382,16 +388,14 @@ def missing_mapped_fields(log: ParsedLog, fields: Mapping[str, str]) -> list[str
     return missing
 
 
-def with_extra_columns(log: ParsedLog, extra: Mapping[str, object] | None) -> ParsedLog:
-    """``log`` with a null column for each ``extra`` field it lacks (other formats have none)."""
-    import polars as pl
+class LoadKwargs(TypedDict):
+    """The reading options of :func:`load_log`, from :meth:`ReadOptions.load_kwargs`."""
 
-    missing = [name for name in (extra or {}) if name not in log.metrics.columns]
-    if missing:
-        log.metrics = log.metrics.with_columns(
-            pl.lit(None, extra[name]).alias(name) for name in missing
-        )  # type: ignore[index]
-    return log
+    input_format: str | None
+    presets: list[str | None]
+    per_input_fields: list[dict[str, str]]
+    fields: dict[str, str]
+    cache: bool
 
 
 @dataclass(frozen=True)
@@ -410,9 +414,9 @@ class ReadOptions:
     field_specs: tuple[str, ...] = ()
     cache: bool = False
 
-    def load_kwargs(self, n_inputs: int, only: int | None = None) -> dict[str, object]:
-        """Keyword arguments of :func:`~dflash_diag.read.jsonl.load_log` for ``n_inputs``
-        inputs (or for input ``only`` of them, loaded alone).
+    def load_kwargs(self, n_inputs: int, only: int | None = None) -> LoadKwargs:
+        """Keyword arguments of :func:`load_log` for ``n_inputs`` inputs (or for input ``only``
+        of them, loaded alone).
 
         Raises:
             DiagError: see :func:`split_per_input`, or a bad ``NEW=OLD`` spec.
@@ -432,3 +436,190 @@ class ReadOptions:
             "fields": maps[0] if maps else {},
             "cache": self.cache,
         }
+
+
+#: Share of records repeating the step of the record before them above which a log is taken to
+#: be written by two processes (each step twice), not to hold that many restarts.
+DUPLICATE_WRITERS_SHARE = 0.25
+
+
+def drop_duplicate_writers(log: ParsedLog, name: str) -> ParsedLog:
+    """A log in which (nearly) every step was written twice, by two processes that both log:
+    one record per step (the later of each repeat), and one note saying so, instead of a restart
+    per step. A few repeats are left to the restart rule (a resume at the step it crashed)."""
+    metrics = log.metrics
+    if metrics.height < 8:
+        return log
+    repeat = (pl.col("step") == pl.col("step").shift(1)).fill_null(False)
+    repeats = int(metrics.select(repeat.sum()).item())
+    if repeats < DUPLICATE_WRITERS_SHARE * metrics.height:
+        return log
+    later_repeat = (pl.col("step") == pl.col("step").shift(-1)).fill_null(False)
+    log.metrics = metrics.filter(~later_repeat)
+    log.notes.append(
+        f"{name}: {repeats} records repeat the step of the record before them (two "
+        "processes writing one log?): read as one record per step, the later kept"
+    )
+    return log
+
+
+def _read_native(
+    name: str,
+    index: int,
+    *,
+    strict: bool,
+    fields: Mapping[str, str],
+    lists: bool,
+    cache: bool,
+) -> ParsedLog:
+    """One input by the JSONL reader (through the cache when asked; --strict never is, as a
+    cached parse has no malformed line left to raise on)."""
+
+    def parse_whole() -> ParsedLog:
+        with open_input(name) as handle:
+            try:
+                return parse_stream(handle, source=index, strict=strict, fields=fields, lists=lists)
+            except DiagError as exc:
+                message = str(exc)  # named already when the file itself could not be read
+                raise DiagError(
+                    message if visible(name) in message else f"{visible(name)}: {message}"
+                ) from None
+
+    if not cache or name == "-":
+        return parse_whole()
+    from dflash_diag.read.cache import cached_parse
+
+    return cached_parse(
+        name,
+        source=index,
+        fields=fields,
+        extra=None,  # part of the cache's key: no extra fields are read
+        lists=lists,
+        parse_whole=parse_whole,
+        parse_tail=lambda data, line_no: parse_records(
+            data, first_line_no=line_no, source=index, fields=fields, lists=lists
+        ),
+    )
+
+
+def load_log(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    strict: bool = False,
+    fields: Mapping[str, str] | None = None,
+    lists: bool = False,
+    input_format: str | None = None,
+    presets: Sequence[str | None] | None = None,
+    per_input_fields: Sequence[Mapping[str, str]] | None = None,
+    cache: bool = False,
+) -> ParsedLog:
+    """Read one or more logs (paths, ``.gz``, ``-`` for stdin) into one :class:`ParsedLog`.
+
+    Every input may be of another format (TensorBoard, HF ``trainer_state.json``, MLflow, W&B,
+    CSV, console text: :mod:`dflash_diag.read.formats`), told by its content unless
+    ``input_format`` forces one; those are read by their readers and a preset (given per input
+    in ``presets``, else detected from the field names), and come out in the same canonical
+    form. ``per_input_fields`` replaces ``fields`` input by input. How each input was read, and
+    any mapped field that never occurs, is in :attr:`ParsedLog.notes`.
+
+    The per-position lists (``acc_pos``, ``accept_pos``) are most of a pipeline log's parse time
+    and memory and a report needs them for its last window only, so by default (``lists=False``)
+    those of files are left unread (null, the sources named in :attr:`ParsedLog.lists_pending`):
+    :func:`~dflash_diag.read.jsonl.fetch_lists` reads them for the rows that need them, and
+    :func:`~dflash_diag.analysis.diagnosis.diagnose` does so by itself. ``lists=True`` reads
+    them all. Standard input, FIFOs and pipes are always read whole (they cannot be read twice).
+
+    With ``cache=True`` plain JSONL files are read through :mod:`dflash_diag.read.cache`: a log
+    that only grew since the last cached read costs its new bytes (the CLI's default; the
+    library's is False, so that it writes nothing unasked).
+
+    Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
+    resolved per source and the records merged in step order by
+    :func:`dflash_diag.analysis.restarts.resolve_restarts`.
+
+    Raises:
+        DiagError: a missing or unreadable file, a log with no records at all, or records none of
+            which has a ``step`` (suggesting ``--field step=NAME``).
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    names = [str(p) for p in paths]
+    if not names:
+        raise DiagError("no log given")
+    if names.count("-") > 1:
+        raise DiagError("standard input ('-') can be read only once")
+    parts = []
+    notes: list[str] = []
+    for index, name in enumerate(names):
+        own_fields = per_input_fields[index] if per_input_fields is not None else fields
+        plan = plan_input(
+            name,
+            input_format=input_format,
+            preset=presets[index] if presets else None,
+            fields=own_fields,
+        )
+        if not plan.native:
+            part = read_planned(plan, index, strict=strict)
+            notes += part.notes
+            parts.append(part)
+            continue
+        part = _read_native(
+            name,
+            index,
+            strict=strict,
+            fields=plan.fields,
+            lists=lists or not can_reread(name),
+            cache=cache and not strict,
+        )
+        part = drop_duplicate_writers(part, visible(name))
+        notes += part.notes
+        missing = missing_mapped_fields(part, plan.fields)
+        if missing:
+            notes.append(f"{visible(name)}: never in the log: {'; '.join(missing)}")
+        parts.append(part)
+    issues = ParseIssues()
+    events: list[LogEvent] = []
+    frames = []
+    for part in parts:
+        # Header indices become global: offset by the headers of the files before.
+        offset = sum(1 for e in events if e.kind == "run_start")
+        metrics = part.metrics
+        if offset:
+            metrics = metrics.with_columns(
+                pl.when(pl.col("run") >= 0)
+                .then(pl.col("run") + offset)
+                .otherwise(-1)
+                .cast(pl.Int32)
+                .alias("run")
+            )
+        frames.append(metrics)
+        events.extend(part.events)
+        issues.merge(part.issues)
+    metrics = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    log = ParsedLog(
+        metrics=metrics,
+        events=events,
+        issues=issues,
+        consumed_bytes=sum(p.consumed_bytes for p in parts),
+        sources=names,
+        lists_pending=sorted({s for p in parts for s in p.lists_pending}),
+        fields=dict(fields or {}),
+        chunk_starts={k: v for p in parts for k, v in p.chunk_starts.items()},
+        notes=notes,
+        foreign=any(p.foreign for p in parts),
+        presets=sorted({name for p in parts for name in p.presets}),
+    )
+    shown = ", ".join(visible(n) for n in names)
+    if issues.lines == 0:
+        raise DiagError(f"empty log: {shown}")
+    if metrics.height == 0:
+        if issues.without_step:
+            raise DiagError(
+                f"no record has a 'step' field in {shown} (map one with --field step=NAME)"
+            )
+        if issues.bad_step:
+            raise DiagError(
+                f"every record's step is out of range (NaN/Inf or beyond ±2^53) in {shown}"
+            )
+        raise DiagError(f"no metric records in {shown}")
+    return log

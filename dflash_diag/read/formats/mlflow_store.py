@@ -211,7 +211,9 @@ def _bad() -> pl.Expr:
 
 def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
     """Rows in logging order (timestamp, then step): one row per logged value."""
-    frame = frame.sort("timestamp", "step", "key", maintain_order=True)
+    if not frame.select(_in_logging_order()).item():
+        # a copy of every value: only when needed (one metric file is written in order)
+        frame = frame.sort("timestamp", "step", "key", maintain_order=True)
     return frame.select(
         pl.int_range(0, pl.len(), dtype=pl.Int64).alias("row"),
         "step",
@@ -219,6 +221,19 @@ def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
         "value",
         (pl.col("timestamp") / 1000.0).alias("time"),
     ).cast(SCALAR_SCHEMA)
+
+
+def _in_logging_order() -> pl.Expr:
+    """Whether rows are sorted by (timestamp, step, key) already (nulls last, as the sort
+    puts them: a null anywhere takes the sort)."""
+    ts, step, key = pl.col("timestamp"), pl.col("step"), pl.col("key")
+    later = ts > ts.shift(1)
+    same = ts == ts.shift(1)
+    step_later = step > step.shift(1)
+    step_same = step == step.shift(1)
+    ordered = later | (same & (step_later | (step_same & (key >= key.shift(1)))))
+    no_nulls = ts.is_not_null().all() & step.is_not_null().all() & key.is_not_null().all()
+    return no_nulls & ordered.slice(1).all()
 
 
 def _params(folder: Path) -> dict[str, str]:

@@ -18,9 +18,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from dflash_diag.errors import DiagError
-from dflash_diag.read.formats.canonical import RowCollector, Scalars
-from dflash_diag.read.records import ParseIssues
+from dflash_diag.read.formats.canonical import RowCollector, Scalars, empty_scalars
+from dflash_diag.read.formats.checks import OUT_OF_RANGE
+from dflash_diag.read.presets import normalise_key
+from dflash_diag.read.records import STEP_LIMIT, ParseIssues
 
 FORMAT = "HF trainer_state.json"
 FILENAME = "trainer_state.json"
@@ -49,8 +53,9 @@ def find_state_files(folder: Path) -> list[Path]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    """The state's top-level fields, its ``log_history`` as a :class:`_History` (read entry by
-    entry when iterated: the list of dicts of a 300 MB state cost gigabytes, held whole)."""
+    """The state's top-level fields, its ``log_history`` as a :class:`_History`: decoded in
+    pieces of about a MiB, each made a polars frame at once (the list of dicts of a 300 MB state
+    cost gigabytes held whole, and a Python object per value 40 CPU seconds)."""
     try:
         if path.stat().st_size > _MAX_BYTES:
             raise DiagError(f"{path}: too large for a trainer_state.json")
@@ -59,10 +64,9 @@ def _load(path: Path) -> dict[str, Any]:
             state: dict[str, Any] = {}
             for key in scanner.object_keys():
                 if key == "log_history" and scanner.peek() == "[":
-                    start = scanner.offset()
-                    for _ in scanner.array_items():
-                        pass  # checked and passed over; read again when iterated
-                    state[key] = _History(path, start)
+                    history = _History(path, scanner.offset())
+                    history.wide = _wide_history(scanner.array_pieces(), history.issues)
+                    state[key] = history
                 else:
                     state[key] = scanner.value()
             scanner.end()
@@ -81,6 +85,10 @@ class _History:
     def __init__(self, path: Path, start: int) -> None:
         self.path = path
         self.start = start  # character offset of its "["
+        #: the entries as one wide frame, read in the first pass (None: the collector's rules
+        #: are needed, the entries are read again one by one)
+        self.wide: pl.DataFrame | None = None
+        self.issues = ParseIssues()
 
     def __iter__(self):
         try:
@@ -189,6 +197,49 @@ class _Scanner:
             self.expect("]")
             return
 
+    def array_pieces(self):
+        """The items of the array at the cursor, in lists of about :attr:`CHUNK` characters:
+        each piece is cut after an item's closing ``}`` and decoded by one :func:`json.loads`
+        (a cut inside a string or a nested value makes no valid array, so a piece that decodes
+        is whole items). Where the cut does not decode, the items up to it are read one by one
+        (at most twice the work, never a retry per item)."""
+        self.expect("[")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            while len(self.text) - self.pos < self.CHUNK and self._fill():
+                pass
+            window = self.text[self.pos : self.pos + self.CHUNK]
+            cut = max(window.rfind("},"), window.rfind("}]"), window.rfind("}\n"))
+            items = None
+            if cut > 0:
+                try:
+                    items = json.loads("[" + window[: cut + 1] + "]")
+                except (ValueError, RecursionError):
+                    items = None
+            if items is not None:
+                self.pos += cut + 1
+                yield items, window[: cut + 1]
+                if not self._next_item():
+                    return
+                continue
+            target = self.offset() + max(cut, 0)
+            while True:
+                yield [self.value()], None
+                if not self._next_item():
+                    return
+                if self.offset() > target:
+                    break
+
+    def _next_item(self) -> bool:
+        """Past the comma before the next item (True), or past the array's end (False)."""
+        if self.peek() == ",":
+            self.pos += 1
+            return True
+        self.expect("]")
+        return False
+
     def end(self) -> None:
         if self.peek():
             raise ValueError(f"extra data at character {self.offset()}")
@@ -214,9 +265,19 @@ def read_trainer_state(path: str | Path) -> Scalars:
             notes.append(f"latest of {len(files)} trainer states: {chosen}")
     else:
         state = _load(path)
+    history = state["log_history"]
+    if history.wide is not None:
+        return Scalars(
+            frame=empty_scalars(),
+            format=FORMAT,
+            issues=history.issues,
+            meta=_meta(state),
+            notes=notes,
+            wide=[history.wide] if history.wide.height else [],
+        )
     collector = RowCollector()
     issues = ParseIssues()
-    for entry in state["log_history"]:
+    for entry in history:
         issues.lines += 1
         if not isinstance(entry, dict):
             issues.malformed += 1
@@ -227,7 +288,13 @@ def read_trainer_state(path: str | Path) -> Scalars:
                 "step": entry.get("step")
             }
         collector.add({k: v for k, v in entry.items() if k != "step"}, step=entry.get("step"))
-    meta = {
+    return Scalars(
+        frame=collector.frame(), format=FORMAT, issues=issues, meta=_meta(state), notes=notes
+    )
+
+
+def _meta(state: dict[str, Any]) -> dict[str, Any]:
+    return {
         k: state.get(k)
         for k in (
             "max_steps",
@@ -238,7 +305,88 @@ def read_trainer_state(path: str | Path) -> Scalars:
         )
         if k in state
     }
-    return Scalars(frame=collector.frame(), format=FORMAT, issues=issues, meta=meta, notes=notes)
+
+
+#: Column types of a piece whose values are all numbers (or nulls). An integer beyond any float
+#: makes polars refuse the piece (the collector drops it): the collector reads such a history.
+_PLAIN_TYPES = (pl.Int64, pl.Float64, pl.Null)
+
+
+def _wide_history(pieces, issues: ParseIssues) -> pl.DataFrame | None:
+    """The entries of ``log_history`` as one wide frame (columns ``row``, ``step``, ``time``, one
+    Float64 column per key; a record's values share its row), built by polars from each
+    decoded piece; None where some entry needs :class:`RowCollector`'s rules (strings, bools,
+    nested objects, lists, a step that is no plain number, no step at all).
+
+    Every piece is consumed either way: the whole array is checked as JSON in this pass.
+    """
+    frames: list[pl.DataFrame] = []
+    plain = True
+    n_records = 0
+    for items, text in pieces:
+        issues.lines += len(items)
+        records = [entry for entry in items if isinstance(entry, dict)]
+        issues.malformed += len(items) - len(records)
+        if not plain or not records:
+            continue
+        # a bool is no metric to the collector; polars reads one among numbers as 0 or 1 (a
+        # lone entry's bool makes a Boolean column, refused below)
+        plain = text is None or ("true" not in text and "false" not in text)
+        frame = _wide_piece(records, n_records) if plain else None
+        plain = frame is not None
+        n_records += len(records)
+        if frame is not None and frame.height:
+            frames.append(frame)
+    if not plain:
+        return None
+    if not frames:
+        return pl.DataFrame(schema={"row": pl.Int64, "step": pl.Int64, "time": pl.Float64})
+    wide = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    if wide["step"].null_count() == wide.height:
+        return None  # no step anywhere: the epoch may stand in (on the long frame)
+    return wide
+
+
+def _wide_piece(records: list[dict], first_row: int) -> pl.DataFrame | None:
+    """One piece's records as a wide frame, without the records that hold no number; None
+    where a column is no number (or is named like a fixed column)."""
+    for i, entry in enumerate(records):
+        if "train_runtime" in entry:
+            # the run's closing summary (train_loss = the mean over the run): no logging call
+            records[i] = {(k if k == "step" else f"summary/{k}"): v for k, v in entry.items()}
+    try:
+        values = pl.from_dicts(records, infer_schema_length=None)
+    except (Exception, pl.exceptions.PanicException):  # noqa: BLE001
+        return None
+    if values.height != len(records) or any(t not in _PLAIN_TYPES for t in values.schema.values()):
+        return None
+    names = [c for c, t in values.schema.items() if t != pl.Null and c != "step"]
+    if {"row", "time"} & set(names) or len({normalise_key(c) for c in names}) < len(names):
+        return None
+    if not names:
+        return pl.DataFrame(schema={"row": pl.Int64, "step": pl.Int64, "time": pl.Float64})
+    if values.schema.get("step") == pl.Float64:
+        # step_value's rule for a float: truncated; NaN, Inf or beyond 2^53 out of range
+        number = pl.col("step")
+        rule = (
+            pl.when(number.is_finite() & (number.abs() < STEP_LIMIT))
+            .then(number.cast(pl.Int64, strict=False))
+            .otherwise(pl.when(number.is_not_null()).then(pl.lit(OUT_OF_RANGE)))
+        )
+    else:
+        number = pl.col("step").cast(pl.Int64)
+        rule = (
+            pl.when((number > -STEP_LIMIT) & (number < STEP_LIMIT))
+            .then(number)
+            .otherwise(pl.when(number.is_not_null()).then(pl.lit(OUT_OF_RANGE)))
+        )
+    frame = values.select(
+        pl.int_range(first_row, first_row + len(records), dtype=pl.Int64).alias("row"),
+        (rule if "step" in values.columns else pl.lit(None, pl.Int64)).alias("step"),
+        pl.lit(None, pl.Float64).alias("time"),
+        *(pl.col(c).cast(pl.Float64) for c in names),
+    )
+    return frame.filter(pl.any_horizontal(pl.col(names).is_not_null()))
 
 
 def _number(value: Any) -> float:

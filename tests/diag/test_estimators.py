@@ -1,0 +1,110 @@
+"""The estimator table and the single-job functions estimate_acceptance is composed of."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from dflash_diag import LogEvent
+from dflash_diag.analysis.acceptance import (
+    AcceptanceConfig,
+    TauEstimate,
+    calibration_at,
+    measured_pick,
+    mismatch_warnings,
+    target_of,
+    with_errors,
+)
+from dflash_diag.analysis.estimators import (
+    BY_NAME,
+    ESTIMATOR_ORDER,
+    ESTIMATORS,
+    Evidence,
+    Walk,
+    estimates_of,
+    leading,
+    ranking_text,
+)
+
+LISTS = {"acc_pos": pl.List(pl.Float64), "accept_pos": pl.List(pl.Float64)}
+
+
+def _rows(acc_pos, accept_pos):
+    return pl.DataFrame({"acc_pos": acc_pos, "accept_pos": accept_pos}, schema=LISTS)
+
+
+def _eval(step, tau):
+    return LogEvent("eval", 0, 0, step, {"step": step, "tau": tau, "n_prompts": 8})
+
+
+def test_the_table_ranks_as_documented():
+    """docs/diagnostics.md and README: measured > walk > harmonic > chain > linear; prefix never
+    leads. The report's ranking line is the table's."""
+    assert ESTIMATOR_ORDER == ("measured", "walk", "harmonic", "chain", "linear")
+    assert ranking_text() == "measured > walk > harmonic > chain > linear"
+    assert [e.name for e in ESTIMATORS][-1] == "prefix"
+    assert not BY_NAME["prefix"].leads
+    # every estimator that can lead has a per-window series (the forecast and sparkline read it)
+    assert all(e.series is not None for e in ESTIMATORS if e.leads)
+    # the cheap series are those that read no per-position lists
+    assert {e.name for e in ESTIMATORS if e.leads and not e.reads_lists} == {
+        "measured",
+        "walk",
+        "linear",
+    }
+
+
+def test_each_estimator_needs_its_evidence():
+    empty = Evidence(_rows([], []), 16)
+    assert estimates_of(empty) == []
+    rows = _rows([[0.5, 0.5]], [[0.5, 0.4]])
+    full = Evidence(rows, 3, acc=0.5, walk=Walk(2.0, se=0.01, n=5), measured=_eval(10, 1.5))
+    assert [e.name for e in estimates_of(full)] == [e.name for e in ESTIMATORS]
+
+
+def test_the_walk_is_one_value():
+    rows = _rows([[0.5, 0.5]], [[0.5, 0.4]])
+    judged = estimates_of(Evidence(rows, 3, walk=Walk(2.0, "w", se=0.5, n=2)))
+    assert judged[0].held_back == "walk too thin to lead: 2 records, 3 needed"
+    assert judged[0].basis == "w; walk too thin to lead: 2 records, 3 needed"
+    assert leading(judged).name == "harmonic"
+    adequate = estimates_of(Evidence(rows, 3, walk=Walk(2.0, "w", se=0.1, n=5)))
+    assert adequate[0].basis == "w, 5 records"
+    assert leading(adequate).name == "walk"
+    in_sample = Walk(2.0, "w", se=0.1, n=5, in_sample="walk in-sample")
+    assert estimates_of(Evidence(rows, 3, walk=in_sample))[0].held_back == "walk in-sample"
+    # a caller that does not count records does not judge them
+    assert leading(estimates_of(Evidence(rows, 3, walk=Walk(2.0)))).name == "walk"
+
+
+def test_measured_pick_takes_the_latest_eval_and_its_age():
+    evals = [_eval(10, 1.5), _eval(30, 1.7), _eval(50, 1.9)]
+    event, age = measured_pick(evals, 40)
+    assert (event.step, age) == (30, 10)
+    assert measured_pick(evals, None)[1] is None
+    assert measured_pick([], 40) == (None, None)
+
+
+def test_errors_mismatch_and_calibration_each_alone():
+    measured = TauEstimate("measured", 1.1, "eval")
+    estimates = with_errors([measured, TauEstimate("harmonic", 3.0, "h")], 1.1)
+    assert estimates[0].error is None
+    assert estimates[1].error == pytest.approx(1.9)
+    assert "(harmonic)" in mismatch_warnings(estimates, 1.1)[0]
+    assert mismatch_warnings(estimates, 2.5) == []
+    # linear and chain never raise the alarm: they read high in healthy runs
+    assert mismatch_warnings([measured, TauEstimate("linear", 9.0, "l")], 1.1) == []
+    calibration = calibration_at(_eval(10, 2.0), lambda step: [TauEstimate("chain", 2.5, "c")])
+    assert (calibration.estimator, calibration.ratio) == ("chain", pytest.approx(0.8))
+    assert calibration_at(_eval(10, 2.0), None) is None
+
+
+def test_targets_keep_their_units():
+    linear = TauEstimate("linear", 4.0, "l")
+    harmonic = TauEstimate("harmonic", 2.0, "h")
+    acc = target_of(AcceptanceConfig(), 0.135, harmonic, 16)
+    assert (acc.kind, acc.target_tau, acc.progress) == ("acc", None, pytest.approx(0.5))
+    assert target_of(AcceptanceConfig(), 0.2, linear, 16).target_tau == pytest.approx(5.05)
+    tau = target_of(AcceptanceConfig(target_tau=3.0), 0.2, harmonic, 16)
+    assert (tau.kind, tau.target_acc, tau.progress) == ("tau", None, pytest.approx(0.5))
+    assert target_of(AcceptanceConfig(target_tau=4.0), 0.2, linear, 16).target_acc == 0.2

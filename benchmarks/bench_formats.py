@@ -98,8 +98,10 @@ def write_logs(folder: Path, events: int) -> tuple[Path, Path]:
         for step in range(1, steps + 1):
             values = (2.0 / step**0.3, 0.5 - 0.3 / step**0.3, 1e-4, 1.0 + (step % 7) / 10)
             values = tuple(struct.unpack("<f", struct.pack("<f", v))[0] for v in values)
-            tb.write(b"".join(_record(step, t, v) for t, v in zip(TAGS, values)))
-            jl.write(json.dumps({"step": step, **dict(zip(JSONL_NAMES, values))}) + "\n")
+            tb.write(b"".join(_record(step, t, v) for t, v in zip(TAGS, values, strict=True)))
+            jl.write(
+                json.dumps({"step": step, **dict(zip(JSONL_NAMES, values, strict=True))}) + "\n"
+            )
             if step % 1000 == 0:
                 tb.write(
                     _record(step, "eval/loss", values[0]) + _record(step, "eval/accuracy", 0.3)

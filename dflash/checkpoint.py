@@ -471,7 +471,9 @@ def load_checkpoint(
             raise CheckpointError(p, f"checkpoint has no optimizer state ({OPTIMIZER_FILE})")
         sd = _optimizer_state_dict(p, map_location)
         # JSON has no tuples: give back the tuple-valued hyper-parameters (AdamW's betas) their type.
-        for saved, live in zip(sd["param_groups"], optimizer.param_groups):
+        # Not strict: a different number of groups is load_state_dict's to report (below, as a
+        # CheckpointError), not a traceback here.
+        for saved, live in zip(sd["param_groups"], optimizer.param_groups, strict=False):
             for key, value in live.items():
                 if isinstance(value, tuple) and isinstance(saved.get(key), list):
                     saved[key] = tuple(saved[key])

@@ -93,8 +93,8 @@ class StepMetrics:
             n_pred=self.n_pred + other.n_pred,
             n_blocks=self.n_blocks + other.n_blocks,
             n_tokens=self.n_tokens + other.n_tokens,
-            correct_pos=[a + b for a, b in zip(self.correct_pos, other.correct_pos)],
-            accept_pos=[a + b for a, b in zip(self.accept_pos, other.accept_pos)],
+            correct_pos=[a + b for a, b in zip(self.correct_pos, other.correct_pos, strict=True)],
+            accept_pos=[a + b for a, b in zip(self.accept_pos, other.accept_pos, strict=True)],
         )
 
     def add(self, other: StepMetrics) -> StepMetrics:

@@ -214,7 +214,7 @@ class DFlashDraftModel(nn.Module):
             attn_mask = torch.cat([ctx_mask[:, :Tc], own], dim=1)[:, None, None, :]
             attn_mask = attn_mask.expand(R, 1, S, Tc + S)
         cos, sin = self.rotary_emb(x, block_positions)
-        for layer, (k, v) in zip(self.layers, ctx_kv):
+        for layer, (k, v) in zip(self.layers, ctx_kv, strict=True):
             x = layer(x, cos, sin, k, v, attn_mask)
         return self.norm(x)
 

@@ -49,7 +49,7 @@ class DFlashSession:
         else:
             self.ctx_kv = [
                 (torch.cat([k, k2], dim=2), torch.cat([v, v2], dim=2))
-                for (k, v), (k2, v2) in zip(self.ctx_kv, new)
+                for (k, v), (k2, v2) in zip(self.ctx_kv, new, strict=True)
             ]
 
     @property

@@ -59,7 +59,7 @@ class WalkResult:
             self.block_size,
             self.tokens + other.tokens,
             self.steps + other.steps,
-            [a + b for a, b in zip(self.hist, other.hist)],
+            [a + b for a, b in zip(self.hist, other.hist, strict=True)],
         )
 
     @property

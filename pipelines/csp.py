@@ -366,7 +366,9 @@ class Graph:
 
     def alive(self) -> list[str]:
         """Names of stages whose thread is still running."""
-        return [s.name for s, t in zip(self.stages, self._threads) if t.is_alive()]
+        # Not strict: before start() (or after it failed part way) only the first stages have a
+        # thread, and the others are not running.
+        return [s.name for s, t in zip(self.stages, self._threads, strict=False) if t.is_alive()]
 
     def sample(self, reset: bool = True) -> tuple[dict[str, float], dict[str, float]]:
         """Windowed accounting since the last reset.

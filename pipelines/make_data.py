@@ -146,7 +146,7 @@ def make_data(target: str, out: Path, recipe: DataRecipe, device: str = "cpu", l
     for b, lo in enumerate(range(0, recipe.n_train, recipe.batch_size)):
         batch = train_prompts[lo : lo + recipe.batch_size]
         responses = greedy_continuations(model, batch, recipe.new_tokens, eos_id, pad_id, device)
-        examples.extend(zip(batch, responses))
+        examples.extend(zip(batch, responses, strict=True))
         if b % 8 == 0:
             log(f"generated {len(examples)}/{recipe.n_train} ({time.time() - t0:.0f}s)")
     seconds = round(time.time() - t0, 1)

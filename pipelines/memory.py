@@ -97,7 +97,9 @@ def _device_key(device: str) -> str:
 def data_shape(lengths: list[int], response_starts: list[int], block_size: int) -> DataShape:
     """Mean length and mean valid anchors of a dataset (see :class:`DataShape`)."""
     n = max(1, len(lengths))
-    anchors = [max(0, (t - s) - block_size + 1) for t, s in zip(lengths, response_starts)]
+    anchors = [
+        max(0, (t - s) - block_size + 1) for t, s in zip(lengths, response_starts, strict=True)
+    ]
     return DataShape(mean_length=sum(lengths) / n, mean_anchors=sum(anchors) / n)
 
 

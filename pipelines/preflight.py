@@ -9,6 +9,7 @@ loaded, the log is opened or torch is configured.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -69,10 +70,8 @@ def check_writable_file(path: str | Path, what: str, flag: str) -> None:
         ) from None
     finally:
         if created:
-            try:
+            with contextlib.suppress(OSError):
                 p.unlink()
-            except OSError:
-                pass
 
 
 def check_checkpoint_dir(path: str | Path) -> None:

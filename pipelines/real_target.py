@@ -259,7 +259,7 @@ def make_real_data(
     }
     t0 = time.time()
     answers = greedy_batched(model, tok, train, recipe.new_tokens, recipe.batch_size, log)
-    examples = [(p, a) for p, a in zip(train, answers) if a]
+    examples = [(p, a) for p, a in zip(train, answers, strict=True) if a]
     stats = data_stats([(p + a, len(p)) for p, a in examples])
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     meta = {
@@ -276,9 +276,11 @@ def make_real_data(
         "distinct_token_share_median": round(stats.distinct_share_median, 4),
         "benchmarks": {k: len(v) for k, v in evals.items()},
     }
+    # Not strict: the length filter leaves the benchmarks different counts; the interleave keeps
+    # as many of each as the shortest has, so every benchmark weighs the same.
     interleaved = [
         (name, p)
-        for pair in zip(*(([(k, p) for p in v]) for k, v in evals.items()))
+        for pair in zip(*(([(k, p) for p in v]) for k, v in evals.items()), strict=False)
         for name, p in pair
     ]
     save_dataset(out, Dataset.from_examples(examples, meta), [p for _, p in interleaved])

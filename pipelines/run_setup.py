@@ -295,7 +295,9 @@ def check_blocks_fit(dataset, block_size: int, name: str) -> None:
 def longest_response(dataset) -> int:
     """The longest response of the training data: the default eval horizon, so the eval decodes
     as far as the drafter was trained to draft."""
-    return int(max(n - int(s) for n, s in zip(dataset.lengths, dataset.response_starts)))
+    return int(
+        max(n - int(s) for n, s in zip(dataset.lengths, dataset.response_starts, strict=True))
+    )
 
 
 #: The config's paths and the flags that set them (checked as names before any is used).

@@ -5,6 +5,7 @@ closing ``stop`` record (:class:`RunLog`); and which metrics records carry the w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -186,10 +187,8 @@ class RunLog:
         that very log, e.g. a full disk) is skipped: the error still reaches stderr."""
         record = StopRecord(step=step, time=self.clock(), reason=reason, error=error)
         for write in (self.write, self.write_rank):
-            try:
+            with contextlib.suppress(OSError):
                 write(record)
-            except OSError:
-                pass
 
     def close(self) -> None:
         for log in (self.log, self.rank_log):

@@ -81,7 +81,7 @@ def ratio_se(tokens: list[float], steps: list[float]) -> float | None:
     if total_s <= 0:
         return None
     r = sum(tokens) / total_s
-    residual = sum((t - r * s) ** 2 for t, s in zip(tokens, steps))
+    residual = sum((t - r * s) ** 2 for t, s in zip(tokens, steps, strict=True))
     return math.sqrt(residual / (n * (n - 1))) / (total_s / n)
 
 
@@ -399,7 +399,7 @@ def compute_windows(
             tau_walk,
             tau_walk_se,
             walk_n,
-        ) in zip(*(column.to_list() for column in table.get_columns()))
+        ) in zip(*(column.to_list() for column in table.get_columns()), strict=True)
     ]
 
 

@@ -148,7 +148,7 @@ class _Columns:
                 "step": pl.DataFrame({"w": words}).select(step.alias("step")).to_series(),
                 "time": _numbers(bytes(raw.times), pl.Float64, count),
             }
-            for tag, values in zip(tags, raw.values):
+            for tag, values in zip(tags, raw.values, strict=True):
                 data[tag] = _numbers(bytes(values), pl.Float32, count).cast(pl.Float64)
             frames.append(pl.DataFrame(data))
         return frames
@@ -479,7 +479,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     # cost a scan of the whole buffer); then every constant byte over that bound, once.
     telling = {
         o
-        for offset, shape in zip(offsets, shapes)
+        for offset, shape in zip(offsets, shapes, strict=True)
         for o in (offset, offset + 1, offset + shape.value - 2)
     }
     span = min(repeats, 4 * _MIN_REPEATS)
@@ -491,7 +491,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     if good < _MIN_REPEATS:
         return -1, len(shapes)
     varying: set[int] = set()
-    for offset, shape in zip(offsets, shapes):
+    for offset, shape in zip(offsets, shapes, strict=True):
         varying.update(range(offset + shape.wall, offset + shape.wall + 8))
         varying.update(range(offset + shape.step, offset + shape.step + shape.step_len))
         varying.update(range(offset + shape.value, offset + shape.value + 4))
@@ -501,7 +501,9 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     if good < _MIN_REPEATS:
         return -1, len(shapes)
     limit = pos + good * period
-    first_steps = [read_varint(buf, pos + o + sh.step, end)[0] for o, sh in zip(offsets, shapes)]
+    first_steps = [
+        read_varint(buf, pos + o + sh.step, end)[0] for o, sh in zip(offsets, shapes, strict=True)
+    ]
     split = next((j for j, step in enumerate(first_steps) if step != first_steps[0]), 0)
     if split and len(set(first_steps[split:])) == 1:
         # The cycle starts inside a step (a chunk or a run ended there): decode the records of
@@ -511,7 +513,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     n_slots = len(shapes)
     step_columns = [
         [buf[pos + o + sh.step + k : limit : period] for k in range(sh.step_len)]
-        for o, sh in zip(offsets, shapes)
+        for o, sh in zip(offsets, shapes, strict=True)
     ]
     if all(c == step_columns[0] for c in step_columns) and shapes[0].step_len <= 4:
         # Every record of a cycle has the cycle's step (the usual case: all tags logged at one
@@ -527,7 +529,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
             words[k::4] = column.translate(_LOW_BITS)
         raw.steps += words
         raw.times += _strided(buf, pos + shapes[0].wall, 8, period, good, limit)
-        for slot, (offset, shape) in enumerate(zip(offsets, shapes)):
+        for slot, (offset, shape) in enumerate(zip(offsets, shapes, strict=True)):
             raw.values[slot] += _strided(buf, pos + offset + shape.value, 4, period, good, limit)
         columns.next_row += good * n_slots
         return limit, good * n_slots
@@ -538,7 +540,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     keys: list[str] = [""] * total
     values: list[float] = [0.0] * total
     times: list[float] = [0.0] * total
-    for slot, (offset, shape) in enumerate(zip(offsets, shapes)):
+    for slot, (offset, shape) in enumerate(zip(offsets, shapes, strict=True)):
         base = pos + offset
         steps[slot::n_slots] = _varints(step_columns[slot])
         keys[slot::n_slots] = [shape.tag] * good
@@ -577,7 +579,7 @@ def _repeats(
             good = same
             if good < _MIN_REPEATS:
                 return good
-    for offset, shape in zip(offsets, shapes):
+    for offset, shape in zip(offsets, shapes, strict=True):
         for k in range(shape.step_len):
             i = pos + offset + shape.step + k
             bits = buf[i:limit:period].translate(_HIGH_BIT)
@@ -604,11 +606,13 @@ def _varints(columns: list[bytes]) -> list[int]:
     if len(columns) == 1:
         return list(columns[0])
     if len(columns) == 2:
-        return [(a & 0x7F) | (b << 7) for a, b in zip(*columns)]
+        return [(a & 0x7F) | (b << 7) for a, b in zip(*columns, strict=True)]
     if len(columns) == 3:
-        return [(a & 0x7F) | ((b & 0x7F) << 7) | (c << 14) for a, b, c in zip(*columns)]
+        return [
+            (a & 0x7F) | ((b & 0x7F) << 7) | (c << 14) for a, b, c in zip(*columns, strict=True)
+        ]
     out = []
-    for parts in zip(*columns):
+    for parts in zip(*columns, strict=True):
         value = 0
         for k, byte in enumerate(parts):
             value |= (byte & 0x7F) << (7 * k)

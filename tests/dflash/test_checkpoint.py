@@ -54,7 +54,9 @@ def test_round_trip_is_bit_exact(target, tmp_path):
     opt2 = torch.optim.AdamW(drafter2.parameters(), lr=5.0)
     loaded = load_checkpoint(path, drafter2, opt2)
     assert loaded.state == state
-    for (k, a), (_, b) in zip(drafter.state_dict().items(), drafter2.state_dict().items()):
+    for (k, a), (_, b) in zip(
+        drafter.state_dict().items(), drafter2.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), k
     sd1, sd2 = opt.state_dict(), opt2.state_dict()
     assert sd1["param_groups"] == sd2["param_groups"]
@@ -73,7 +75,7 @@ def test_round_trip_is_bit_exact(target, tmp_path):
         o.zero_grad()
         out.loss.backward()
         o.step()
-    for a, b in zip(drafter.parameters(), drafter2.parameters()):
+    for a, b in zip(drafter.parameters(), drafter2.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

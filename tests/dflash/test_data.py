@@ -149,9 +149,9 @@ def test_even_batches_give_every_rank_the_same_count():
 
 def test_bad_arguments():
     ds = synthetic()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad rank 2 for world_size 2"):
         TokenBudgetLoader(ds, 128, rank=2, world_size=2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cursor epoch and position must be >= 0"):
         Cursor(epoch=-1)
 
 

@@ -65,7 +65,7 @@ def test_tensor_round_trip_for_all_reduce():
     t = m.as_tensor()
     assert t.dtype == torch.float64
     assert StepMetrics.from_tensor(t + t, block_size=4) == m + m
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="metrics tensor has 12 entries, expected 14"):
         StepMetrics.from_tensor(t, block_size=5)
 
 
@@ -77,5 +77,5 @@ def test_empty_metrics_are_nan_not_an_error():
 
 
 def test_mismatched_block_sizes_do_not_add():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cannot add metrics of block sizes 4 and 5"):
         StepMetrics(block_size=4) + StepMetrics(block_size=5)

@@ -27,7 +27,7 @@ def test_sample_anchors_is_seeded_capped_and_valid():
     lm = b["loss_mask"]
     s1 = sample_anchors(lm, 8, 5, torch.Generator().manual_seed(3))
     s2 = sample_anchors(lm, 8, 5, torch.Generator().manual_seed(3))
-    assert all(torch.equal(x, y) for x, y in zip(s1, s2))
+    assert all(torch.equal(x, y) for x, y in zip(s1, s2, strict=True))
     seq, anc = s1
     assert torch.bincount(seq).tolist() == [5, 5, 5]
     assert valid_anchor_mask(lm, 8)[seq, anc].all()
@@ -57,7 +57,7 @@ def reference_loss(target, drafter, batch, seq, anc):
     w = torch.tensor(drafter.config.loss_weights())
     num = den = 0.0
     n_correct = 0
-    for n, a in zip(seq.tolist(), anc.tolist()):
+    for n, a in zip(seq.tolist(), anc.tolist(), strict=True):
         logits, labels = reference_block(target, drafter, batch["input_ids"][n], feats[n], a)
         ce = F.cross_entropy(logits, labels, reduction="none")
         num += float((w * ce).sum())
@@ -175,7 +175,7 @@ def test_both_layouts_give_the_same_loss_and_gradients(target):
         losses.append(float(out.loss))
         grads.append([p.grad for p in drafter.parameters()])
     assert losses[0] == pytest.approx(losses[1], abs=1e-5)
-    for a, g in zip(*grads):
+    for a, g in zip(*grads, strict=True):
         torch.testing.assert_close(a, g, atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match="layout"):
         compute_loss_and_metrics(drafter, target, b, None, anchors=(seq, anc), layout="diagonal")
@@ -254,5 +254,5 @@ def test_chunked_logits_give_the_same_loss_metrics_and_gradients(target):
     assert float(whole.loss) == pytest.approx(float(chunked.loss), abs=1e-5)
     assert whole.metrics.n_correct == chunked.metrics.n_correct
     assert whole.metrics.accept_pos == chunked.metrics.accept_pos
-    for a, g in zip(g1, g2):
+    for a, g in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, g, atol=1e-5, rtol=1e-4)

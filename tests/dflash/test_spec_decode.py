@@ -102,7 +102,7 @@ def test_stop_tokens_and_budget(target):
     assert out.tokens == ref[: ref.index(stop) + 1]
     assert len(spec_generate(target, oracle, p, 7).tokens) == 7
     assert spec_generate(target, oracle, p, 0).tokens == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
         spec_generate(target, oracle, p, 5, temperature=-1.0)
 
 

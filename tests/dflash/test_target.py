@@ -106,7 +106,7 @@ def test_ddp_wrapped_drafter_gives_the_same_gradients(target, tmp_path):
             )
             out.loss.backward()
             grads.append([p.grad.clone() for p in d.parameters()])
-        for a, b in zip(*grads):
+        for a, b in zip(*grads, strict=True):
             torch.testing.assert_close(a, b)
     finally:
         # DDP's reducer holds the process group: freed after destroy_process_group, gloo's

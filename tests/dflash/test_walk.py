@@ -31,7 +31,7 @@ def test_walk_caps_the_last_step_at_the_horizon_and_stops_without_predictions():
     assert (r.tokens, r.steps, r.hist) == (2, 1, [0, 1, 0, 0])
     assert walk_accepted([], horizon=5, block_size=4).steps == 0
     assert walk_accepted([0, 0], horizon=1, block_size=4).steps == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"accepted\[0\] = 4 outside 0\.\.3"):
         walk_accepted([4], horizon=5, block_size=4)
 
 
@@ -44,7 +44,7 @@ def test_walks_add_and_render_the_log_fields():
     assert s.to_log_dict() == {
         "walk_tokens": s.tokens,
         "walk_steps": s.steps,
-        "walk_hist": [x + y for x, y in zip(a.hist, b.hist)],
+        "walk_hist": [x + y for x, y in zip(a.hist, b.hist, strict=True)],
     }
     assert sum(s.hist) == s.steps
     assert sum((k + 1) * c for k, c in enumerate(s.hist)) == s.tokens

@@ -107,9 +107,9 @@ def test_corpus_split_is_disjoint_and_deterministic():
 
 
 def test_recipes_validate():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="num_hidden_layers must be >= 5"):
         TargetRecipe(num_hidden_layers=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="prompt_len_max must be >= prompt_len_min"):
         DataRecipe(prompt_len_min=64, prompt_len_max=32)
 
 

@@ -92,7 +92,7 @@ def test_two_ranks_match_one_rank_with_double_accumulation(
     a = metrics_of(read_log(tmp_path / "one.jsonl"))
     b = metrics_of(two_log)
     assert [r["step"] for r in b] == [1, 2, 3]  # rank 0 alone writes
-    for ra, rb in zip(a, b):
+    for ra, rb in zip(a, b, strict=True):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5)
         assert rb["acc"] == pytest.approx(ra["acc"], abs=1e-9)
     wa = load_file(str(step_dir(tmp_path / "one", 3) / "model.safetensors"))
@@ -114,7 +114,7 @@ def test_two_ranks_match_one_rank_with_double_accumulation(
             assert 0 <= rec["sync_wait"] <= rec["step_time"]
             own = rec["step_time"] - rec["sync_wait"]
             assert rec["tok_per_sec"] == pytest.approx(rec["n_tokens"] / own)
-    for step, (g, r0, r1) in enumerate(zip(b, *map(metrics_of, ranks)), start=1):
+    for step, (g, r0, r1) in enumerate(zip(b, *map(metrics_of, ranks), strict=True), start=1):
         assert r0["step"] == r1["step"] == step
         # The gradient itself, before clipping: the same as one rank's with double accumulation.
         # (AdamW normalises a gradient's scale away and clipping caps it, so the weights above

@@ -24,5 +24,5 @@ def test_shares_over_examples():
     # distinct shares 5/5 and 2/2: median 1.0
     assert st.distinct_share_median == 1.0
     assert "copyable 4-gram share 14.3%" in st.line()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no example with a response"):
         data_stats([([1, 2], 2)])

@@ -91,7 +91,7 @@ def test_two_rank_checkpoint_resumes_on_one_rank_exactly(make_cfg, tiny_assets, 
     a = metrics_of(read_log(tmp_path / "one.jsonl"))
     b = metrics_of(read_log(tmp_path / "logs" / "train.jsonl"))  # 2-rank steps 1-2, then step 3
     assert [r["step"] for r in b] == [1, 2, 3]
-    for ra, rb in zip(a, b):
+    for ra, rb in zip(a, b, strict=True):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5)
         assert rb["n_tokens"] == ra["n_tokens"]
         assert rb["n_pred"] == ra["n_pred"]
@@ -139,7 +139,7 @@ def test_a_partial_launch_environment_is_one_line(env, message, make_cfg, monkey
     assert launch_env_problem({}) is None
     assert launch_env_problem(FULL_ENV) is None
     assert message in launch_env_problem(env)
-    with pytest.raises(TrainingError, match="torchrun|inconsistent|integers"):
+    with pytest.raises(TrainingError, match=r"torchrun|inconsistent|integers"):
         init_data_parallel("cpu", env=env)
     for k in FULL_ENV:
         monkeypatch.delenv(k, raising=False)

@@ -171,7 +171,8 @@ def test_an_overwrite_that_fails_part_way_leaves_the_old_checkpoint_loadable(old
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 3 and "File too large" in proc.stdout, proc.stderr
+    assert proc.returncode == 3, proc.stderr
+    assert "File too large" in proc.stdout, proc.stderr
     after = {f: (old_checkpoint / f).read_bytes() for f in os.listdir(old_checkpoint)}
     assert after == before  # every file of the old checkpoint, byte for byte
     drafter = load_drafter(old_checkpoint)

@@ -164,7 +164,9 @@ def test_epochs_replaces_max_steps(tmp_path, monkeypatch):
 def test_bad_new_flags_are_one_line(capsys, argv, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("dflash-train: error: ") and needle in err[0], err
+    assert len(err) == 1, err
+    assert err[0].startswith("dflash-train: error: "), err
+    assert needle in err[0], err
 
 
 def test_every_flag_names_a_config_field():
@@ -196,9 +198,9 @@ def test_no_flag_looks_like_it_takes_a_value(program, capsys, monkeypatch):
 def test_usage_error_points_at_the_help_of_its_command(capsys, argv, hint):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("dflash-train: error: ") and err[0].endswith(hint), (
-        err
-    )
+    assert len(err) == 1, err
+    assert err[0].startswith("dflash-train: error: "), err
+    assert err[0].endswith(hint), err
 
 
 def test_bare_program_is_its_help_and_version_is_one_line(capsys):

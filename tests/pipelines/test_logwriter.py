@@ -104,23 +104,29 @@ def test_each_record_is_a_single_write(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "message"),
     [
-        {"step": 1, "time": 1.0, "epoch": 0.0, "loss": 1.0, "acc": 0.1},  # no lr
-        {"step": 1.5, "time": 1.0, "epoch": 0.0, "loss": 1.0, "acc": 0.1, "lr": 1e-4},  # float step
-        {
-            "step": 1,
-            "time": 1.0,
-            "epoch": 0.0,
-            "loss": 1.0,
-            "acc": 0.1,
-            "lr": 1e-4,
-            "tok_per_sec": 3.0,
-        },
-        {"event": "mystery", "step": 1},
-        {"event": "stop", "step": 1, "time": 1.0, "reason": "bored"},
+        ({"step": 1, "time": 1.0, "epoch": 0.0, "loss": 1.0, "acc": 0.1}, "missing field 'lr'"),
+        (
+            {"step": 1.5, "time": 1.0, "epoch": 0.0, "loss": 1.0, "acc": 0.1, "lr": 1e-4},
+            "field 'step' has type float",
+        ),
+        (
+            {
+                "step": 1,
+                "time": 1.0,
+                "epoch": 0.0,
+                "loss": 1.0,
+                "acc": 0.1,
+                "lr": 1e-4,
+                "tok_per_sec": 3.0,
+            },
+            "partial pipeline fields",
+        ),
+        ({"event": "mystery", "step": 1}, "unknown event 'mystery'"),
+        ({"event": "stop", "step": 1, "time": 1.0, "reason": "bored"}, "unknown reason 'bored'"),
     ],
 )
-def test_validator_rejects_bad_records(bad):
-    with pytest.raises(ValueError):
+def test_validator_rejects_bad_records(bad, message):
+    with pytest.raises(ValueError, match=message):
         validate_record(bad)

@@ -109,7 +109,8 @@ def test_a_damaged_checkpoint_is_refused_in_one_line_naming_the_file(
     cfg = write_toml(tmp_path / "c.toml", tiny_assets, tmp_path, max_steps=3)
     assert main(["sync", "--config", str(cfg), "--resume", str(ck)]) == 2
     line = one_error_line(capsys)
-    assert needle in line and str(ck) in line, line
+    assert needle in line, line
+    assert str(ck) in line, line
     assert "cannot resume" in line
     assert not (tmp_path / "train.jsonl").exists()  # refused before the run started
 

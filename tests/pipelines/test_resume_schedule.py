@@ -148,7 +148,8 @@ def test_restart_past_the_schedule_end_is_one_line(migrated, tmp_path, capsys, t
         == 2
     )
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "the schedule ends at step 3" in err[0], err
+    assert len(err) == 1, err
+    assert "the schedule ends at step 3" in err[0], err
 
 
 def test_the_diagnostics_report_the_restart_of_a_real_migration(migrated, tmp_path):

@@ -35,24 +35,24 @@ def test_no_warmup_starts_at_peak():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"peak_lr": 0.0},
-        {"min_lr": 1.0},
-        {"total_steps": 0},
-        {"warmup_steps": 20, "total_steps": 10},
-        {"kind": "step"},
-        {"start_step": 10},
-        {"start_step": 5, "warmup_steps": 6},
+        ({"peak_lr": 0.0}, "peak_lr must be > 0"),
+        ({"min_lr": 1.0}, r"min_lr must be in \[0, peak_lr\]"),
+        ({"total_steps": 0}, "total_steps must be >= 1"),
+        ({"warmup_steps": 20, "total_steps": 10}, r"warmup_steps must be in \[0, 10\]"),
+        ({"kind": "step"}, "schedule kind must be one of cosine, linear, constant"),
+        ({"start_step": 10}, "total_steps must be >= 11"),
+        ({"start_step": 5, "warmup_steps": 6}, r"warmup_steps must be in \[0, 5\]"),
     ],
 )
-def test_invalid_schedules_raise(kwargs):
-    with pytest.raises(ValueError):
+def test_invalid_schedules_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
         Schedule(**{"peak_lr": 6e-4, "total_steps": 10, **kwargs})
 
 
 def test_step_zero_is_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="optimizer steps are 1-based, got 0"):
         lr_at(0, Schedule(total_steps=10))
 
 

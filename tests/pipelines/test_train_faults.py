@@ -141,7 +141,8 @@ def test_weights_that_do_not_match_the_config_are_one_line_without_the_load_repo
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dflash-train: error: "), lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("dflash-train: error: "), lines
     assert "weights do not match config.json" in lines[0]
     assert "embed_tokens" in lines[0]
 

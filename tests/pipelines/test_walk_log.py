@@ -184,7 +184,7 @@ def test_the_split_is_a_seeded_draw_and_a_small_share():
     assert a != held_out_indices(2048, 32, 1)
     assert a == sorted(set(a))
     assert a != list(range(32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cannot hold out 10 of 10 examples"):
         held_out_indices(10, 10, 0)
     full = load_dataset()  # the bundled data: 2048 examples
     train, split = split_for_walk(full, 32, 0)

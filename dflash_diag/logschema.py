@@ -1,6 +1,6 @@
 """The JSONL training log schema v1: every record kind and its field names, defined once.
 
-The writer (``pipelines/log_schema.py``: record dataclasses and a validator) and the reader
+The writer (``pipelines/log_records.py``: record dataclasses and a validator) and the reader
 (:mod:`dflash_diag.read.schema`: what is parsed into the polars frame and what a ``--field`` map may
 rename) both take their field names from here, so the two cannot drift apart silently: a test
 builds every record the writer can emit and checks each key against :func:`record_fields`.

@@ -14,7 +14,7 @@
   checkpoints and non-finite guard), :mod:`~pipelines.outcome` (how a launch ends: summary, exit
   code), :mod:`~pipelines.devices` (device checks, mixed precision), :mod:`~pipelines.progress`
   (progress bar or lines, closing summary), :mod:`~pipelines.distributed` (torchrun data
-  parallelism), :mod:`~pipelines.log_schema` and :mod:`~pipelines.logwriter` (JSONL schema v1);
+  parallelism), :mod:`~pipelines.log_records` and :mod:`~pipelines.logwriter` (JSONL schema v1);
 * assets and their recipes: ``make_target`` (the bundled tiny target), ``make_data`` (its
   regenerated training data), ``real_sample_log`` (``sample_logs/train.jsonl`` from real runs).
 

@@ -30,7 +30,7 @@ hold the weights of the step it names.
 
 Where a new stage goes: work that can run ahead of the optimizer (packing, a tokenizer, a second
 target, feature compression) is a new ``<name>_stage(inputs, outputs, state)`` function here, fed
-and drained by bounded :class:`~pipelines.csp.Channel` s, and one ``Stage`` entry in
+and drained by bounded channels (:class:`~pipelines.csp.Channel`), and one ``Stage`` entry in
 :func:`build_graph`; its busy fraction and its channels' fill then appear in ``stage_busy`` and
 ``queue_fill`` by themselves. Work that needs the weights between two updates is not a stage: it
 goes in ``train_step`` (before the update, like the walked tau) or ``step_tail`` (after it, like

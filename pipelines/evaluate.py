@@ -22,7 +22,7 @@ import torch
 from .config import TrainConfig, default_of
 from .errors import TrainingError
 from .eval_report import EvalReport, PromptResult
-from .log_schema import EvalRecord
+from .log_records import EvalRecord
 
 #: Set name of the data directory's own eval prompts.
 HELD_OUT = "held-out"

@@ -34,7 +34,7 @@ class _Record(Protocol):
 def encode_record(record: dict[str, Any]) -> bytes:
     """One record as one line of UTF-8 JSON, newline included.
 
-    NaN and infinities are written as ``NaN``/``Infinity`` (see :mod:`pipelines.log_schema`).
+    NaN and infinities are written as ``NaN``/``Infinity`` (see :mod:`pipelines.log_records`).
     """
     line = json.dumps(record, separators=(",", ":"), allow_nan=True, ensure_ascii=False)
     assert "\n" not in line  # json.dumps escapes newlines inside strings

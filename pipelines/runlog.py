@@ -16,7 +16,7 @@ from .checkpoints import save_training_checkpoint
 from .config import TrainConfig
 from .distributed import DataParallel
 from .errors import TrainingError
-from .log_schema import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
+from .log_records import CheckpointRecord, Metrics, NonFiniteRecord, RunStart, StopRecord
 from .logwriter import JsonlLog, rank_log_path
 from .resume import micro_batches_per_step
 from .run_setup import Setup

@@ -19,7 +19,7 @@ from .csp import StopRequest
 from .devices import compute_precision
 from .distributed import DataParallel
 from .evaluate import run_eval
-from .log_schema import Metrics
+from .log_records import Metrics
 from .outcome import RunResult, exit_code_for, summarize
 from .progress import StepProgress
 from .run_setup import Setup

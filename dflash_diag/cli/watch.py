@@ -122,7 +122,15 @@ def run_watch(
     if once or not console.is_terminal:
         drawn = 0
         while True:
-            console.print(frame())
+            if console.is_terminal:
+                console.print(frame())
+            else:  # plain text for a pipe: no padding spaces after the table cells
+                with console.capture() as captured:
+                    console.print(frame())
+                console.file.write(
+                    "".join(line.rstrip() + "\n" for line in captured.get().splitlines())
+                )
+                console.file.flush()
             drawn += 1
             if on_frame is not None:
                 on_frame()

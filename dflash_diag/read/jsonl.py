@@ -41,6 +41,7 @@ from typing import IO, Any
 import polars as pl
 
 from dflash_diag.errors import DiagError
+from dflash_diag.read.bounded_json import decode_line, to_float
 from dflash_diag.read.files import (
     CHUNK_BYTES,
     OVERLONG_LINE,
@@ -49,7 +50,6 @@ from dflash_diag.read.files import (
     open_input,
     read_input,
 )
-from dflash_diag.read.json_line import decode_line, to_float
 from dflash_diag.read.nonfinite_tokens import (
     replace_nonfinite_tokens,
     restore_nonfinite,

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from dflash_diag.read.json_line import decode_line, to_float
+from dflash_diag.read.bounded_json import decode_line, to_float
 
 # Sentinels for Python-json's non-standard tokens. Values this close to the float maximum never
 # occur in training metrics, and each parses back to exactly the same double.

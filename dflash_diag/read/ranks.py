@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dflash_diag.read.json_line import decode_line, to_float
+from dflash_diag.read.bounded_json import decode_line, to_float
 
 _RANK_NAME = re.compile(r"\.rank(\d+)\.jsonl(\.gz)?$")
 

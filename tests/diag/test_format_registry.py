@@ -15,7 +15,7 @@ from dflash_diag.read.formats.registry import FORMATS, Format
 
 #: the reader module of each format and the name it stamps on what it reads
 MODULE_FORMAT = {
-    "jsonl": ("jsonl_rows", "FORMAT"),
+    "jsonl": ("foreign_jsonl", "FORMAT"),
     "tensorboard": ("tensorboard", "FORMAT"),
     "hf-trainer-state": ("trainer_state", "FORMAT"),
     "csv": ("csv_metrics", "FORMAT"),

@@ -16,7 +16,7 @@ from dflash_diag.errors import DiagError
 from dflash_diag.read.formats import detect, tensorboard
 from dflash_diag.read.formats.console import read_console
 from dflash_diag.read.formats.csv_metrics import read_metrics_csv
-from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
+from dflash_diag.read.formats.foreign_jsonl import read_foreign_jsonl
 from dflash_diag.read.formats.mlflow_store import read_file_store, read_sqlite_store
 from dflash_diag.read.formats.tensorboard import masked_crc32c, read_tensorboard
 from dflash_diag.read.formats.trainer_state import read_trainer_state
@@ -285,7 +285,7 @@ def test_console_lines(tmp_path):
     ]
 
 
-def test_jsonl_rows_flatten_nested_and_count_bad_lines(tmp_path):
+def test_foreign_jsonl_flatten_nested_and_count_bad_lines(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text(
         '{"step": 1, "train": {"full_acc": 0.5, "pos": {"k": 1}}}\n'
@@ -293,7 +293,7 @@ def test_jsonl_rows_flatten_nested_and_count_bad_lines(tmp_path):
         '{"step": 2, "train.full_acc": 0.6}\n'
         '{"step": 3, "tra'
     )
-    scalars = read_jsonl_rows(path)
+    scalars = read_foreign_jsonl(path)
     assert scalars.frame.select("step", "key").rows() == [
         (1, "step"),
         (1, "train/full_acc"),
@@ -304,7 +304,7 @@ def test_jsonl_rows_flatten_nested_and_count_bad_lines(tmp_path):
     assert scalars.issues.malformed == 1
     assert scalars.issues.torn_tail == [0]
     with pytest.raises(DiagError) as exc:
-        read_jsonl_rows(path, strict=True)
+        read_foreign_jsonl(path, strict=True)
     assert "malformed line 2" in one_line(exc)
 
 

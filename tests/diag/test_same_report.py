@@ -2,7 +2,7 @@
 
 * ``load_log``'s default leaves the per-position lists in the file (``lists=False``) and the
   diagnosis reads them back for the rows that need them: the same report as an eager read;
-* other trainers' JSONL read by polars (read/formats/jsonl_wide.py): the same report JSON as the
+* other trainers' JSONL read by polars (read/formats/foreign_jsonl_scan.py): the same report JSON as the
   line reader's, through the CLI.
 """
 
@@ -94,12 +94,14 @@ def _nested_lines(n: int) -> str:
 def test_polars_read_of_foreign_jsonl_gives_the_line_readers_report(tmp_path, monkeypatch, shape):
     path = tmp_path / "train.jsonl"
     path.write_text(_hf_lines(2000) if shape == "hf" else _nested_lines(1500))
-    from dflash_diag.read.formats import jsonl_wide
+    from dflash_diag.read.formats import foreign_jsonl_scan
 
     calls = []
-    real = jsonl_wide.read_jsonl_wide
-    monkeypatch.setattr(jsonl_wide, "read_jsonl_wide", lambda *a: calls.append(1) or real(*a))
+    real = foreign_jsonl_scan.read_foreign_jsonl_scan
+    monkeypatch.setattr(
+        foreign_jsonl_scan, "read_foreign_jsonl_scan", lambda *a: calls.append(1) or real(*a)
+    )
     fast = _converge_json(path)
     assert calls
-    monkeypatch.setattr(jsonl_wide, "read_jsonl_wide", lambda *a: None)
+    monkeypatch.setattr(foreign_jsonl_scan, "read_foreign_jsonl_scan", lambda *a: None)
     assert fast == _converge_json(path)

@@ -35,6 +35,10 @@ def test_once_prints_one_plain_frame(tmp_path):
     assert "verdict:" in result.output
     assert "loss " in result.output
     assert "█" in result.output
+    # a plain frame is text for a pipe: the table's cell padding leaves no trailing spaces
+    lines = result.output.splitlines()
+    assert any("Δacc" in line for line in lines)
+    assert [line for line in lines if line != line.rstrip()] == []
 
 
 def test_once_with_plot(tmp_path):

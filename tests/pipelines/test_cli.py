@@ -15,7 +15,7 @@ import pytest
 from pipelines.checkpoints import step_dir
 from pipelines.cli import main
 from pipelines.config import TrainConfig
-from pipelines.log_schema import validate_record
+from pipelines.log_records import validate_record
 from pipelines.sync_trainer import run_sync
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -175,7 +175,7 @@ def test_ranks_of_a_node_take_consecutive_device_slices():
 
 
 def test_schema_accepts_rank_fields_only_whole():
-    from pipelines.log_schema import Metrics, RunStart, validate_record
+    from pipelines.log_records import Metrics, RunStart, validate_record
     from pipelines.logwriter import rank_log_path
 
     assert rank_log_path("logs/train.jsonl", 3).as_posix() == "logs/train.rank3.jsonl"

@@ -12,7 +12,7 @@ from pipelines.checkpoints import step_dir
 from pipelines.cli import main
 from pipelines.config import TrainConfig
 from pipelines.eval_report import EvalReport, PromptResult, bootstrap_ci, ratio_tau, render_text
-from pipelines.log_schema import validate_record
+from pipelines.log_records import validate_record
 
 from .test_cli import write_toml
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pipelines.log_schema import (
+from pipelines.log_records import (
     CheckpointRecord,
     EvalRecord,
     Metrics,

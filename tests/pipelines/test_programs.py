@@ -17,7 +17,7 @@ from pipelines.checkpoints import step_dir
 from pipelines.config import TrainConfig
 from pipelines.csp import StopRequest
 from pipelines.errors import TrainingError
-from pipelines.log_schema import validate_record
+from pipelines.log_records import validate_record
 from pipelines.sync_trainer import run_sync
 
 LEGACY = {"step", "time", "epoch", "loss", "acc", "lr"}

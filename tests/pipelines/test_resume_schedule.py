@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.checkpoints import step_dir
 from pipelines.cli import main
-from pipelines.log_schema import validate_record
+from pipelines.log_records import validate_record
 from pipelines.schedule import Schedule
 
 from .test_cli import write_toml

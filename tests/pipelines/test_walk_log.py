@@ -6,7 +6,7 @@ import pytest
 
 from dflash.data import load_dataset
 from pipelines.async_pipeline import run_pipeline
-from pipelines.log_schema import validate_record
+from pipelines.log_records import validate_record
 from pipelines.run_setup import longest_response
 
 from .test_programs import metrics_of, read_log

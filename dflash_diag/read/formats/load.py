@@ -33,7 +33,7 @@ from dflash_diag.read.formats.detect import (
     folder_formats,
     read_scalars,
 )
-from dflash_diag.read.formats.jsonl_rows import has_foreign_events, sample_keys
+from dflash_diag.read.formats.foreign_jsonl import has_foreign_events, sample_keys
 from dflash_diag.read.jsonl import parse_records, parse_stream
 from dflash_diag.read.presets import PRESETS, Preset, detect_preset, get_preset
 from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
@@ -252,21 +252,21 @@ def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
     import polars as pl
 
     from dflash_diag.read.formats.canonical import to_parsed_log
-    from dflash_diag.read.formats.jsonl_rows import read_jsonl_rows
+    from dflash_diag.read.formats.foreign_jsonl import read_foreign_jsonl
 
     if fmt == "jsonl":
-        from dflash_diag.read.formats.jsonl_rows import FORMAT, STEP_KEYS
-        from dflash_diag.read.formats.jsonl_wide import read_jsonl_wide
+        from dflash_diag.read.formats.foreign_jsonl import FORMAT, STEP_KEYS
+        from dflash_diag.read.formats.foreign_jsonl_scan import read_foreign_jsonl_scan
 
         # polars' scan where it gives the line reader's records exactly (None: it does not); a
         # wide piece's own "step" column is no key, so a map naming that key takes the lines
         fast = (
             None
             if plan.fields.get("step") == "step"
-            else read_jsonl_wide(plan.path, FORMAT, STEP_KEYS)
+            else read_foreign_jsonl_scan(plan.path, FORMAT, STEP_KEYS)
         )
         try:
-            scalars = fast or read_jsonl_rows(plan.path, strict=strict)
+            scalars = fast or read_foreign_jsonl(plan.path, strict=strict)
         except DiagError:
             raise
         except (OSError, ValueError) as exc:

@@ -146,7 +146,7 @@ FORMATS: dict[str, Format] = {
         Format(
             "jsonl",
             "JSONL",
-            _call("jsonl_rows", "read_jsonl_rows"),  # the record-by-record reader
+            _call("foreign_jsonl", "read_foreign_jsonl"),  # the record-by-record reader
             priority=30,
             sniff_file=_jsonl_file,
         ),

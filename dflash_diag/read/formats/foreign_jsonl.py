@@ -25,7 +25,7 @@ CHUNK_BYTES = 16 * 2**20
 STEP_KEYS = STEP
 
 
-def read_jsonl_rows(path: str | Path, *, strict: bool = False) -> Scalars:
+def read_foreign_jsonl(path: str | Path, *, strict: bool = False) -> Scalars:
     """Read a JSONL file record by record, flattening nested objects.
 
     Raises:

@@ -1,6 +1,6 @@
 """Other trainers' JSONL at the cost of one polars scan, when the file allows it.
 
-:func:`~dflash_diag.read.formats.jsonl_rows.read_jsonl_rows` reads a foreign JSONL line by line
+:func:`~dflash_diag.read.formats.foreign_jsonl.read_foreign_jsonl` reads a foreign JSONL line by line
 with :mod:`json` (nested objects flattened, numeric strings kept, bad lines counted): about 60x
 polars' NDJSON reader on an HF log. Most such logs are clean and regular, so this module reads
 them with polars instead, into the wide records :class:`~dflash_diag.read.formats.canonical.Scalars`
@@ -39,7 +39,9 @@ _NUMERIC_TEXT = (
 )
 
 
-def read_jsonl_wide(path: str | Path, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
+def read_foreign_jsonl_scan(
+    path: str | Path, fmt: str, step_keys: tuple[str, ...]
+) -> Scalars | None:
     """The file's records as wide scalars, or None where only the line reader is exact.
 
     Args:

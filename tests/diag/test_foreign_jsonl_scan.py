@@ -13,8 +13,8 @@ import pytest
 
 from dflash_diag.read.formats.canonical import to_parsed_log
 from dflash_diag.read.formats.detect import HEAD_BYTES
-from dflash_diag.read.formats.jsonl_rows import FORMAT, STEP_KEYS, read_jsonl_rows
-from dflash_diag.read.formats.jsonl_wide import read_jsonl_wide
+from dflash_diag.read.formats.foreign_jsonl import FORMAT, STEP_KEYS, read_foreign_jsonl
+from dflash_diag.read.formats.foreign_jsonl_scan import read_foreign_jsonl_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = [
@@ -25,8 +25,8 @@ REAL = [
 
 
 def both(path: Path):
-    fast = read_jsonl_wide(path, FORMAT, STEP_KEYS)
-    slow = to_parsed_log(read_jsonl_rows(path))
+    fast = read_foreign_jsonl_scan(path, FORMAT, STEP_KEYS)
+    slow = to_parsed_log(read_foreign_jsonl(path))
     if fast is not None:
         got = to_parsed_log(fast)
         assert got.log.metrics.equals(slow.log.metrics)

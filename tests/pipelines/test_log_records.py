@@ -11,7 +11,7 @@ import pytest
 
 from dflash_diag import logschema
 from dflash_diag.read import schema as reader_schema
-from pipelines.log_schema import (
+from pipelines.log_records import (
     CheckpointRecord,
     EvalRecord,
     Metrics,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import polars as pl
 
@@ -197,7 +198,7 @@ def walked_epoch(
         if epoch is not None:
             return epoch
     if steps_per_epoch:
-        return float(rows["step"].max()) / steps_per_epoch
+        return float(cast(float, rows["step"].max())) / steps_per_epoch
     return None
 
 
@@ -215,7 +216,7 @@ def max_lr_of(frame: pl.DataFrame) -> float | None:
         return None
     lr = frame["lr"].drop_nulls()
     lr = lr.filter(lr.is_finite())
-    return float(lr.max()) if lr.len() else None
+    return float(cast(float, lr.max())) if lr.len() else None
 
 
 def diagnose(
@@ -351,7 +352,7 @@ def diagnose_frame(
     if not windows:
         raise DiagError("nothing to analyse: no metric records in the selected range")
     trends = compute_trends(windows, config.trend)
-    last_step = int(frame["step"].max())
+    last_step = int(cast(int, frame["step"].max()))
     schedule = schedule_position(
         frame,
         ScheduleHeader.from_fields(header.fields.get("schedule")) if header else None,
@@ -362,7 +363,7 @@ def diagnose_frame(
     block_size, _ = block_size_for(config.acceptance, header_number(header, "block_size"))
     # Evals count from the start of the selection (the origin), not of the windows judged: watch
     # judges its recent windows, but an eval before them is still the latest measurement.
-    first_step = origin if origin is not None else int(frame["step"].min())
+    first_step = origin if origin is not None else int(cast(int, frame["step"].min()))
     last = windows[-1]
     acc_window = next((w for w in reversed(windows) if w.acc is not None), None)
     if acc_window is not None:
@@ -392,7 +393,7 @@ def diagnose_frame(
         )
 
     def estimates_at(step: int) -> list[TauEstimate]:
-        index = (step - windows[0].start) // config.window + windows[0].index
+        index = (step - windows[0].start) // choice.size + windows[0].index  # = config.window
         w = by_window.get(index)
         if w is None:
             return []
@@ -456,7 +457,8 @@ def diagnose_frame(
             eta_hours=None,
             eta_reason="no ETA: no target (not a drafter's log)",
         )
-    tau_target = acceptance.target_kind == "tau" and acceptance.target_tau is not None
+    tau_goal = acceptance.target_tau if acceptance.target_kind == "tau" else None
+    tau_target = tau_goal is not None
     # The forecast of tau reads the primary's series; the list-based ones cost a second pass
     # over a log read without its lists, so they are paid only when asked for.
     primary_entry = BY_NAME.get(acceptance.estimator) if acceptance.estimator else None
@@ -466,14 +468,14 @@ def diagnose_frame(
         if series or tau_target or cheap
         else []
     )
-    if tau_target:
+    if tau_goal is not None:
         points, basis = estimator_points(
             acceptance.estimator, windows, tau_series, evals, first_step, last_step
         )
         verdict = eta_toward(
             verdict,
             current=acceptance.tau,
-            goal=acceptance.target_tau,
+            goal=tau_goal,
             slope=fitted_slope(points),
             basis=basis,
             units=f"tau ({acceptance.estimator})",
@@ -609,6 +611,7 @@ def estimator_points(
         points = [
             (float(e.step), float(e.fields["tau"]))
             for e in measurements(evals, last_step, first_step)
+            if e.step is not None  # always: measurements keeps only records with a step
         ]
         return points, f"eval points ({len(points)})"
     points = [

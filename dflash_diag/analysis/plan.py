@@ -64,12 +64,14 @@ class RunPlan:
 
     def lr_at(self, step: float) -> float | None:
         """The planned lr of ``step`` (None when the plan does not know it)."""
-        if not self.knows_lr:
+        kind, peak = self.kind, self.peak_lr
+        # knows_lr implies both are set; the explicit checks narrow them for the type checker
+        if not self.knows_lr or kind is None or peak is None:
             return None
         return schedule_lr(
             step,
-            kind=self.kind,
-            peak=self.peak_lr,
+            kind=kind,
+            peak=peak,
             floor=self.min_lr,
             warmup=self.warmup_steps,
             end=self.end_step or 0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -179,7 +179,8 @@ def forecast_run(
         seconds_per_step: for the ETA's hours.
         block_size: the drafter's block size B (tau is at most B).
     """
-    first_step, last_step = int(frame["step"].min()), int(frame["step"].max())
+    first_step = int(cast(int, frame["step"].min()))
+    last_step = int(cast(int, frame["step"].max()))
     notes: list[str] = []
     if plan.end_step is not None:
         step, planned = plan.end_step, True
@@ -270,11 +271,11 @@ def forecast_of(
         if (sched is None or sched.kind is not None or header.get("script"))
         else "max_steps"
     )
-    lr_windows = [w for w in windows if w.lr is not None]
+    lr_points = [((w.first_step + w.last_step) / 2.0, w.lr) for w in windows if w.lr is not None]
     plan = plan_of(
         sched,
-        steps=[(w.first_step + w.last_step) / 2.0 for w in lr_windows],
-        lrs=[w.lr for w in lr_windows],
+        steps=[step for step, _ in lr_points],
+        lrs=[lr for _, lr in lr_points],
         end_step=config.end_step,
         schedule=config.schedule,
         peak_lr=peak_lr,

@@ -7,7 +7,8 @@ polars and the analysis inside its function.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -15,7 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 from dflash_diag.cli.common import EXIT_USAGE
 from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
-from dflash_diag.cli.typer_parts import FlagHelp, version_option
+from dflash_diag.cli.typer_parts import FlagHelp, version_flag
 from dflash_diag.cli.watch import watch
 
 
@@ -30,16 +31,21 @@ class OneLineErrors(FlagHelp, TyperGroup):
 
     def main(
         self,
-        args: Any = None,
+        args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
         try:  # typer >= 0.2x vendors click; older ones use click itself
             from typer._click.exceptions import ClickException, NoArgsIsHelpError
         except ImportError:  # pragma: no cover - depends on the installed typer
-            from click.exceptions import ClickException, NoArgsIsHelpError
+            # click's own classes, the same API under another type: hence the ignore
+            from click.exceptions import (  # type: ignore[assignment]
+                ClickException,
+                NoArgsIsHelpError,
+            )
         from typer import Abort
 
         try:
@@ -48,6 +54,7 @@ class OneLineErrors(FlagHelp, TyperGroup):
                 prog_name=prog_name,
                 complete_var=complete_var,
                 standalone_mode=False,
+                windows_expand_args=windows_expand_args,
                 **extra,
             )
         except NoArgsIsHelpError as exc:  # a bare `dflash-diag` or `dflash-diag converge`: help
@@ -55,7 +62,8 @@ class OneLineErrors(FlagHelp, TyperGroup):
             rv = EXIT_USAGE if exc.ctx.parent is not None else 0
         except ClickException as exc:
             message = " ".join(exc.format_message().replace("Value error, ", "").split())
-            where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "dflash-diag"
+            ctx = getattr(exc, "ctx", None)  # a UsageError's; other ClickExceptions have none
+            where = ctx.command_path if ctx is not None else "dflash-diag"
             print(f"dflash-diag: error: {message} (see '{where} --help')", file=sys.stderr)
             rv = EXIT_USAGE
         except Abort:
@@ -76,12 +84,12 @@ app = typer.Typer(
 )
 
 
-VersionOption = version_option("dflash-diag")
+_VERSION = version_flag("dflash-diag")
 
 
 @app.callback()
 def _root(
-    show_version: VersionOption = False,
+    show_version: Annotated[bool, _VERSION] = False,
 ) -> None:
     """Convergence diagnostics for DFlash drafter training logs (JSONL)."""
 

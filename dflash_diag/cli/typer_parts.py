@@ -37,16 +37,20 @@ def version_callback(prog: str) -> Callable[[bool], None]:
     return show
 
 
+def version_flag(prog: str) -> Any:
+    """The ``--version`` option of a program's root callback, the metadata of an
+    ``Annotated[bool, ...]`` parameter: eager, printing ``<prog> <version>`` through
+    :func:`version_callback`."""
+    return typer.Option(
+        "--version",
+        callback=version_callback(prog),
+        is_eager=True,
+        metavar="",
+        help="Print the version and exit.",
+    )
+
+
 def version_option(prog: str) -> Any:
     """The ``--version`` option of a program's root callback (an ``Annotated`` bool type):
-    eager, printing ``<prog> <version>`` through :func:`version_callback`."""
-    return Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            callback=version_callback(prog),
-            is_eager=True,
-            metavar="",
-            help="Print the version and exit.",
-        ),
-    ]
+    :func:`version_flag` as a type."""
+    return Annotated[bool, version_flag(prog)]

@@ -7,7 +7,7 @@ functions so that the command module stays cheap to import (``dflash-diag --help
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.errors import DiagError
@@ -15,7 +15,7 @@ from dflash_diag.errors import DiagError
 if TYPE_CHECKING:
     from dflash_diag.analysis.diagnosis import DiagnosisConfig
     from dflash_diag.compare.report import CompareConfig, RegimeComparison, RunAlignment
-    from dflash_diag.read.formats.load import ReadOptions
+    from dflash_diag.read.formats.load import LoadKwargs, ReadOptions
 
 
 def compare_log(
@@ -51,7 +51,7 @@ def _load_and_compare(
     keep_all: bool,
     strict: bool,
     diagnosis: DiagnosisConfig | None,
-    read_kwargs: dict[str, object],
+    read_kwargs: LoadKwargs | _FieldsOnly,
 ):
     """One log read, its restarts resolved, cut to the step range and compared, with its notes.
 
@@ -191,7 +191,7 @@ def compare_two_runs(
         if selected.height == 0:
             raise DiagError(f"{path}: no records selected ({selection.reason})")
         frames.append(selected)
-    tokens = tuple(c.regimes[-1].tokens_per_step if c.regimes else None for c in comparisons)
+    tokens = (_tokens_per_step(comparisons[0]), _tokens_per_step(comparisons[1]))
     from dflash_diag.analysis.windows import choose_window
 
     window = choose_window(frames[0], config.window).size  # windows in steps of run A
@@ -238,13 +238,24 @@ def with_schedule_events(comparison: RegimeComparison, log, frame) -> RegimeComp
     return replace(comparison, boundaries=boundaries, notes=notes, schedule_events=events)
 
 
+class _FieldsOnly(TypedDict):
+    """load_log's reading options when no :class:`ReadOptions` is given: the field map only."""
+
+    fields: dict[str, str] | None
+
+
 def _read_kwargs(
     read: ReadOptions | None, fields: dict[str, str] | None, n_inputs: int, only: int | None
-) -> dict[str, object]:
+) -> LoadKwargs | _FieldsOnly:
     """load_log's reading options: a run's own format, preset and field map."""
     if read is None:
         return {"fields": fields}
     return read.load_kwargs(n_inputs, only)
+
+
+def _tokens_per_step(comparison: RegimeComparison) -> float | None:
+    """The tokens per step of a run's newest regime (None: no regime)."""
+    return comparison.regimes[-1].tokens_per_step if comparison.regimes else None
 
 
 def _run_names(path_a: str, path_b: str) -> tuple[str, str]:

@@ -28,8 +28,13 @@ def _num(value: float) -> str:
 
 def _band(m: MetricForecast) -> str:
     """``1.54 (1.42-1.66)``; a negative bound is written with "to" so no sign reads as a dash."""
-    joint = " to " if (m.low < 0 or m.high < 0) else "-"
-    return f"{_num(m.value)} ({_num(m.low)}{joint}{_num(m.high)})"
+    value, low, high = m.value, m.low, m.high
+    # only called for available forecasts, which set the three together
+    assert value is not None
+    assert low is not None
+    assert high is not None
+    joint = " to " if (low < 0 or high < 0) else "-"
+    return f"{_num(value)} ({_num(low)}{joint}{_num(high)})"
 
 
 def _steps(value: int | None) -> str:

@@ -3,9 +3,11 @@ through the real commands (CliRunner) and the real reader."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
+import lzma
 import os
 import tracemalloc
 
@@ -469,3 +471,20 @@ def test_line_chunks_match_the_reference_on_files_and_streams(tmp_path, seed):
     )
     assert stats.consumed == len(data)
     assert stats.overlong == expected.count(OVERLONG_LINE)
+
+
+@pytest.mark.parametrize(
+    ("kind", "compress", "tool"),
+    [
+        ("bz2", bz2.compress, "bunzip2"),
+        ("xz", lzma.compress, "unxz"),
+        ("zip", lambda b: b"PK\x03\x04" + b"\x00" * 26 + b, "unzip"),
+    ],
+)
+def test_other_compressions_are_named_not_guessed(tmp_path, kind, compress, tool):
+    path = tmp_path / f"train.jsonl.{kind}"
+    path.write_bytes(compress(clean_records().encode()))
+    for result in every_command(path):
+        line = one_line_error(result)
+        assert f"is {kind}-compressed" in line, line
+        assert tool in line, line

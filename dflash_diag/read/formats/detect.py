@@ -64,11 +64,26 @@ def head_bytes(path: Path, size: int = HEAD_BYTES) -> bytes:
         raise DiagError(f"cannot read {path}: {exc}") from None
 
 
+#: Compressions other than gzip: named in the error instead of "cannot tell the format".
+COMPRESSED = (
+    (b"BZh", "bz2", "bunzip2 -k"),
+    (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+
+
 def detect_file_format(path: Path, head: bytes | None = None) -> str | None:
     """The format of a file from its first bytes, or None."""
     head = head_bytes(path) if head is None else head
     if head[:2] == b"\x1f\x8b":
         return "jsonl"  # gzip: the JSONL reader unzips it
+    for magic, kind, tool in COMPRESSED:
+        if head.startswith(magic) and not (kind == "bz2" and head[3:4] not in b"123456789"):
+            raise DiagError(
+                f"{path} is {kind}-compressed: decompress it first ({tool} {path}) "
+                "or give the plain log (gzip is read as it is)"
+            )
     formats = by_priority()
     for fmt in formats:
         if fmt.binary and fmt.sniff_file is not None and fmt.sniff_file(path, head):

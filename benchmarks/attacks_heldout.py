@@ -319,32 +319,7 @@ def _train_cases(root: Path) -> list[tuple[str, list[str], tuple[int, ...]]]:
 
 def run_train(name: str, args: list[str], ok: tuple[int, ...], env: dict[str, str]) -> Outcome:
     train = Path(sys.executable).with_name("dflash-train")
-    argv = ["/usr/bin/time", "-f", "%M", str(train), "sync", *args]
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(
-            argv,
-            check=False,
-            capture_output=True,
-            timeout=TRAIN_TIME_LIMIT_S,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return Outcome(name, "train", -1, TRAIN_TIME_LIMIT_S, 0.0, "timeout")
-    seconds = time.monotonic() - start
-    lines = proc.stderr.decode("utf-8", "replace").rstrip("\n").split("\n")
-    rss = lines.pop() if lines else ""
-    lines = [e for e in lines if e.strip() and not e.startswith("Command exited with non-zero")]
-    problem = None
-    if any("Traceback" in e for e in lines):
-        problem = "traceback: " + lines[-1][:120]
-    elif proc.returncode not in ok:
-        problem = f"exit {proc.returncode}, expected {ok}: " + (lines[-1][:120] if lines else "")
-    elif proc.returncode == 2 and len(lines) != 1:
-        problem = f"exit 2 with {len(lines)} stderr lines: " + " | ".join(x[:60] for x in lines[:3])
-    rss_mb = int(rss) / 1024 if rss.isdigit() else 0.0
-    return Outcome(name, "train", proc.returncode, seconds, rss_mb, problem)
+    return run_judged(name, "train", [str(train), "sync", *args], ok, TRAIN_TIME_LIMIT_S, env)
 
 
 COMMANDS = {
@@ -372,40 +347,55 @@ def run_one(case: Case, command: str, path: Path, env: dict[str, str]) -> Outcom
     extra = list(case.extra)
     if command == "watch" and extra and extra[0] not in WATCH_OPTIONS:
         extra = []
-    argv = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "dflash_diag", *args, *extra]
+    argv = [sys.executable, "-m", "dflash_diag", *args, *extra]
+    return run_judged(case.name, command, argv, (0, 2), TIME_LIMIT_S, env)
+
+
+def run_judged(
+    case: str, command: str, argv: list[str], ok: tuple[int, ...], limit: float, env: dict[str, str]
+) -> Outcome:
+    """Run ``argv`` under GNU time and judge it: exit code in ``ok``, no traceback, an exit-2
+    error in one line, no raw terminal control byte, peak RSS within the bound."""
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            argv,
+            ["/usr/bin/time", "-f", "%M", *argv],
             check=False,
             capture_output=True,
-            timeout=TIME_LIMIT_S,
+            timeout=limit,
             env=env,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return Outcome(case.name, command, -1, TIME_LIMIT_S, 0.0, "timeout")
+        return Outcome(case, command, -1, limit, 0.0, "timeout")
     seconds = time.monotonic() - start
-    *err_lines, rss_line = proc.stderr.decode("utf-8", "replace").rstrip("\n").split("\n")
-    try:
-        rss_mb = int(rss_line) / 1024
-    except ValueError:
-        rss_mb, err_lines = 0.0, [*err_lines, rss_line]
-    # GNU time adds this line of its own on a non-zero exit
-    err_lines = [e for e in err_lines if not e.startswith("Command exited with non-zero status")]
-    stderr = "\n".join(err_lines)
+    lines = proc.stderr.decode("utf-8", "replace").rstrip("\n").split("\n")
+    rss = lines.pop() if lines else ""  # GNU time's own last line: the peak RSS in KiB
+    rss_mb = int(rss) / 1024 if rss.isdigit() else 0.0
+    # GNU time also adds a line of its own on a non-zero exit
+    lines = [e for e in lines if e.strip() and not e.startswith("Command exited with non-zero")]
+    stderr = "\n".join(lines)
     problem = None
     if "Traceback" in stderr:
-        problem = "traceback: " + err_lines[-1][:120]
-    elif proc.returncode not in (0, 2):
-        problem = f"exit {proc.returncode}"
-    elif proc.returncode == 2 and len([e for e in err_lines if e.strip()]) != 1:
-        problem = f"exit 2 with {len(err_lines)} stderr lines"
+        problem = "traceback: " + lines[-1][:120]
+    elif proc.returncode not in ok:
+        problem = f"exit {proc.returncode}, expected {ok}: " + (lines[-1][:120] if lines else "")
+    elif proc.returncode == 2 and len(lines) != 1:
+        problem = f"exit 2 with {len(lines)} stderr lines: " + " | ".join(x[:60] for x in lines[:3])
     elif any(c in proc.stdout or c in stderr.encode() for c in CONTROL):
         problem = "raw terminal control bytes in the output"
     elif rss_mb > RSS_LIMIT_MB:
         problem = f"peak RSS {rss_mb:.0f} MB"
-    return Outcome(case.name, command, proc.returncode, seconds, rss_mb, problem)
+    return Outcome(case, command, proc.returncode, seconds, rss_mb, problem)
+
+
+def report(o: Outcome) -> None:
+    mark = "ok  " if o.problem is None else "FAIL"
+    print(
+        f"{mark} {o.case:28} {o.command:14} rc={o.rc:<3} {o.seconds:6.1f} s"
+        f" {o.rss_mb:7.0f} MB  {o.problem or ''}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -426,28 +416,16 @@ def main() -> int:
             where.mkdir(exist_ok=True)
             path = case.make(where)
             for command in COMMANDS:
-                o = run_one(case, command, path, env)
-                outcomes.append(o)
-                mark = "ok  " if o.problem is None else "FAIL"
-                print(
-                    f"{mark} {o.case:28} {o.command:14} rc={o.rc:<3} {o.seconds:6.1f} s"
-                    f" {o.rss_mb:7.0f} MB  {o.problem or ''}",
-                    flush=True,
-                )
+                outcomes.append(run_one(case, command, path, env))
+                report(outcomes[-1])
         if not args.no_train:
             train_root = root / "train"
             train_root.mkdir(exist_ok=True)
             for name, train_args, ok in _train_cases(train_root):
                 if args.only and args.only not in name:
                     continue
-                o = run_train(name, train_args, ok, env)
-                outcomes.append(o)
-                mark = "ok  " if o.problem is None else "FAIL"
-                print(
-                    f"{mark} {o.case:28} {o.command:14} rc={o.rc:<3} {o.seconds:6.1f} s"
-                    f" {o.rss_mb:7.0f} MB  {o.problem or ''}",
-                    flush=True,
-                )
+                outcomes.append(run_train(name, train_args, ok, env))
+                report(outcomes[-1])
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -3,17 +3,24 @@
 Each mutation replaces one exact piece of a source line (it must occur exactly once in its file),
 runs the given test files (``pytest -x -q``), records whether they failed (caught) or passed
 (survived), and restores the file byte for byte from a copy taken before (never from git: the
-working tree may hold uncommitted work). The list below is the issue 19 audit; edit it for the
-next one. Results are printed as a markdown table (for docs/reliability.md).
+working tree may hold uncommitted work). Each audit is one list: :data:`ROUND3` (issue 19's first,
+37 mutations) and :data:`ROUND4` (issue 19's fresh audit of the code changed after it: the option
+table, the format registry, the estimator table, the forecast, the training step loop, the run
+lock, the preflight checks); add the next audit as another list in :data:`AUDITS`. A test entry
+may be a pytest argument (``-k`` and its expression: the training tests take minutes a file).
+Results are printed as a markdown table (for docs/reliability.md).
 
-    python benchmarks/mutation_audit.py               # every mutation
-    python benchmarks/mutation_audit.py --only 3,7    # some of them
+    python benchmarks/mutation_audit.py                  # every mutation of the latest audit
+    python benchmarks/mutation_audit.py --only 3,7       # some of them
+    python benchmarks/mutation_audit.py --audit 3        # an earlier audit
+    python benchmarks/mutation_audit.py --check          # each applies (no tests run)
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,7 +78,7 @@ class Mutation:
 
 
 M = Mutation
-MUTATIONS: list[Mutation] = [
+ROUND3: list[Mutation] = [
     # -- this round's own changes (issue 19) --
     M(
         "dflash_diag/read/formats/tensorboard.py",
@@ -335,9 +342,503 @@ MUTATIONS: list[Mutation] = [
     ),
 ]
 
+# -- issue 19, fresh audit (audit 4): code changed since 8dc726f --------------------------------
+OPTIONS_T = (
+    "tests/diag/test_options.py",
+    "tests/diag/test_cache.py",
+    "tests/diag/test_mutation_guards.py",
+)
+RANGES = (*OPTIONS_T, "tests/diag/test_cli_properties.py")
+REGISTRY = (
+    "tests/diag/test_format_registry.py",
+    "tests/diag/test_formats_readers.py",
+    "tests/diag/test_formats_cli.py",
+    "tests/diag/test_mutation_guards.py",
+)
+LOAD = (
+    "tests/diag/test_load_paths.py",
+    "tests/diag/test_formats_canonical.py",
+    "tests/diag/test_formats_cli.py",
+    "tests/diag/test_reader.py",
+    "tests/diag/test_compare.py",
+    "tests/diag/test_mutation_guards.py",
+)
+ESTIMATORS_T = (
+    "tests/diag/test_estimators.py",
+    "tests/diag/test_acceptance.py",
+    "tests/diag/test_walk_evidence.py",
+    "tests/diag/test_walk_in_sample.py",
+    "tests/diag/test_mutation_guards.py",
+)
+RECENT = (
+    "tests/diag/test_recent_walk.py",
+    "tests/diag/test_walk_evidence.py",
+    "tests/diag/test_mutation_guards.py",
+)
+FORECAST_T = (
+    "tests/diag/test_forecast.py",
+    "tests/diag/test_forecast_short_runs.py",
+    "tests/diag/test_mutation_guards.py",
+)
+TRAINER_STATE = (
+    "tests/diag/test_formats_readers.py",
+    "tests/diag/test_reader_bounds.py",
+    "tests/diag/test_reader_counts.py",
+    "tests/diag/test_mutation_guards.py",
+)
+SCAN = (
+    "tests/diag/test_foreign_jsonl_scan.py",
+    "tests/diag/test_formats_readers.py",
+    "tests/diag/test_mutation_guards.py",
+)
+# The training tests are minutes each file: a selection per mutation (-k), the slow lock and
+# 100 MB cases only where the mutation is in that code.
+FAULT_GUARDS = "tests/pipelines/test_fault_guards.py"
+TRAIN_FAULTS = "tests/pipelines/test_train_faults.py"
+PROGRAMS = "tests/pipelines/test_programs.py"
+STEP_T = (
+    "tests/pipelines/test_programs.py",
+    "tests/pipelines/test_data_parallel.py",
+    FAULT_GUARDS,
+    "-k",
+    "not sigkill and not overwrite",
+)
 
-def run(mutation: Mutation, timeout: float) -> tuple[str, float]:
-    """Apply one mutation, run its tests, restore the file: ``(outcome, seconds)``."""
+ROUND4: list[Mutation] = [
+    # -- dflash_diag/cli/options.py
+    M(
+        "dflash_diag/cli/options.py",
+        "if not 1 <= size < 2**53:",
+        "if not 0 <= size < 2**53:",
+        RANGES,
+        "--window 0 accepted",
+    ),
+    M(
+        "dflash_diag/cli/options.py",
+        'feeds="diagnosis.trend.acc_threshold",',
+        'feeds="diagnosis.trend.loss_threshold",',
+        OPTIONS_T,
+        "--threshold feeds the loss threshold",
+    ),
+    M(
+        "dflash_diag/cli/options.py",
+        "        convert=_negate,\n",
+        "",
+        OPTIONS_T,
+        "--no-cache fed to the cache flag without negation",
+    ),
+    M(
+        "dflash_diag/cli/options.py",
+        "        defaults.LOSS_THRESHOLD,",
+        "        defaults.ACC_THRESHOLD,",
+        OPTIONS_T,
+        "--loss-threshold defaults to the accuracy threshold",
+    ),
+    M(
+        "dflash_diag/cli/options.py",
+        "for p in ctx.command.params if p.name in kwargs}",
+        "for p in ctx.command.params if p.name in shared}",
+        RANGES,
+        "a command's own numeric options escape the range check",
+    ),
+    M(
+        "dflash_diag/cli/options.py",
+        'feeds="diagnosis.trend.acc_threshold",\n        min=0.0,',
+        'feeds="diagnosis.trend.acc_threshold",',
+        RANGES,
+        "--threshold loses its lower bound (negative accepted)",
+    ),
+    # -- read/formats/registry.py, detect.py
+    M(
+        "dflash_diag/read/formats/registry.py",
+        "            priority=70,",
+        "            priority=5,",
+        REGISTRY,
+        "sniff order: TensorBoard tried before trainer_state.json (an HF output folder)",
+    ),
+    M(
+        "dflash_diag/read/formats/registry.py",
+        "    if not sep or not rest.strip():",
+        "    if not sep:",
+        REGISTRY,
+        "a one-line JSON document with its newline taken as JSONL",
+    ),
+    M(
+        "dflash_diag/read/formats/registry.py",
+        'one_line = b"\\n" not in head.lstrip().rstrip()',
+        'one_line = b"\\n" not in head',
+        REGISTRY,
+        "a one-line JSON history ending in a newline not told",
+    ),
+    M(
+        "dflash_diag/read/formats/registry.py",
+        "len(head) >= detect.HEAD_BYTES - 4",
+        "len(head) >= detect.HEAD_BYTES",
+        REGISTRY,
+        "console sniff past the head skipped when a BOM was dropped from it",
+    ),
+    M(
+        "dflash_diag/read/formats/detect.py",
+        'head[3:4] not in b"123456789"',
+        'head[2:3] not in b"123456789"',
+        REGISTRY,
+        "bz2 magic's block-size digit looked for at the wrong byte",
+    ),
+    M(
+        "dflash_diag/read/formats/detect.py",
+        'head = head.lstrip(b"\\x00")',
+        'head = head.rstrip(b"\\x00")',
+        REGISTRY,
+        "zero-fill stripped from the end, not the start",
+    ),
+    M(
+        "dflash_diag/read/formats/detect.py",
+        "        head = head[3:]",
+        "        head = head[2:]",
+        REGISTRY,
+        "the UTF-8 byte-order mark cut by one byte too few",
+    ),
+    # -- read/formats/load.py
+    M(
+        "dflash_diag/read/formats/load.py",
+        "fmt, alternatives = found[0], tuple(found[1:])",
+        "fmt, alternatives = found[0], tuple(found[2:])",
+        LOAD,
+        "a folder's second source never read",
+    ),
+    M(
+        "dflash_diag/read/formats/load.py",
+        'later_repeat = (pl.col("step") == pl.col("step").shift(-1)).fill_null(False)',
+        'later_repeat = (pl.col("step") == pl.col("step").shift(1)).fill_null(False)',
+        LOAD,
+        "two-writer log keeps the earlier record of each repeat",
+    ),
+    M(
+        "dflash_diag/read/formats/load.py",
+        '.then(pl.col("run") + offset)',
+        '.then(pl.col("run"))',
+        LOAD,
+        "header indices of later inputs not offset",
+    ),
+    M(
+        "dflash_diag/read/formats/load.py",
+        "if not 1 <= index <= n_inputs:",
+        "if not 0 <= index <= n_inputs:",
+        LOAD,
+        "--field 0:NEW=OLD accepted (maps the last input)",
+    ),
+    M(
+        "dflash_diag/read/formats/load.py",
+        "lists=lists or not can_reread(name),",
+        "lists=lists,",
+        (*LOAD, "tests/diag/test_cli_converge.py"),
+        "standard input's lists left for a second read",
+    ),
+    # -- analysis/estimators.py
+    M(
+        "dflash_diag/analysis/estimators.py",
+        "for k in range(block_size))",
+        "for k in range(block_size - 1))",
+        ESTIMATORS_T,
+        "harmonic tau drops the last step length (A_{B-1} - A_B)",
+    ),
+    M(
+        "dflash_diag/analysis/estimators.py",
+        "return next((e for e in ranked if e.can_lead), ranked[0] if ranked else None)",
+        "return next((e for e in ranked if e.can_lead), None)",
+        ESTIMATORS_T,
+        "no primary estimate when every ranked one is held back",
+    ),
+    M(
+        "dflash_diag/analysis/estimators.py",
+        "        _harmonic_series,\n        reads_lists=True,\n        promises=True,",
+        "        _harmonic_series,\n        reads_lists=True,",
+        ESTIMATORS_T,
+        "harmonic loses its promises flag (no mismatch alarm without a walk)",
+    ),
+    M(
+        "dflash_diag/analysis/estimators.py",
+        "if held_out_named or epoch is None",
+        "if epoch is None",
+        ESTIMATORS_T,
+        "a held-out walk taken as in-sample after epoch 1",
+    ),
+    M(
+        "dflash_diag/analysis/estimators.py",
+        "before = [tau for step, tau in points if step <= w.last_step]",
+        "before = [tau for step, tau in points if step < w.last_step]",
+        ESTIMATORS_T + FORECAST_T,
+        "measured series: an eval at a window's last step left to the next window",
+    ),
+    M(
+        "dflash_diag/analysis/estimators.py",
+        "start = windows[0].start - windows[0].index * size",
+        "start = windows[0].start",
+        ESTIMATORS_T + FORECAST_T,
+        "list-based series: window index misaligned when the first window is not index 0",
+    ),
+    M(
+        "dflash_diag/analysis/estimators.py",
+        'and bool((rows["n_blocks"] > 0).all())',
+        'and bool((rows["n_blocks"] > 0).any())',
+        ESTIMATORS_T,
+        "n_blocks weights used when some are zero",
+    ),
+    # -- analysis/recent_walk.py
+    M(
+        "dflash_diag/analysis/recent_walk.py",
+        'span = walked.filter(pl.col("step") > last - span_steps)',
+        'span = walked.filter(pl.col("step") >= last - span_steps)',
+        RECENT,
+        "recent walk reaches back one step more than a window",
+    ),
+    M(
+        "dflash_diag/analysis/recent_walk.py",
+        "if k < min(min_records, len(tokens)):",
+        "if k < min_records:",
+        RECENT,
+        "a span with fewer walked records than the minimum gives no walk",
+    ),
+    M(
+        "dflash_diag/analysis/recent_walk.py",
+        "se = math.sqrt(residual / (k * (k - 1))) / (s / k)",
+        "se = math.sqrt(residual / (k * k)) / (s / k)",
+        RECENT,
+        "recent walk's standard error divides by k^2, not k(k-1)",
+    ),
+    # -- analysis/acceptance.py
+    M(
+        "dflash_diag/analysis/acceptance.py",
+        "replace(e, error=e.tau - measured_tau)",
+        "replace(e, error=measured_tau - e.tau)",
+        ESTIMATORS_T,
+        "estimate errors' sign reversed",
+    ),
+    M(
+        "dflash_diag/analysis/acceptance.py",
+        "or (measured_tau - 1) >= MISMATCH_RATIO * (promised.tau - 1)",
+        "or measured_tau >= MISMATCH_RATIO * promised.tau",
+        ESTIMATORS_T,
+        "mismatch alarm compares taus, not extra tokens",
+    ),
+    M(
+        "dflash_diag/analysis/acceptance.py",
+        "(e for e in estimates if e.can_lead and BY_NAME[e.name].promises)",
+        "(e for e in estimates if BY_NAME[e.name].promises)",
+        ESTIMATORS_T,
+        "a held-back walk raises the mismatch alarm",
+    ),
+    M(
+        "dflash_diag/analysis/acceptance.py",
+        "(target_tau - 1.0) / (block_size - 1) if linear else None",
+        "(target_tau - 1.0) / block_size if linear else None",
+        ESTIMATORS_T,
+        "tau target's accuracy divides by B, not B-1",
+    ),
+    # -- analysis/target_eta.py, run_forecast.py
+    M(
+        "dflash_diag/analysis/target_eta.py",
+        "early_col, late_col = (3, 2) if higher else (2, 3)",
+        "early_col, late_col = (2, 3) if higher else (3, 2)",
+        FORECAST_T,
+        "ETA's early and late ends read off the wrong band edges",
+    ),
+    M(
+        "dflash_diag/analysis/run_forecast.py",
+        "and first_step <= e.step <= last_step",
+        "and first_step < e.step <= last_step",
+        FORECAST_T,
+        "an eval at the first analysed step left out of the forecast",
+    ),
+    M(
+        "dflash_diag/analysis/run_forecast.py",
+        'best=block_size if name == "tau" else BEST.get(name),',
+        "best=BEST.get(name),",
+        FORECAST_T,
+        "tau forecast not bounded by B",
+    ),
+    M(
+        "dflash_diag/analysis/run_forecast.py",
+        "loss_window = next((w for w in reversed(windows) if w.loss is not None), None)",
+        "loss_window = next((w for w in windows if w.loss is not None), None)",
+        FORECAST_T,
+        "loss target's current value is the first window's",
+    ),
+    # -- read/formats/trainer_state.py, foreign_jsonl_scan.py
+    M(
+        "dflash_diag/read/formats/trainer_state.py",
+        'plain = text is None or ("true" not in text and "false" not in text)',
+        'plain = text is None or "true" not in text',
+        TRAINER_STATE,
+        "trainer_state: a false among numbers read as 0 by the fast path",
+    ),
+    M(
+        "dflash_diag/read/formats/trainer_state.py",
+        'pl.int_range(first_row, first_row + len(records), dtype=pl.Int64).alias("row"),',
+        'pl.int_range(0, len(records), dtype=pl.Int64).alias("row"),',
+        TRAINER_STATE,
+        "trainer_state: row numbers restart in each piece",
+    ),
+    M(
+        "dflash_diag/read/formats/foreign_jsonl_scan.py",
+        "str.contains(_NUMERIC_TEXT).any()).item():",
+        "str.contains(_NUMERIC_TEXT).all()).item():",
+        SCAN,
+        "JSONL scan: a column with some numeric strings taken by the fast path",
+    ),
+    M(
+        "dflash_diag/read/formats/foreign_jsonl_scan.py",
+        'if "time" in tree:',
+        'if "_timestamp" in tree:',
+        SCAN,
+        "JSONL scan: a 'time' key taken by the fast path",
+    ),
+    # -- pipelines/train_step.py
+    M(
+        "pipelines/train_step.py",
+        "anchors = anchor_generator(cfg.seed, step, micro * dp.world_size + dp.rank)",
+        "anchors = anchor_generator(cfg.seed, step, micro + dp.rank)",
+        STEP_T,
+        "anchor draws of ranks overlap (micro + rank)",
+    ),
+    M(
+        "pipelines/train_step.py",
+        "last = micro == n_micro - 1",
+        "last = micro == 0",
+        STEP_T,
+        "DDP gradients all-reduced at the first micro-batch, not the last",
+    ),
+    M(
+        "pipelines/train_step.py",
+        "record=step // (cfg.log_every * cfg.walk_every) - 1,",
+        "record=step // (cfg.log_every * cfg.walk_every),",
+        ("tests/pipelines/test_walk_log.py",),
+        "held-out walk starts at its second record's sequences",
+    ),
+    M(
+        "pipelines/train_step.py",
+        "local, m = m, reduce_step(dp, m)",
+        "local, m = m, m",
+        STEP_T,
+        "step metrics not summed over ranks",
+    ),
+    # -- pipelines/train_loop.py
+    M(
+        "pipelines/train_loop.py",
+        "runlog.checkpoint(k, r.cursor, loop.program.script)",
+        "runlog.checkpoint(k, loop.setup.loader.state_dict(), loop.program.script)",
+        (FAULT_GUARDS, "-k", "resume_from_a_periodic or several_target"),
+        "periodic checkpoint stores the read-ahead loader's cursor",
+    ),
+    M(
+        "pipelines/train_loop.py",
+        'if state.reason != "signal":',
+        'if state.reason == "max_steps":',
+        (TRAIN_FAULTS, PROGRAMS, "-k", "skipped or nonfinite"),
+        "every-step-skipped check only when the run reached max_steps",
+    ),
+    M(
+        "pipelines/train_loop.py",
+        "walk = loop.program.walks and walk_due(cfg, k) and loop.dp.is_main",
+        "walk = loop.program.walks and walk_due(cfg, k - 1) and loop.dp.is_main",
+        ("tests/pipelines/test_walk_log.py",),
+        "walk due one step early",
+    ),
+    M(
+        "pipelines/train_loop.py",
+        "    if k % cfg.log_every == 0:\n        log_step",
+        "    if (k - 1) % cfg.log_every == 0:\n        log_step",
+        (PROGRAMS, "tests/pipelines/test_walk_log.py"),
+        "metrics record written one step after its interval",
+    ),
+    # -- pipelines/async_pipeline.py
+    M(
+        "pipelines/async_pipeline.py",
+        "        while self.next_seq not in self.pending:",
+        "        if self.next_seq not in self.pending:",
+        (FAULT_GUARDS, PROGRAMS, "-k", "several_target or stage"),
+        "drafter reorders at most one early micro-batch",
+    ),
+    M(
+        "pipelines/async_pipeline.py",
+        '+ (cfg.device == "cpu")',
+        "",
+        ("tests/pipelines/test_config.py",),
+        "CPU threads split without the drafter's stage",
+    ),
+    M(
+        "pipelines/async_pipeline.py",
+        "steps_per_epoch=setup.loader.batches_per_epoch() / cfg.grad_accum",
+        "steps_per_epoch=setup.loader.batches_per_epoch()",
+        (PROGRAMS, "tests/pipelines/test_resume_schedule.py", "tests/pipelines/test_progress.py"),
+        "pipeline's steps per epoch ignores grad_accum",
+    ),
+    # -- pipelines/run_lock.py
+    M(
+        "pipelines/run_lock.py",
+        "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)",
+        (TRAIN_FAULTS, "-k", "lock"),
+        "run lock shared, not exclusive",
+    ),
+    M(
+        "pipelines/run_lock.py",
+        "if p.name == LOCK_FILE or p.stat().st_size == 0:",
+        "if p.stat().st_size == 0:",
+        (TRAIN_FAULTS, "-k", "lock"),
+        "lock file (holding the pid) left behind at release",
+    ),
+    M(
+        "pipelines/run_lock.py",
+        'parts[5].rsplit(":", 1)[-1] == str(inode)',
+        'parts[5].split(":", 1)[-1] == str(inode)',
+        (TRAIN_FAULTS, "-k", "lock"),
+        "lock holder's inode compared with the device's minor number too",
+    ),
+    # -- pipelines/preflight.py
+    M(
+        "pipelines/preflight.py",
+        "if not 0 <= n <= cpus:",
+        "if not 0 <= n < cpus:",
+        ("tests/pipelines/test_reliability.py", "-k", "thread"),
+        "torch_threads equal to the CPU count refused",
+    ),
+    M(
+        "pipelines/preflight.py",
+        "elif longest > NAME_MAX:",
+        "elif longest >= NAME_MAX:",
+        (TRAIN_FAULTS, "-k", "300_byte"),
+        "a 255-byte name refused",
+    ),
+    M(
+        "pipelines/preflight.py",
+        "        probe.rmdir()\n",
+        "",
+        (TRAIN_FAULTS, "tests/pipelines/test_cli.py", "-k", "checkpoint_dir or runs_and_eval"),
+        "the checkpoint-directory probe left behind",
+    ),
+    M(
+        "pipelines/preflight.py",
+        "    finally:\n        if created:",
+        "    finally:\n        if not created:",
+        (
+            "tests/pipelines/test_reliability.py",
+            "tests/pipelines/test_cli.py",
+            "-k",
+            "one_line or runs_and_eval or torn",
+        ),
+        "the log probe removes an existing log instead of the one it created",
+    ),
+]
+
+#: The audits by number (``--audit``); the latest is the default.
+AUDITS: dict[str, list[Mutation]] = {"3": ROUND3, "4": ROUND4}
+
+
+def run(
+    mutation: Mutation, timeout: float, tests: tuple[str, ...] | None = None
+) -> tuple[str, float]:
+    """Apply one mutation, run its tests (or ``tests``), restore the file: ``(outcome, seconds)``."""
     path = ROOT / mutation.file
     original = path.read_bytes()
     text = original.decode()
@@ -358,7 +859,7 @@ def run(mutation: Mutation, timeout: float) -> tuple[str, float]:
                     "-q",
                     "-p",
                     "no:cacheprovider",
-                    *mutation.tests,
+                    *(tests or mutation.tests),
                 ],
                 cwd=ROOT,
                 check=False,
@@ -396,17 +897,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="comma-separated 1-based numbers of the mutations to run")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutation")
-    args = parser.parse_args()
-    chosen = (
-        [int(x) for x in args.only.split(",")] if args.only else list(range(1, len(MUTATIONS) + 1))
+    parser.add_argument("--audit", choices=sorted(AUDITS), default=max(AUDITS, key=int))
+    parser.add_argument(
+        "--check", action="store_true", help="only check that each mutation applies once"
     )
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        help="run these pytest arguments instead of each mutation's own (a new guard's check)",
+    )
+    args = parser.parse_args()
+    # kill (SIGTERM) stops the audit through the restoring ``finally``, never mid-mutation
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    mutations = AUDITS[args.audit]
+    chosen = (
+        [int(x) for x in args.only.split(",")] if args.only else list(range(1, len(mutations) + 1))
+    )
+    if args.check:
+        bad = [
+            n
+            for n in chosen
+            if (ROOT / mutations[n - 1].file).read_text().count(mutations[n - 1].old) != 1
+        ]
+        print(f"{len(chosen) - len(bad)} of {len(chosen)} apply" + (f"; not: {bad}" if bad else ""))
+        sys.exit(1 if bad else 0)
     caught = 0
     print("| # | file:line | mutation | outcome |")
     print("|---:|---|---|---|")
     for number in chosen:
-        mutation = MUTATIONS[number - 1]
+        mutation = mutations[number - 1]
         where = f"{mutation.file.removeprefix('dflash_diag/')}:{line_of(mutation)}"
-        outcome, seconds = run(mutation, args.timeout)
+        outcome, seconds = run(mutation, args.timeout, tuple(args.tests) if args.tests else None)
         caught += outcome.startswith("caught")
         print(f"| {number} | {where} | {mutation.what} | {outcome} |", flush=True)
         print(f"  ({seconds:.0f} s)", file=sys.stderr, flush=True)

@@ -355,7 +355,12 @@ REGISTRY = (
     "tests/diag/test_formats_cli.py",
     "tests/diag/test_mutation_guards.py",
 )
+# the sniffs of detect.py: its compressed-file names and reading cases are tested on every command
+DETECT = (*REGISTRY, "tests/diag/test_reliability.py", "tests/diag/test_wild_read.py")
+# load.py's folder and pipe cases are tested on real folders (test_wild_read, test_reliability)
 LOAD = (
+    "tests/diag/test_wild_read.py",
+    "tests/diag/test_reliability.py",
     "tests/diag/test_load_paths.py",
     "tests/diag/test_formats_canonical.py",
     "tests/diag/test_formats_cli.py",
@@ -453,49 +458,49 @@ ROUND4: list[Mutation] = [
         "dflash_diag/read/formats/registry.py",
         "            priority=70,",
         "            priority=5,",
-        REGISTRY,
+        DETECT,
         "sniff order: TensorBoard tried before trainer_state.json (an HF output folder)",
     ),
     M(
         "dflash_diag/read/formats/registry.py",
         "    if not sep or not rest.strip():",
         "    if not sep:",
-        REGISTRY,
+        DETECT,
         "a one-line JSON document with its newline taken as JSONL",
     ),
     M(
         "dflash_diag/read/formats/registry.py",
         'one_line = b"\\n" not in head.lstrip().rstrip()',
         'one_line = b"\\n" not in head',
-        REGISTRY,
+        DETECT,
         "a one-line JSON history ending in a newline not told",
     ),
     M(
         "dflash_diag/read/formats/registry.py",
         "len(head) >= detect.HEAD_BYTES - 4",
         "len(head) >= detect.HEAD_BYTES",
-        REGISTRY,
+        DETECT,
         "console sniff past the head skipped when a BOM was dropped from it",
     ),
     M(
         "dflash_diag/read/formats/detect.py",
         'head[3:4] not in b"123456789"',
         'head[2:3] not in b"123456789"',
-        REGISTRY,
+        DETECT,
         "bz2 magic's block-size digit looked for at the wrong byte",
     ),
     M(
         "dflash_diag/read/formats/detect.py",
         'head = head.lstrip(b"\\x00")',
         'head = head.rstrip(b"\\x00")',
-        REGISTRY,
+        DETECT,
         "zero-fill stripped from the end, not the start",
     ),
     M(
         "dflash_diag/read/formats/detect.py",
         "        head = head[3:]",
         "        head = head[2:]",
-        REGISTRY,
+        DETECT,
         "the UTF-8 byte-order mark cut by one byte too few",
     ),
     # -- read/formats/load.py
@@ -778,7 +783,7 @@ ROUND4: list[Mutation] = [
         "pipelines/run_lock.py",
         "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
         "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)",
-        (TRAIN_FAULTS, "-k", "lock"),
+        (TRAIN_FAULTS, "-k", "lock or two_runs"),
         "run lock shared, not exclusive",
     ),
     M(

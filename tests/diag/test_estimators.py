@@ -108,3 +108,73 @@ def test_targets_keep_their_units():
     tau = target_of(AcceptanceConfig(target_tau=3.0), 0.2, harmonic, 16)
     assert (tau.kind, tau.target_acc, tau.progress) == ("tau", None, pytest.approx(0.5))
     assert target_of(AcceptanceConfig(target_tau=4.0), 0.2, linear, 16).target_acc == 0.2
+
+
+# -- issue 19's fresh audit (audit 4): each test fails on the mutation its docstring names ------
+
+
+def _windows(*spans):
+    """Stand-ins for analysis windows (the series read index, start, end and last_step)."""
+    from types import SimpleNamespace
+
+    return [
+        SimpleNamespace(index=i, start=a, end=b, first_step=a, last_step=b, tau_walk=None, acc=None)
+        for i, a, b in spans
+    ]
+
+
+def test_when_every_ranked_estimate_is_held_back_the_strongest_still_leads():
+    """Bug guarded: no primary estimate at all when the walk is held back and nothing else
+    exists (a noisy walk is still better than none)."""
+    walk = TauEstimate("walk", 3.0, "walk", held_back="walk too thin to lead")
+    prefix = TauEstimate("prefix", 4.0, "tau_train")
+    assert leading([walk, prefix]) == walk
+    assert leading([prefix]) is None  # the upper view never leads
+
+
+def test_an_eval_at_a_windows_last_step_is_that_windows_measured_tau():
+    """Bug guarded: the measured series takes evals strictly before a window's last step (the
+    eval a trainer runs at the step it logs would fall to the next window)."""
+    from dflash_diag.analysis.estimators import SeriesInput, estimator_series
+
+    inp = SeriesInput(
+        windows=_windows((0, 1, 10), (1, 11, 20)),
+        frame=pl.DataFrame({"step": list(range(1, 21))}),
+        load=lambda rows: rows,
+        evals=[_eval(10, 2.0), _eval(20, 3.0)],
+        block_size=16,
+    )
+    assert estimator_series("measured", inp) == [2.0, 3.0]
+
+
+def test_list_series_of_windows_not_starting_at_index_0_stay_aligned():
+    """Bug guarded: the list-based series groups records from the first window's start, so
+    that windows whose first index is not 0 (``--from-step``, a gap) read their neighbours'."""
+    from dflash_diag.analysis.estimators import SeriesInput, chain_tau, estimator_series
+
+    steps = list(range(11, 31))
+    frame = pl.DataFrame(
+        {"step": steps, "acc_pos": [[0.5, 0.5] if s <= 20 else [0.9, 0.9] for s in steps]},
+        schema={"step": pl.Int64, "acc_pos": pl.List(pl.Float64)},
+    )
+    inp = SeriesInput(
+        windows=_windows((1, 11, 20), (2, 21, 30)),
+        frame=frame,
+        load=lambda rows: rows,
+        evals=[],
+        block_size=3,
+    )
+    assert estimator_series("chain", inp) == [chain_tau([0.5, 0.5]), chain_tau([0.9, 0.9])]
+
+
+def test_n_blocks_weigh_positions_only_when_every_record_has_blocks():
+    """Bug guarded: ``n_blocks`` used as the weight when only some records have blocks (a
+    record of 0 blocks then vanishes from the mean instead of counting like the others)."""
+    from dflash_diag.analysis.estimators import mean_positions
+
+    rows = pl.DataFrame(
+        {"acc_pos": [[1.0], [0.0]], "n_blocks": [0, 2]},
+        schema={"acc_pos": pl.List(pl.Float64), "n_blocks": pl.Int64},
+    )
+    assert mean_positions(rows, "acc_pos") == [0.5]
+    assert mean_positions(rows.with_columns(pl.Series("n_blocks", [1, 3])), "acc_pos") == [0.25]

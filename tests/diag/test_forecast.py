@@ -460,3 +460,35 @@ def test_a_run_at_its_planned_end_is_not_forecast_as_if_it_went_on():
     assert "run at its planned end, step 410 (header); fitted there, 80%:" in text
     early = " ".join(cli("converge", SAMPLE, "--to-step", "300", "-f", "text").stdout.split())
     assert "at the planned end, step 410 (header), 80%:" in early
+
+
+def test_an_eval_at_the_first_analysed_step_is_forecast_from():
+    """Bug guarded (issue 19's fresh audit): the evals' range excludes its first step, so an
+    eval at the first analysed step (``--from-step``, or a run evaluating at step 0) is lost."""
+    from dflash_diag import LogEvent
+    from dflash_diag.analysis.run_forecast import eval_series
+
+    evals = [LogEvent("eval", 0, 0, s, {"step": s, "tau": 1.5 + s / 100}) for s in (10, 50, 100)]
+    assert eval_series(evals, "tau", 10, 100).steps == (10.0, 50.0, 100.0)
+    assert eval_series(evals, "tau", 11, 99).steps == (50.0,)
+
+
+def test_the_tau_forecast_never_passes_the_block_size():
+    """Bug guarded (issue 19's fresh audit): the run forecast does not hand B to the tau
+    forecast, and a steep rise of the measured tau is extrapolated past B tokens a step (41
+    tokens from blocks of 8 here), which no drafter can reach."""
+    import polars as pl
+
+    from dflash_diag import LogEvent
+    from dflash_diag.analysis.run_forecast import forecast_run
+
+    steps = list(range(10, 210, 10))
+    frame = pl.DataFrame(
+        {"step": steps, "loss": [3.0 - s / 100 for s in steps], "lr": [1e-3] * len(steps)}
+    )
+    evals = [LogEvent("eval", 0, 0, s, {"step": s, "tau": 1.0 + s / 40}) for s in steps]
+    tau = forecast_run(frame, plan=plan_of(None, end_step=2000), evals=evals, block_size=8)
+    forecast = tau.metrics["tau"]
+    assert forecast.value is not None
+    assert forecast.high is not None
+    assert forecast.value <= forecast.high <= 8.0

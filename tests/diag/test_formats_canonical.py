@@ -165,6 +165,9 @@ def test_per_input_presets_and_fields():
         split_per_input(2, ["torchspec"] * 3, [])
     with pytest.raises(DiagError, match="input 3 of 2"):
         split_per_input(2, [], ["3:acc=x"])
+    # inputs count from 1: a 0: prefix is no input (it must not map the last one)
+    with pytest.raises(DiagError, match="input 0 of 2"):
+        split_per_input(2, [], ["0:acc=x"])
 
 
 def test_long_frame_keys_named_like_columns():

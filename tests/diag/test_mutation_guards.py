@@ -150,3 +150,97 @@ def test_window_label_never_ends_before_the_window_starts():
     assert window_label(window, 90) == "101"  # data behind the window: its start alone
     assert window_label(window, 120) == "101-120"
     assert window_label(window, None) == "101-150"
+
+
+# -- issue 19's fresh audit (audit 4): each test below fails on the mutation its docstring names --
+
+
+def test_an_hf_output_folder_whose_sources_tie_reads_its_trainer_state(tmp_path):
+    """Bug guarded: the formats' order changed (TensorBoard tried before trainer_state.json).
+
+    An HF output folder holds ``checkpoint-N/trainer_state.json`` and a ``runs/`` TensorBoard
+    tree of the same logging calls: with as many records in each, the tie goes to the format
+    tried first, which must be the trainer_state.json (the one that carries HF's step and
+    evals), and the note says what was read.
+    """
+    from dflash_diag.read.formats.load import load_log
+    from tests.diag.test_formats_readers import VERSION, _scalar_event
+
+    steps = range(10, 110, 10)
+    history = [{"step": s, "loss": 2.0 - s / 100, "epoch": s / 100} for s in steps]
+    (tmp_path / "checkpoint-100").mkdir()
+    (tmp_path / "checkpoint-100" / "trainer_state.json").write_text(
+        json.dumps({"global_step": 100, "log_history": history}, indent=2)
+    )
+    run = tmp_path / "runs" / "Dec01_10-00-00_host"
+    run.mkdir(parents=True)
+    events = b"".join(_scalar_event(s, "train/loss", 2.0 - s / 100) for s in steps)
+    (run / "events.out.tfevents.1.host").write_bytes(VERSION + events)
+    log = load_log(tmp_path)
+    note = next(n for n in log.notes if "the folder holds" in n)
+    assert "read HF trainer_state.json (10 records" in note
+    assert log.metrics["step"].to_list() == list(steps)
+
+
+def test_a_trainer_state_json_on_one_line_with_its_newline_is_a_trainer_state(tmp_path):
+    """Bug guarded: a one-line JSON document ending in a newline taken as a log of JSON lines.
+
+    ``json.dump`` without ``indent`` and a final newline (as many scripts write it) makes the
+    whole trainer_state.json one line: one record of JSON lines would hold no metric; it is the
+    HF state, read as one.
+    """
+    from dflash_diag.read.formats.detect import detect_format
+    from dflash_diag.read.formats.load import load_log
+
+    history = [{"step": s, "loss": 2.0 - s / 100, "epoch": s / 100} for s in range(10, 60, 10)]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 50, "log_history": history}) + "\n")
+    assert detect_format(path) == "hf-trainer-state"
+    assert load_log(path).metrics["step"].to_list() == [10, 20, 30, 40, 50]
+
+
+def test_a_keras_history_on_one_line_with_its_newline_is_a_json_history(tmp_path):
+    """Bug guarded: a one-line JSON history told by "no newline in the file" (its final newline
+    then makes it a log of JSON lines, whose one record has no step)."""
+    from dflash_diag.read.formats.detect import detect_format
+    from dflash_diag.read.formats.load import load_log
+
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps({"loss": [2.0, 1.5, 1.2, 1.0], "accuracy": [0.1, 0.2, 0.3, 0.4]}))
+    path.write_text(path.read_text() + "\n")
+    assert detect_format(path) == "json-history"
+    assert load_log(path).metrics["step"].to_list() == [0, 1, 2, 3]
+
+
+def test_a_console_log_with_a_bom_and_a_long_start_up_is_read(tmp_path):
+    """Bug guarded: the console sniff looks past the first 64 KiB only when the head it was
+    given is a full 64 KiB, forgetting the byte-order mark taken off it (3 bytes short).
+
+    A training script's start-up output (config dumps, warnings) can fill the first 64 KiB
+    before the first progress line; a Windows editor or PowerShell's ``Out-File`` puts a BOM
+    in front.
+    """
+    from dflash_diag.read.formats.detect import detect_format
+    from dflash_diag.read.formats.load import load_log
+
+    start_up = "".join(f"config.option_{i} = value {i}\n" for i in range(4000))
+    progress = "".join(
+        f"step={s} loss={2.0 - s / 100:.3f} acc={s / 200:.3f}\n" for s in range(1, 41)
+    )
+    assert len(start_up) > 70_000
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\xef\xbb\xbf" + (start_up + progress).encode())
+    assert detect_format(path) == "console"
+    assert load_log(path).metrics["step"].to_list() == list(range(1, 41))
+
+
+def test_a_loss_target_already_met_by_the_latest_window_is_reached(tmp_path):
+    """Bug guarded: the loss target's current value taken from the first window with a loss,
+    not the latest (a loss that fell from 3.0 to 1.0 past a 2.5 target is then "not there
+    yet", and its ETA is forecast instead of "reached")."""
+    records = [{"step": s, "loss": 3.0 - s / 100, "acc": s / 400} for s in range(1, 201)]
+    log = write_records(tmp_path / "falling.jsonl", records)
+    report = json.loads(converge(log, "--target-loss", 2.5, "-f", "json"))
+    target = report["forecast"]["target"]
+    assert target["metric"] == "loss"
+    assert (target["eta_step"], target["eta_hours"]) == (200, 0.0)

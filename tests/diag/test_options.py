@@ -100,6 +100,31 @@ def test_command_options_reach_the_diagnosis(monkeypatch):
     assert config.trend.noise_aware is True
 
 
+def test_every_tuning_flag_reaches_its_own_field(monkeypatch):
+    """The knobs the test above leaves out, each given a value of its own: each lands in the
+    field it documents and no other (a flag feeding its neighbour's field, ``--threshold`` into
+    the loss threshold, kept the other at its default and passed every other test)."""
+    from dflash_diag.converge import report
+
+    seen = []
+
+    def capture(log, config):
+        seen.append(config)
+        raise KeyboardInterrupt  # stop before rendering
+
+    monkeypatch.setattr(report, "build_converge_report", capture)
+    flags = ["--threshold", "0.07", "--loss-threshold", "0.03", "--peak-lr", "0.002"]
+    flags += ["--target-acc", "0.6", "--baseline-tau", "2.2", "--target-loss", "1.1"]
+    flags += ["--end-step", "900", "--from-step", "5"]
+    CliRunner().invoke(app, ["converge", str(SAMPLE), *flags])
+    (config,) = seen
+    assert (config.trend.acc_threshold, config.trend.loss_threshold) == (0.07, 0.03)
+    assert config.peak_lr == 0.002
+    assert (config.acceptance.target_acc, config.acceptance.baseline_tau) == (0.6, 2.2)
+    assert (config.forecast.target_loss, config.forecast.end_step) == (1.1, 900)
+    assert config.from_step == 5
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [

@@ -232,3 +232,67 @@ def test_checkpoint_json_written_by_a_save_is_what_resume_validates(old_checkpoi
         "micro_batches",
         "walk_held_out",
     }
+
+
+# -- issue 19's fresh audit (audit 4): each test fails on the mutation its docstring names --------
+
+
+@pytest.mark.parametrize("program", ["sync", "pipeline"])
+def test_a_run_stopped_by_consecutive_skips_before_any_update_fails(
+    program, make_cfg, tmp_path, monkeypatch
+):
+    """Bug guarded: the every-step-skipped check made only for a run that reached max_steps.
+
+    A run whose NaN steps hit ``max_nonfinite`` before its first update trained nothing too:
+    it must fail with that reason and leave no checkpoint of the untrained drafter (the check
+    skipped, it saved one and named no error).
+    """
+    from pipelines import run_setup
+    from tests.pipelines.test_train_faults import _data
+
+    monkeypatch.setattr(run_setup, "check_blocks_fit", lambda *a: None)
+    short = _data(tmp_path / "short", [([5, 6, 7], [8])] * 40)
+    overrides = {"max_steps": 8, "max_nonfinite": 2, "data": short}
+    if program == "sync":
+        res = run_sync(make_cfg(TrainConfig, **overrides))
+    else:
+        res = run_pipeline(make_cfg(**overrides))
+    assert res.exit_code == 1
+    assert res.reason == "nonfinite"
+    assert res.error is not None
+    assert "was skipped" in res.error
+    assert not list((tmp_path / "ck").glob("step-*"))
+
+
+def test_the_pipeline_header_counts_optimizer_steps_per_epoch(make_cfg, tmp_path):
+    """Bug guarded: the pipeline's ``run_start`` header counting micro-batches per epoch, not
+    optimizer steps (each step takes ``grad_accum`` of them): twice the accumulation, half the
+    steps per epoch, as the lock-step trainer (one micro-batch a step) states it."""
+    headers = {}
+    for accum in (1, 2):
+        log = tmp_path / f"accum{accum}.jsonl"
+        run_pipeline(make_cfg(max_steps=1, grad_accum=accum, log=str(log)))
+        headers[accum] = next(r for r in read_log(log) if r.get("event") == "run_start")
+    sync_log = tmp_path / "sync.jsonl"
+    run_sync(make_cfg(TrainConfig, max_steps=1, log=str(sync_log)))
+    sync = next(r for r in read_log(sync_log) if r.get("event") == "run_start")
+    assert headers[1]["steps_per_epoch"] == sync["steps_per_epoch"]
+    assert headers[2]["steps_per_epoch"] == pytest.approx(headers[1]["steps_per_epoch"] / 2)
+
+
+def test_the_preflight_bounds_take_their_limits_themselves(tmp_path):
+    """Bugs guarded: ``torch_threads`` equal to the CPU count refused (it is the most a machine
+    usefully takes), and a file name of exactly NAME_MAX (255) bytes refused (the filesystem
+    holds it)."""
+    from pipelines.errors import TrainingError
+    from pipelines.preflight import NAME_MAX, check_path_name, check_torch_threads
+
+    check_torch_threads(4, cpus=4)
+    check_torch_threads(0, cpus=4)
+    with pytest.raises(TrainingError, match="this machine has 4 CPUs"):
+        check_torch_threads(5, cpus=4)
+    longest = tmp_path / ("n" * NAME_MAX)
+    longest.write_text("")  # the filesystem takes it
+    check_path_name(str(longest), "--log")
+    with pytest.raises(TrainingError, match="has a name of 256 bytes"):
+        check_path_name(str(tmp_path / ("n" * (NAME_MAX + 1))), "--log")

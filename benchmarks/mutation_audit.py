@@ -19,6 +19,7 @@ Results are printed as a markdown table (for docs/reliability.md).
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import signal
 import subprocess
@@ -739,7 +740,7 @@ ROUND4: list[Mutation] = [
         "pipelines/train_loop.py",
         'if state.reason != "signal":',
         'if state.reason == "max_steps":',
-        (TRAIN_FAULTS, PROGRAMS, "-k", "skipped or nonfinite"),
+        (TRAIN_FAULTS, PROGRAMS, FAULT_GUARDS, "-k", "skipped or nonfinite or skips"),
         "every-step-skipped check only when the run reached max_steps",
     ),
     M(
@@ -775,7 +776,14 @@ ROUND4: list[Mutation] = [
         "pipelines/async_pipeline.py",
         "steps_per_epoch=setup.loader.batches_per_epoch() / cfg.grad_accum",
         "steps_per_epoch=setup.loader.batches_per_epoch()",
-        (PROGRAMS, "tests/pipelines/test_resume_schedule.py", "tests/pipelines/test_progress.py"),
+        (
+            PROGRAMS,
+            "tests/pipelines/test_resume_schedule.py",
+            "tests/pipelines/test_progress.py",
+            FAULT_GUARDS,
+            "-k",
+            "not sigkill and not overwrite",
+        ),
         "pipeline's steps per epoch ignores grad_accum",
     ),
     # -- pipelines/run_lock.py
@@ -805,14 +813,14 @@ ROUND4: list[Mutation] = [
         "pipelines/preflight.py",
         "if not 0 <= n <= cpus:",
         "if not 0 <= n < cpus:",
-        ("tests/pipelines/test_reliability.py", "-k", "thread"),
+        ("tests/pipelines/test_reliability.py", FAULT_GUARDS, "-k", "thread or preflight"),
         "torch_threads equal to the CPU count refused",
     ),
     M(
         "pipelines/preflight.py",
         "elif longest > NAME_MAX:",
         "elif longest >= NAME_MAX:",
-        (TRAIN_FAULTS, "-k", "300_byte"),
+        (TRAIN_FAULTS, FAULT_GUARDS, "-k", "300_byte or preflight"),
         "a 255-byte name refused",
     ),
     M(
@@ -908,8 +916,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--tests",
-        nargs="+",
-        help="run these pytest arguments instead of each mutation's own (a new guard's check)",
+        help="pytest arguments, one string, run instead of each mutation's own (a new guard's "
+        "check): --tests 'tests/x.py -k name'",
     )
     args = parser.parse_args()
     # kill (SIGTERM) stops the audit through the restoring ``finally``, never mid-mutation
@@ -932,7 +940,9 @@ def main() -> None:
     for number in chosen:
         mutation = mutations[number - 1]
         where = f"{mutation.file.removeprefix('dflash_diag/')}:{line_of(mutation)}"
-        outcome, seconds = run(mutation, args.timeout, tuple(args.tests) if args.tests else None)
+        outcome, seconds = run(
+            mutation, args.timeout, tuple(shlex.split(args.tests)) if args.tests else None
+        )
         caught += outcome.startswith("caught")
         print(f"| {number} | {where} | {mutation.what} | {outcome} |", flush=True)
         print(f"  ({seconds:.0f} s)", file=sys.stderr, flush=True)

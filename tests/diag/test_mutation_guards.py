@@ -244,3 +244,37 @@ def test_a_loss_target_already_met_by_the_latest_window_is_reached(tmp_path):
     target = report["forecast"]["target"]
     assert target["metric"] == "loss"
     assert (target["eta_step"], target["eta_hours"]) == (200, 0.0)
+
+
+def test_a_log_written_twice_per_step_keeps_the_later_record_of_each(tmp_path):
+    """Bug guarded: of a log in which two processes wrote every step, the earlier record of
+    each repeat kept instead of the later (the rule restarts follow too)."""
+    records = []
+    for step in range(1, 21):
+        records.append({"step": step, "loss": 9.0, "acc": 0.1})
+        records.append({"step": step, "loss": 1.0, "acc": 0.5})
+    from dflash_diag.read.formats.load import load_log
+
+    log = load_log(write_records(tmp_path / "twice.jsonl", records))
+    assert log.metrics["step"].to_list() == list(range(1, 21))
+    assert set(log.metrics["loss"].to_list()) == {1.0}
+    assert any("two processes writing one log" in n for n in log.notes)
+
+
+def test_records_of_a_later_input_point_at_their_own_header(tmp_path):
+    """Bug guarded: the header index of a later input's records not offset by the headers of
+    the inputs before it, so the second log's records are judged by the first log's header
+    (a resume with another block size read with the old one)."""
+    from dflash_diag.read.formats.load import load_log
+
+    def log(name, block_size, steps):
+        header = {"event": "run_start", "block_size": block_size, "script": "sync"}
+        rows = [{"step": s, "loss": 3.0 - s / 100, "acc": 0.2 + s / 1000} for s in steps]
+        return write_records(tmp_path / name, [header, *rows])
+
+    a, b = log("a.jsonl", 8, range(1, 101)), log("b.jsonl", 16, range(101, 201))
+    parsed = load_log([a, b])
+    headers = [e for e in parsed.events if e.kind == "run_start"]
+    for run, first_step in parsed.metrics.group_by("run").agg(pl.col("step").min()).rows():
+        assert headers[run].fields["block_size"] == (8 if first_step < 101 else 16)
+    assert json.loads(converge(a, b, "-f", "json"))["acceptance"]["block_size"] == 16

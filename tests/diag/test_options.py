@@ -125,6 +125,18 @@ def test_every_tuning_flag_reaches_its_own_field(monkeypatch):
     assert config.from_step == 5
 
 
+@pytest.mark.parametrize("command_name", ["converge", "compare", "watch"])
+def test_the_thresholds_state_their_range_in_help(command_name):
+    """Bug guarded (issue 19's fresh audit): an option's ``min`` dropped from the table. The
+    config still refuses a negative threshold, so only ``--help`` shows the loss: the range
+    the user is told (typer's ``[x>=0.0]``) is the one the analysis enforces."""
+    result = CliRunner().invoke(app, [command_name, "--help"], env={"COLUMNS": "200"})
+    lines = result.stdout.splitlines()
+    for flag in ("--threshold ", "--loss-threshold "):
+        line = next(x for x in lines if flag in x)
+        assert "[x>=0.0]" in line, line
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [

@@ -654,7 +654,7 @@ def _build(
     present_pos = [k for k in res.acc_pos if k in cols]
     if present_pos:
         any_pos = pl.any_horizontal(*(col(k).is_not_null() for k in present_pos))
-        exprs["acc_pos"] = pl.when(any_pos).then(pl.concat_list(*(col(k) for k in present_pos)))
+        exprs["acc_pos"] = pl.when(any_pos).then(_row_list([col(k) for k in present_pos]))
         if preset is not None and preset.acc_from_positions and "acc" not in res.scalars:
             exprs["acc"] = pl.when(any_pos).then(pl.mean_horizontal(*(col(k) for k in present_pos)))
     else:
@@ -696,6 +696,14 @@ def _build(
         events.append(LogEvent(kind="run_start", source=source, seq=0, step=None, fields=header))
     events += _eval_events(records, res, preset, source)
     return metrics, events
+
+
+def _row_list(columns: list[pl.Expr]) -> pl.Expr:
+    """Each row's values of ``columns`` as one ``List(Float64)``: built as a fixed-width array
+    and cast (``concat_list`` builds a list per row: 25x slower, 0.5 s for 300k rows of 7)."""
+    if hasattr(pl, "concat_arr"):  # polars >= 1.19
+        return pl.concat_arr(columns).cast(pl.List(pl.Float64))
+    return pl.concat_list(columns)
 
 
 def _block_size(

@@ -225,14 +225,41 @@ def first_alias(candidates: Iterable[str], names: Iterable[str]) -> str | None:
     return None
 
 
+#: A candidate without a regex metacharacter matches exactly itself.
+_METACHARACTERS = re.compile(r"[\\.^$*+?{}\[\]|()]")
+_SPLIT: dict[str, tuple[frozenset[str], tuple[re.Pattern[str], ...]]] = {}
+
+
+def _split(
+    kind: str, candidates: Iterable[str]
+) -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
+    """``candidates`` as the names they match literally and the patterns left to compile (most
+    are plain names: looking them up costs a run nothing, compiling all of them about 15 ms)."""
+    split = _SPLIT.get(kind)
+    if split is None:
+        candidates = list(candidates)
+        literal = frozenset(c for c in candidates if not _METACHARACTERS.search(c))
+        patterns = tuple(_pattern(c) for c in candidates if c not in literal)
+        split = _SPLIT[kind] = (literal, patterns)
+    return split
+
+
+def _matches(split: tuple[frozenset[str], tuple[re.Pattern[str], ...]], name: str) -> bool:
+    literal, patterns = split
+    return name in literal or any(p.fullmatch(name) for p in patterns)
+
+
 def is_alias(name: str) -> bool:
     """Whether ``name`` is a known alias of any train, validation or step field."""
     tables: list[Mapping[str, tuple[str, ...]]] = [GENERAL, VALIDATION]
-    return any(_pattern(c).fullmatch(name) for c in STEP) or any(
-        _pattern(c).fullmatch(name) for table in tables for cands in table.values() for c in cands
+    return _matches(
+        _split(
+            "alias", [*STEP, *(c for table in tables for cands in table.values() for c in cands)]
+        ),
+        name,
     )
 
 
 def is_validation(name: str) -> bool:
     """Whether ``name`` is a known alias of a validation series."""
-    return any(_pattern(c).fullmatch(name) for cands in VALIDATION.values() for c in cands)
+    return _matches(_split("validation", (c for cands in VALIDATION.values() for c in cands)), name)

@@ -95,6 +95,17 @@ def test_every_value_converts_as_typer_converts_it():
     assert checked > 1000  # the three commands' options, not a vacuous pass
 
 
+def test_install_is_not_a_no_op_under_the_installed_typer():
+    # a typer that moved its coercion layer would silently make every run 0.1 s slower
+    group = typer.main.get_command(app)
+    params = [p for p in group.commands["converge"].params if p.name in ("alpha", "fmt", "logs")]
+    assert len(params) == 3
+    for param in params:
+        param._runtime_param = None
+    install(params)
+    assert all(isinstance(p._runtime_param, PlainRuntimeParam) for p in params)
+
+
 @pytest.mark.parametrize("command", ["converge", "compare", "watch"])
 def test_a_run_imports_no_pydantic(command, tmp_path):
     # the options are parsed, then the command stops at its first step (no log read)

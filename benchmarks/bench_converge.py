@@ -18,7 +18,8 @@ JSONL's). For every shape, each reader runs in a fresh process, so that its peak
 (``VmHWM``) is its own:
 
 * ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
-                reading the values costs at the least;
+                reading the values costs at the least (its RSS/file is the floor: Python and
+                polars, about 50 MiB, plus the file's pages polars maps);
 * ``converge``  the CLI, ``dflash-diag converge LOG --format json`` (read + analysis + render);
 * ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows;
 * ``first`` / ``rerun``  converge through the parsed-log cache (JSONL shapes): a first run on a
@@ -334,8 +335,8 @@ def main() -> None:
             f"{min(loads):.1f}-{max(loads):.1f} (uptime: {_uptime()})"
         )
         header = (
-            f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'conv s':>8}{'x scan':>7}{'RSS/file':>9}"
-            f"{'load s':>8}{'x scan':>7}{'RSS/file':>9}"
+            f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'RSS/file':>9}{'conv s':>8}{'x scan':>7}"
+            f"{'RSS/file':>9}{'load s':>8}{'x scan':>7}{'RSS/file':>9}"
         )
         header += f"{'rerun/first':>12}"
         if against:
@@ -345,8 +346,10 @@ def main() -> None:
             size = _size(paths[name])
             med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
             rss = {r: max(x.maxrss for x in runs[name][r]) for r in readers if runs[name][r]}
+            # the scan's own peak: the Python + polars floor plus the scanned file's pages
+            scan_size = _size(paths[SHAPES[name].scan_of or name])
             line = (
-                f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}"
+                f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}{rss['scan'] / scan_size:9.2f}"
                 f"{med['converge']:8.2f}{med['converge'] / med['scan']:7.2f}{rss['converge'] / size:9.2f}"
                 f"{med['load_log']:8.2f}{med['load_log'] / med['scan']:7.2f}{rss['load_log'] / size:9.2f}"
             )

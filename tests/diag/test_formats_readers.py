@@ -213,7 +213,7 @@ def test_csv_without_step_column(tmp_path):
 
 def test_mlflow_file_store_reads_latest_run_with_nested_keys(tmp_path):
     scalars = read_file_store(FIXTURES / "specforge_eagle3" / "mlruns")
-    assert "train/acc_6" in set(scalars.frame["key"].unique())
+    assert "train/acc_6" in set(scalars.long_frame()["key"].unique())
     assert scalars.meta["ttt_length"] == "7"
     # a malformed line is counted, not fatal
     run = tmp_path / "0" / "r1"
@@ -221,7 +221,7 @@ def test_mlflow_file_store_reads_latest_run_with_nested_keys(tmp_path):
     (run / "meta.yaml").write_text("start_time: 5\nlifecycle_stage: active\n")
     (run / "metrics" / "loss").write_text("1000 0.5 1\ngarbage\n2000 0.25 2\n")
     scalars = read_file_store(tmp_path)
-    assert scalars.frame["value"].to_list() == [0.5, 0.25]
+    assert scalars.long_frame()["value"].to_list() == [0.5, 0.25]
     assert scalars.issues.malformed == 1
 
 

@@ -377,9 +377,15 @@ def main() -> int:
         default=ROOT / "shared" / "wild",
         help="corpus folder with index.csv (default: shared/wild)",
     )
-    parser.add_argument("--runs", type=Path, default=None, help="folder of pipeline runs (*.jsonl)")
     parser.add_argument(
-        "--heldout-runs", type=Path, default=None, help="folder of held-out pipeline runs"
+        "--runs", type=Path, nargs="+", default=None, help="folders of pipeline runs (*.jsonl)"
+    )
+    parser.add_argument(
+        "--heldout-runs",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="folders of held-out pipeline runs",
     )
     parser.add_argument("--curves", type=Path, default=ROOT / "benchmarks" / "curves")
     parser.add_argument(
@@ -408,22 +414,26 @@ def main() -> int:
             lines += by_metric(corpus_cases, f"(a) {args.root}")
     else:
         notes.append(f"no corpus at {args.root}")
-    for folder, label in ((args.runs, "(b) pipeline runs"), (args.heldout_runs, "(d) held-out")):
-        if folder is None or not folder.is_dir():
+    for folders, label in ((args.runs, "(b) pipeline runs"), (args.heldout_runs, "(d) held-out")):
+        folders = [f for f in folders or () if f.is_dir()]
+        if not folders:
             continue
         run_cases: list[Case] = []
-        for path in sorted(folder.rglob("*.jsonl")):
-            name = str(path.relative_to(folder))
-            try:
-                cases, skipped = backtest_log(name, load(path))
-            except DiagError as exc:
-                notes.append(f"{name}: {exc}")
-                continue
-            run_cases += cases
-            notes += skipped
-        title = f"{label} pipeline runs of {folder}" if label.startswith("(d)") else label
+        for folder in folders:
+            for path in sorted(folder.rglob("*.jsonl")):
+                # the folder named when there are several (the same run names recur)
+                name = str(path.relative_to(folder if len(folders) == 1 else folder.parent))
+                try:
+                    cases, skipped = backtest_log(name, load(path))
+                except DiagError as exc:
+                    notes.append(f"{name}: {exc}")
+                    continue
+                run_cases += cases
+                notes += skipped
+        where = " + ".join(str(f) for f in folders)
+        title = f"{label} pipeline runs of {where}" if label.startswith("(d)") else label
         if not label.startswith("(d)"):
-            title = f"{label} of {folder}"
+            title = f"{label} of {where}"
         lines += summary(run_cases, f"{title} ({len({c.source for c in run_cases})} runs)")
         if args.by_metric:
             lines += by_metric(run_cases, title)

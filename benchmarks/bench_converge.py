@@ -6,6 +6,7 @@ Not a timed test: run it by hand and read the ratios.
     python benchmarks/bench_converge.py --lines 1000000        # the issue's size
     python benchmarks/bench_converge.py --shapes hf,mixed      # some shapes only
     python benchmarks/bench_converge.py --against 8e14ce4      # side by side with a commit
+    python benchmarks/bench_converge.py --rerun --lines 300000 # the re-run after 1% growth only
 
 The shapes (benchmarks/bench_shapes.py) are the layouts real trainers write: ``pipeline`` (this
 project's pipeline log: a lock-step phase, then records with two 15-element lists, stage/queue
@@ -17,7 +18,8 @@ JSONL's). For every shape, each reader runs in a fresh process, so that its peak
 (``VmHWM``) is its own:
 
 * ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
-                reading the values costs at the least;
+                reading the values costs at the least (its RSS/file is the floor: Python and
+                polars, about 50 MiB, plus the file's pages polars maps);
 * ``converge``  the CLI, ``dflash-diag converge LOG --format json`` (read + analysis + render);
 * ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows;
 * ``first`` / ``rerun``  converge through the parsed-log cache (JSONL shapes): a first run on a
@@ -238,11 +240,20 @@ def main() -> None:
         default=Path(tempfile.gettempdir()) / "dflash-diag-bench",
         help="where --against builds its venvs (kept for the next run)",
     )
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="the re-run measurement only: per JSONL shape a first run, a re-run after 1%% "
+        "growth and the re-run's in-process split (import, read, analysis, render)",
+    )
     args = parser.parse_args()
     names = [n.strip() for n in args.shapes.split(",") if n.strip()]
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         raise SystemExit(f"unknown shapes {unknown} (known: {', '.join(SHAPES)})")
+    if args.rerun:
+        rerun_benchmark(names, args.lines, args.repeat)
+        return
     against = build_against(args.against, args.scratch) if args.against else None
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -324,8 +335,8 @@ def main() -> None:
             f"{min(loads):.1f}-{max(loads):.1f} (uptime: {_uptime()})"
         )
         header = (
-            f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'conv s':>8}{'x scan':>7}{'RSS/file':>9}"
-            f"{'load s':>8}{'x scan':>7}{'RSS/file':>9}"
+            f"{'shape':<14}{'MiB':>7}{'scan s':>8}{'RSS/file':>9}{'conv s':>8}{'x scan':>7}"
+            f"{'RSS/file':>9}{'load s':>8}{'x scan':>7}{'RSS/file':>9}"
         )
         header += f"{'rerun/first':>12}"
         if against:
@@ -335,8 +346,10 @@ def main() -> None:
             size = _size(paths[name])
             med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
             rss = {r: max(x.maxrss for x in runs[name][r]) for r in readers if runs[name][r]}
+            # the scan's own peak: the Python + polars floor plus the scanned file's pages
+            scan_size = _size(paths[SHAPES[name].scan_of or name])
             line = (
-                f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}"
+                f"{name:<14}{size / 2**20:7.1f}{med['scan']:8.2f}{rss['scan'] / scan_size:9.2f}"
                 f"{med['converge']:8.2f}{med['converge'] / med['scan']:7.2f}{rss['converge'] / size:9.2f}"
                 f"{med['load_log']:8.2f}{med['load_log'] / med['scan']:7.2f}{rss['load_log'] / size:9.2f}"
             )
@@ -349,6 +362,113 @@ def main() -> None:
                 )
             print(line)
         print("targets: x scan <= 1.25 (CPU), RSS/file <= 1.0")
+
+
+# The re-run's CPU by share, in one process, as the CLI runs it (same reading options, same
+# config): the imports, the cached read, the analysis (the forecast's part of it named), the JSON.
+RERUN_SPLIT = textwrap.dedent("""
+    import sys, time
+    clock = time.process_time
+    t0 = clock()
+    import dflash_diag.cli
+    from dflash_diag.analysis import diagnosis
+    from dflash_diag.converge.report import build_converge_report
+    from dflash_diag.read.formats.load import load_log
+    from dflash_diag.render.json import render_json
+    t1 = clock()
+    spent = {"forecast": 0.0}
+    forecast_of = diagnosis.forecast_of
+    def timed(*args, **kwargs):
+        start = clock()
+        try:
+            return forecast_of(*args, **kwargs)
+        finally:
+            spent["forecast"] += clock() - start
+    diagnosis.forecast_of = timed
+    log = load_log(sys.argv[1], lists=False, cache=True)
+    t2 = clock()
+    report = build_converge_report(log, diagnosis.DiagnosisConfig())
+    t3 = clock()
+    out = render_json(report)
+    t4 = clock()
+    print(f"SPLIT {t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {spent['forecast']:.3f} {t4 - t3:.3f}",
+          file=sys.stderr)
+""")
+
+
+def rerun_benchmark(names: list[str], lines: int, repeat: int) -> None:
+    """``--rerun``: converge's first run on a log (it writes the cache), then the run after the
+    log grew by 1% of its records, each in a fresh process, and the grown run's in-process split
+    (from the same cache state). Target (issue 21): re-run <= 0.1x the first run's CPU."""
+    import shutil
+
+    from bench_shapes import SHAPES
+
+    jsonl = [n for n in names if not SHAPES[n].scan_of and SHAPES[n].file.endswith(".jsonl")]
+    results: dict[str, dict[str, list]] = {}
+    loads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        grow = {}
+        for name in jsonl:
+            full = folder / f"{name}_full.jsonl"
+            SHAPES[name].write(full, lines + lines // 100)
+            data = full.read_bytes()
+            full.unlink()
+            cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
+            grow[name] = (data[:cut], data[cut:])
+            print(f"{name}: {lines:,} + 1% records, {len(data) / 2**20:.1f} MiB", flush=True)
+        for round_ in range(max(1, repeat)):
+            for name in jsonl:
+                this = results.setdefault(name, {k: [] for k in ("first", "rerun", "split")})
+                log = folder / f"{name}.jsonl"
+                log.write_bytes(grow[name][0])
+                cache = folder / f"cache_{name}"
+                shutil.rmtree(cache, ignore_errors=True)
+                env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+                this["first"].append(run(CONVERGE, [str(log), "-"], env=env).cpu)
+                shutil.copytree(cache, folder / "cache_before")
+                with log.open("ab") as out:
+                    out.write(grow[name][1])
+                this["rerun"].append(run(CONVERGE, [str(log), "-"], env=env).cpu)
+                shutil.rmtree(cache)
+                shutil.move(folder / "cache_before", cache)
+                this["split"].append(_split(RERUN_SPLIT, log, env))
+                log.unlink()
+            loads.append(os.getloadavg()[0])
+            print(f"  round {round_ + 1} done, load {loads[-1]:.2f}", flush=True)
+    print(
+        f"\nmedians of {repeat} rounds, {lines:,} records + 1%, load average "
+        f"{min(loads):.1f}-{max(loads):.1f}; re-run split in CPU s (one process, same cache state)"
+    )
+    print(
+        f"{'shape':<10}{'first s':>9}{'rerun s':>9}{'ratio':>7}"
+        f"{'import':>8}{'read':>7}{'analysis':>10}{'forecast':>10}{'render':>8}"
+    )
+    for name, this in results.items():
+        first, rerun = _median(this["first"]), _median(this["rerun"])
+        ratios = _median([r / f for f, r in zip(this["first"], this["rerun"], strict=True)])
+        parts = [_median([s[i] for s in this["split"]]) for i in range(5)]
+        print(
+            f"{name:<10}{first:9.2f}{rerun:9.2f}{ratios:7.2f}"
+            f"{parts[0]:8.3f}{parts[1]:7.3f}{parts[2]:10.3f}{parts[3]:10.3f}{parts[4]:8.3f}"
+        )
+    print("ratio: median of the per-round re-run / first; target <= 0.1 (issue 21)")
+
+
+def _split(code: str, log: Path, env: dict[str, str]) -> list[float]:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(log)],
+        capture_output=True,
+        check=False,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    line = next((x for x in proc.stderr.splitlines() if x.startswith("SPLIT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"re-run split failed:\n{proc.stderr[-2000:]}")
+    return [float(x) for x in line.split()[1:]]
 
 
 def _size(path: Path) -> int:

@@ -117,15 +117,13 @@ def _nested(path: Path, lines: int, seed: int = 3) -> None:
 
 def _tensorboard(folder: Path, lines: int) -> None:
     """The HF values as SummaryWriter.add_scalar events, under the HF log's names."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     sys.path.insert(0, str(ROOT))
-    from bench_formats import _record
-
     from dflash_diag.read.formats.tensorboard import masked_crc32c
 
     folder.mkdir(parents=True, exist_ok=True)
     version = b"\x09" + struct.pack("<d", 1.7e9) + b"\x1a\x0dbrain.Event:2"
     header = struct.pack("<Q", len(version))
+    events: list[bytes] = []
     with (folder / "events.out.tfevents.1700000000.bench.1.0").open("wb") as tb:
         tb.write(
             header
@@ -134,12 +132,78 @@ def _tensorboard(folder: Path, lines: int) -> None:
             + struct.pack("<I", masked_crc32c(version))
         )
         for step, loss, grad_norm, lr, epoch in hf_values(lines):
-            tb.write(
-                _record(step, "loss", loss)
-                + _record(step, "grad_norm", grad_norm)
-                + _record(step, "learning_rate", lr)
-                + _record(step, "epoch", epoch)
-            )
+            for tag, value in (
+                ("loss", loss),
+                ("grad_norm", grad_norm),
+                ("learning_rate", lr),
+                ("epoch", epoch),
+            ):
+                events.append(_event(step, tag, value))
+            if len(events) >= 2**16:
+                tb.write(_framed(events))
+                events = []
+        tb.write(_framed(events))
+
+
+def _event(step: int, tag: str, value: float) -> bytes:
+    """An ``add_scalar`` Event message (bench_formats._record's, without the framing)."""
+    raw = tag.encode()
+    item = b"\x0a" + bytes([len(raw)]) + raw + b"\x15" + struct.pack("<f", value)
+    summary = b"\x0a" + bytes([len(item)]) + item
+    step_bytes = bytearray()
+    rest = step
+    while True:
+        low, rest = rest & 0x7F, rest >> 7
+        step_bytes.append(low | (0x80 if rest else 0))
+        if not rest:
+            break
+    return (
+        b"\x09"
+        + struct.pack("<d", 1.7e9 + step)
+        + b"\x10"
+        + bytes(step_bytes)
+        + b"\x2a"
+        + bytes([len(summary)])
+        + summary
+    )
+
+
+def _framed(events: list[bytes]) -> bytes:
+    """TFRecord framing of ``events``, the CRCs computed for all records of one length at once
+    (the pure-Python CRC of every record made writing the shape take minutes)."""
+    import numpy as np
+
+    if not events:
+        return b""
+    by_length: dict[int, list[int]] = {}
+    for i, event in enumerate(events):
+        by_length.setdefault(len(event), []).append(i)
+    header_crc: dict[int, int] = {}
+    data_crc = [0] * len(events)
+    for length, indices in by_length.items():
+        header = struct.pack("<Q", length)
+        header_crc[length] = _masked_crc32c_rows(np.frombuffer(header, np.uint8)[None, :])[0]
+        rows = np.frombuffer(b"".join(events[i] for i in indices), np.uint8).reshape(-1, length)
+        for i, crc in zip(indices, _masked_crc32c_rows(rows).tolist(), strict=True):
+            data_crc[i] = crc
+    return b"".join(
+        struct.pack("<QI", len(e), header_crc[len(e)]) + e + struct.pack("<I", crc)
+        for e, crc in zip(events, data_crc, strict=True)
+    )
+
+
+def _masked_crc32c_rows(rows):
+    """TFRecord's masked CRC-32C of each row of a 2-D uint8 array (vectorised over rows)."""
+    import numpy as np
+
+    from dflash_diag.read.formats.tensorboard import _CRC_TABLE
+
+    table = np.asarray(_CRC_TABLE, dtype=np.uint32)
+    crc = np.full(rows.shape[0], 0xFFFFFFFF, dtype=np.uint32)
+    for k in range(rows.shape[1]):
+        crc = table[(crc ^ rows[:, k]) & 0xFF] ^ (crc >> np.uint32(8))
+    crc ^= np.uint32(0xFFFFFFFF)
+    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
 
 
 def _trainer_state(path: Path, lines: int) -> None:

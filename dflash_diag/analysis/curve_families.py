@@ -19,6 +19,9 @@ and saturates at ``c``, as a learning curve does. The families differ in the pro
 The asymptote ``c`` may be floored where the metric has a bound (a loss is never below 0, an
 accuracy never above 1): an almost straight prefix otherwise lets ``c`` run off to infinity.
 
+Each fit is robust: two refits with Huber's weights after the least-squares one (see
+:func:`fit_family`).
+
 For a given ``b`` the model is linear in ``c``, ``a`` and ``C``, so each fit solves that part
 exactly (weighted least squares with the signs enforced) for every ``b`` of a bounded log grid
 at once and keeps the best (variable projection): no starting guess to get wrong, no iterations
@@ -42,6 +45,12 @@ _B_BOUNDS = {
 }
 _GRID = 48
 _FINE = 17
+#: Refits with Huber's weights after the least-squares fit (two settle the weights: a third
+#: moved the backtest's combined medians by at most 0.03x).
+ROBUST_REFITS = 2
+#: Huber's constant, in robust standard deviations: the textbook value (95% of least squares'
+#: efficiency on normal noise), not tuned.
+HUBER_K = 1.345
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,12 @@ class Fit:
     def predict(self, p: Progress) -> np.ndarray:
         """The fitted oriented values at ``p`` (never below the floor: the annealing term alone
         is unbounded)."""
-        value = self.c + self.a * shape(self.family, self.b, p) - self.C * p.s2
+        value = self.unfloored(p)
         return value if self.floor is None else np.maximum(value, self.floor)
+
+    def unfloored(self, p: Progress) -> np.ndarray:
+        """The curve at ``p`` without the floor (what the residuals of a fit are taken from)."""
+        return self.c + self.a * shape(self.family, self.b, p) - self.C * p.s2
 
 
 def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
@@ -202,7 +215,13 @@ def fit_family(
     family: str, p: Progress, z: np.ndarray, w: np.ndarray, floor: float | None = None
 ) -> Fit:
     """Fit ``family`` to the oriented values ``z`` with weights ``w`` (variable projection: the
-    linear part solved exactly for every ``b`` of a fine log-spaced grid at once, the best kept).
+    linear part solved exactly for every ``b`` of a fine log-spaced grid at once, the best kept),
+    robustly: :data:`ROBUST_REFITS` refits with Huber's weights.
+
+    Robust because training records are noisy one by one (a DFlash drafter's per-step accuracy
+    scatters by a fifth of its whole rise on a short run) and the recency weights give the
+    newest few records the most say: by least squares, two high records at the end of the prefix
+    bend every curve upwards and the forecast extrapolates the spike.
 
     A grid of :data:`_GRID` values between the family's bounds, then :data:`_FINE` across the
     best one's neighbours, place ``b`` within about 1%, finer than the data can tell apart; a
@@ -211,6 +230,22 @@ def fit_family(
     """
     if family == "flat":
         return flat_fit(p, z, w)
+    fit = _fit_once(family, p, z, w, floor)
+    for _ in range(ROBUST_REFITS):
+        # Huber's weights: a point further than HUBER_K robust standard deviations from the
+        # curve counts as if it were that far (its weight falls as 1/|residual|).
+        scaled = (z - fit.unfloored(p)) * np.sqrt(w)
+        sigma = 1.4826 * float(np.median(np.abs(scaled)))  # the MAD of a normal's residuals
+        if not sigma > 0:
+            break
+        fit = _fit_once(
+            family, p, z, w * np.minimum(1.0, HUBER_K * sigma / np.abs(scaled).clip(1e-300)), floor
+        )
+    return fit
+
+
+def _fit_once(family: str, p: Progress, z: np.ndarray, w: np.ndarray, floor: float | None) -> Fit:
+    """One weighted least-squares fit of ``family`` (see :func:`fit_family`)."""
     lo, hi = _B_BOUNDS[family]
     grid = np.geomspace(lo, hi, _GRID)
     F = shape(family, grid[:, None], p)

@@ -16,18 +16,29 @@ from typer.core import TyperCommand, TyperGroup
 from dflash_diag.cli.common import EXIT_USAGE
 from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
+from dflash_diag.cli.fast_params import install
 from dflash_diag.cli.typer_parts import FlagHelp, version_flag
 from dflash_diag.cli.watch import watch
 
 
 class FlagHelpCommand(FlagHelp, TyperCommand):
-    """A command whose ``--help`` shows no value type."""
+    """A command whose ``--help`` shows no value type, and whose plain option values convert
+    without importing pydantic (:mod:`dflash_diag.cli.fast_params`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        install(self.get_params(ctx))
+        return super().parse_args(ctx, args)
 
 
 class OneLineErrors(FlagHelp, TyperGroup):
     """The command group, with every usage error (an unknown option, a bad ``--format`` value...)
     printed as one ``dflash-diag: error: ...`` line on stderr with exit code 2, as the product's
-    own errors are, instead of click's multi-line usage box."""
+    own errors are, instead of click's multi-line usage box (its own options convert as the
+    commands' do)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        install(self.get_params(ctx))
+        return super().parse_args(ctx, args)
 
     def main(
         self,

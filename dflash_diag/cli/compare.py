@@ -79,12 +79,10 @@ def compare(
     runs: both runs).
     """
     with user_errors():
+        # each renderer where it is used (see converge)
         from dflash_diag.analysis.rank_skew import rank_skew
         from dflash_diag.compare.report import CompareConfig
         from dflash_diag.compare.runs import compare_log, compare_two_runs
-        from dflash_diag.render.json import compare_json, dump_json
-        from dflash_diag.render.markdown import render_compare_markdown
-        from dflash_diag.render.rich import render_compare_plain, render_compare_rich
 
         diagnosis = options.diagnosis()
         logs, rank_logs, _ = split_rank_logs(expand_log_args(logs))
@@ -122,9 +120,13 @@ def compare(
                 diagnosis=diagnosis,
             )
         if fmt is OutputFormat.JSON:
+            from dflash_diag.render.json import compare_json, dump_json
+
             typer.echo(dump_json(compare_json(comparisons, alignment, ranks)))
             return
         if fmt is OutputFormat.MARKDOWN:
+            from dflash_diag.render.markdown import render_compare_markdown
+
             typer.echo(render_compare_markdown(comparisons, alignment, ranks), nl=False)
             return
         if fmt is OutputFormat.CSV:
@@ -133,6 +135,8 @@ def compare(
             typer.echo(render_compare_csv(comparisons, alignment), nl=False)
             return
         console = make_console()
+        from dflash_diag.render.rich import render_compare_plain, render_compare_rich
+
         if not use_rich(fmt, console):
             # plain text: no colour, at the terminal's width (COLUMNS when not a terminal)
             typer.echo(

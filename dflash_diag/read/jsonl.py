@@ -208,6 +208,11 @@ def _parse_piece(
         # is one piece's columns, whose memory the next piece reuses, instead of a filtered copy
         # of the whole assembled frame.
         frame = frame.filter(~is_event)
+    # Columns with no value are not held while the rest of the file is parsed (see
+    # _concat_pieces): in a log of another layout most of the schema's fields are.
+    frame = frame.select(
+        c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height
+    )
     return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
 
 
@@ -232,14 +237,8 @@ def _assemble(
     lists: bool,
 ) -> ParsedLog:
     """Join consecutive pieces of one source into a :class:`ParsedLog` (one pass of polars ops)."""
-    _, rename = read_schema(fields, extra, lists)
-    frames = [p.frame for p in pieces]
-    # One chunk per column, once, here: the first analysis query that needs aligned columns (a
-    # with_columns, a group-by) would otherwise copy the whole frame again on every call.
-    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
-    del frames
-    for piece in pieces:  # the pieces' columns are copied into the one chunk: free them now
-        piece.frame = piece.frame.clear()
+    schema, rename = read_schema(fields, extra, lists)
+    frame = _concat_pieces(pieces, {**schema, "_line": pl.Int64()})
     if rename:
         frame = frame.rename(dict(rename))
     issues = ParseIssues()
@@ -256,6 +255,40 @@ def _assemble(
     if not lists:
         log.lists_pending = [source]
     return log
+
+
+def _concat_pieces(pieces: Sequence[_Piece], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """The pieces' frames as one with every column of ``schema``, in its order, one chunk per
+    column: the first analysis query that needs aligned columns (a with_columns, a group-by)
+    would otherwise copy the whole frame again on every call.
+
+    Column by column, each freed from the pieces once copied. A column no piece holds (a piece
+    keeps only the columns with a value: most of the schema's fields in another layout's log)
+    is a null literal, which polars does not materialise; a piece without a column that others
+    hold gets nulls for it.
+    """
+    height = sum(p.frame.height for p in pieces)
+    columns: list[pl.Series] = []
+    empty: list[str] = []
+    for name, dtype in schema.items():
+        if not any(name in p.frame.columns for p in pieces):
+            empty.append(name)
+            continue
+        parts = [
+            p.frame.get_column(name)
+            if name in p.frame.columns
+            else pl.repeat(None, p.frame.height, dtype=dtype, eager=True).alias(name)
+            for p in pieces
+        ]
+        columns.append(parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True))
+        del parts
+        for piece in pieces:  # copied into the one chunk: free the pieces' column now
+            if name in piece.frame.columns:
+                piece.frame = piece.frame.drop(name)
+    frame = pl.DataFrame(columns, height=height) if columns else pl.DataFrame(height=height)
+    if empty:
+        frame = frame.with_columns(pl.lit(None, schema[name]).alias(name) for name in empty)
+    return frame.select(list(schema))
 
 
 def _complete_end(data: bytes, *, final: bool) -> int:

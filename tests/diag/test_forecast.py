@@ -60,6 +60,22 @@ def test_power_law_fit_recovers_its_parameters():
     assert fit.predict(p) == pytest.approx(truth, abs=0.02)
 
 
+def test_two_spikes_at_the_end_do_not_bend_the_curve():
+    # a noisy per-step accuracy (oriented: lower is better) whose newest two records are high
+    # by chance: least squares, the recency weights giving them the most say, bends the curve
+    # to them and sends its asymptote off; Huber's refits keep it near the truth
+    rng = np.random.default_rng(3)
+    x = np.arange(5.0, 31.0)
+    truth = -(0.3 - 0.25 * (x / x[-1]) ** -1.0)
+    z = truth + rng.normal(0, 0.01, x.size)
+    z[-2:] -= 0.15
+    w = np.power(0.5, (x[-1] - x) / (0.35 * (x[-1] - x[0])))
+    end = progress(np.array([80.0]))
+    end = Progress(end.step, end.s1, end.s2, scale=float(x[-1]))
+    fit = fit_family("power-lr", progress(x), z, w)
+    assert float(fit.predict(end)[0]) == pytest.approx(-0.3 + 0.25 * (30 / 80), abs=0.03)
+
+
 def test_a_curve_that_gets_worse_is_fitted_flat():
     # the families only improve (a >= 0): a rising loss is a constant, not a falling curve
     x = np.linspace(10, 500, 30)

@@ -213,7 +213,7 @@ def test_csv_without_step_column(tmp_path):
 
 def test_mlflow_file_store_reads_latest_run_with_nested_keys(tmp_path):
     scalars = read_file_store(FIXTURES / "specforge_eagle3" / "mlruns")
-    assert "train/acc_6" in set(scalars.frame["key"].unique())
+    assert "train/acc_6" in set(scalars.long_frame()["key"].unique())
     assert scalars.meta["ttt_length"] == "7"
     # a malformed line is counted, not fatal
     run = tmp_path / "0" / "r1"
@@ -221,7 +221,7 @@ def test_mlflow_file_store_reads_latest_run_with_nested_keys(tmp_path):
     (run / "meta.yaml").write_text("start_time: 5\nlifecycle_stage: active\n")
     (run / "metrics" / "loss").write_text("1000 0.5 1\ngarbage\n2000 0.25 2\n")
     scalars = read_file_store(tmp_path)
-    assert scalars.frame["value"].to_list() == [0.5, 0.25]
+    assert scalars.long_frame()["value"].to_list() == [0.5, 0.25]
     assert scalars.issues.malformed == 1
 
 
@@ -448,6 +448,11 @@ _EDGE_HISTORIES = {
     "rewind": [{"step": s % 4, "loss": 1.0 / (s + 1)} for s in range(10)],
     "big int": [{"step": 1, "loss": 10**400}, {"step": 2, "loss": 2**70}],
     "no step": [{"epoch": 1.0, "loss": 3.0}, {"epoch": 2.0, "loss": 2.0}],
+    # polars' JSON reader reads plain pieces with the keys of the pieces before declared
+    "later keys": [{"step": 1, "loss": 3.0}, {"step": 2, "eval_loss": 2.5}, {"step": 3}],
+    "null key": [{"step": 1, "loss": 3.0, "grad_norm": None}, {"step": 2, "grad_norm": None}],
+    "long ints": [{"step": 1, "loss": 2**64}, {"step": 2, "loss": 10**18, "flos": 10**22}],
+    "float step": [{"step": 1.5, "loss": 3.0}, {"step": 2, "loss": 2.0}],
 }
 
 
@@ -483,6 +488,33 @@ def test_trainer_state_pieces_read_as_the_collector_does(tmp_path, monkeypatch, 
     assert metrics.equals(want_metrics)
     assert events == want_events
     assert issues == want_issues
+
+
+def test_trainer_state_plain_pieces_are_read_by_polars_exactly(tmp_path, monkeypatch):
+    """A plain history goes through polars' JSON reader (not json.loads), and a piece whose
+    text holds more than polars read (a key written twice: json.loads keeps the last value,
+    polars the first) is decoded by json.loads instead."""
+    from dflash_diag.read.formats import trainer_state
+
+    entries = [f'{{"loss": {1 + 1 / s:.4f}, "step": {s}}}' for s in range(1, 200)]
+    entries[150] = '{"loss": 9.0, "loss": 0.25, "step": 151}'
+    path = tmp_path / "trainer_state.json"
+    path.write_text('{"global_step": 199, "log_history": [\n' + ",\n".join(entries) + "]}")
+    monkeypatch.setattr(trainer_state._Scanner, "CHUNK", 512)
+    read = []
+    fast = trainer_state._PolarsPieces.__call__
+
+    def counted(self, text):
+        frame = fast(self, text)
+        read.append(frame is not None)
+        return frame
+
+    monkeypatch.setattr(trainer_state._PolarsPieces, "__call__", counted)
+    wide = read_trainer_state(path).wide[0]
+    assert wide.height == 199
+    assert wide.filter(pl.col("step") == 151)["loss"].item() == 0.25
+    assert sum(read) >= len(read) - 1  # every piece but the one with the doubled key
+    assert not all(read)
 
 
 def test_mlflow_rows_skip_the_sort_only_when_in_logging_order():

@@ -238,6 +238,37 @@ def test_streaming_in_small_chunks_matches_one_parse():
     assert streamed.issues.torn_tail == [0]
 
 
+def test_streamed_chunks_holding_different_fields_keep_every_column_in_order():
+    """A chunk keeps only the fields with a value in it (a field first written half-way, one
+    written in the first chunk only, most never): the streamed frame has every column of the
+    schema, in its order and dtype, with nulls where a chunk had no value, as one parse does."""
+    from dflash_diag.read.jsonl import parse_stream
+    from dflash_diag.read.schema import read_schema
+
+    lines = []
+    for step in range(1, 401):
+        record = {"step": step, "loss": 3.0 - step / 400}
+        if step <= 50:
+            record["grad_norm"] = 1.0
+        if step > 200:
+            record["tok_per_sec"] = 1000.0 + step
+            record["walk_hist"] = [1.0, 2.0]
+        lines.append(json.dumps(record))
+    data = ("\n".join(lines) + "\n").encode()
+    whole = parse_records(data, lists=False)
+    streamed = parse_stream(io.BytesIO(data), chunk_bytes=1500, lists=False)
+    assert len(streamed.chunk_starts[0]) > 10
+    assert streamed.metrics.equals(whole.metrics)
+    schema, _ = read_schema(None, None)
+    fields = [n for n in schema if n not in ("step", "event")]
+    assert streamed.metrics.columns == ["source", "seq", "run", "script", "step", *fields]
+    assert all(streamed.metrics.schema[n] == schema[n] for n in fields)
+    assert streamed.metrics["tok_per_sec"].null_count() == 200
+    assert streamed.metrics["grad_norm"].null_count() == 350
+    assert streamed.metrics["walk_hist"].to_list()[-1] == [1.0, 2.0]
+    assert streamed.metrics["tau_train"].null_count() == 400
+
+
 def test_event_and_record_line_numbers():
     log = parse_records(
         b'{"step": 1}\n\n{"event": "eval", "step": 1, "tau": 2.0}\n  \n{"step": 2}\n'

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
@@ -38,6 +38,9 @@ from dflash_diag.read.jsonl import parse_records, parse_stream
 from dflash_diag.read.presets import PRESETS, Preset, detect_preset, get_preset
 from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues
 from dflash_diag.text import visible
+
+if TYPE_CHECKING:
+    from dflash_diag.read.formats.canonical import Scalars
 
 #: ``--preset`` value meaning "detect from the field names" (the default).
 AUTO = "auto"
@@ -190,7 +193,9 @@ def _native_names(keys: Mapping[str, type]) -> bool:
     )
 
 
-def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> ParsedLog:
+def read_planned(
+    plan: InputPlan, source: int, *, strict: bool = False, cache: bool = False
+) -> ParsedLog:
     """Read a non-native input into a canonical :class:`ParsedLog` (``source`` stamped).
 
     A folder holding several sources (:attr:`InputPlan.alternatives`) is read as each; the one
@@ -201,7 +206,7 @@ def read_planned(plan: InputPlan, source: int, *, strict: bool = False) -> Parse
         DiagError: the reader's one-line error.
     """
     if not plan.alternatives:
-        return _read_as(plan, plan.format, source, strict)
+        return _read_as(plan, plan.format, source, strict, cache)
     tried: list[tuple[str, ParsedLog | None, str]] = []
     for fmt in (plan.format, *plan.alternatives):
         try:
@@ -248,25 +253,77 @@ def _has_progress(log: ParsedLog) -> bool:
     )
 
 
-def _read_as(plan: InputPlan, fmt: str, source: int, strict: bool) -> ParsedLog:
+def _foreign_jsonl_scalars(plan: InputPlan, *, strict: bool) -> Scalars:
+    """A foreign JSONL file's scalars: polars' scan where it gives the line reader's records
+    exactly, else the line reader's."""
+    from dflash_diag.read.formats.foreign_jsonl import FORMAT, STEP_KEYS, read_foreign_jsonl
+    from dflash_diag.read.formats.foreign_jsonl_scan import read_foreign_jsonl_scan
+
+    # a wide piece's own "step" column is no key, so a map naming that key takes the lines
+    fast = (
+        None
+        if plan.fields.get("step") == "step"
+        else read_foreign_jsonl_scan(plan.path, FORMAT, STEP_KEYS)
+    )
+    return fast or read_foreign_jsonl(plan.path, strict=strict)
+
+
+def _cached_foreign_jsonl(plan: InputPlan) -> Scalars:
+    """:func:`_foreign_jsonl_scalars` through the scalars cache (a grown log: its new lines)."""
+    import json
+
+    from dflash_diag.read.formats.foreign_jsonl import (
+        FORMAT,
+        STEP_KEYS,
+        _is_epoch_summary,
+        is_own_event,
+        read_foreign_jsonl,
+    )
+    from dflash_diag.read.formats.foreign_jsonl_scan import read_foreign_jsonl_scan
+    from dflash_diag.read.scalars_cache import cached_scalars
+
+    def parse_tail(path: Path, wide: bool) -> Scalars | None:
+        if wide:
+            return read_foreign_jsonl_scan(path, FORMAT, STEP_KEYS)
+        return read_foreign_jsonl(path)
+
+    def may_continue(data: bytes) -> bool:
+        # the line reader's one state: the step of the record before, read when a record
+        # repeats it and may be an epoch summary; the first new record must not need it
+        for raw in data.split(b"\n"):
+            raw = raw.lstrip(b"\x00")
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(record, dict) and not is_own_event(record):
+                return not _is_epoch_summary(record)
+        return True
+
+    return cached_scalars(
+        plan.path,
+        options={"fields": sorted(plan.fields.items())},
+        parse_whole=lambda: _foreign_jsonl_scalars(plan, strict=False),
+        parse_tail=parse_tail,
+        may_continue=may_continue,
+    )
+
+
+def _read_as(
+    plan: InputPlan, fmt: str, source: int, strict: bool, cache: bool = False
+) -> ParsedLog:
     import polars as pl
 
     from dflash_diag.read.formats.canonical import to_parsed_log
-    from dflash_diag.read.formats.foreign_jsonl import read_foreign_jsonl
 
     if fmt == "jsonl":
-        from dflash_diag.read.formats.foreign_jsonl import FORMAT, STEP_KEYS
-        from dflash_diag.read.formats.foreign_jsonl_scan import read_foreign_jsonl_scan
-
-        # polars' scan where it gives the line reader's records exactly (None: it does not); a
-        # wide piece's own "step" column is no key, so a map naming that key takes the lines
-        fast = (
-            None
-            if plan.fields.get("step") == "step"
-            else read_foreign_jsonl_scan(plan.path, FORMAT, STEP_KEYS)
-        )
         try:
-            scalars = fast or read_foreign_jsonl(plan.path, strict=strict)
+            if cache and not strict:
+                scalars = _cached_foreign_jsonl(plan)
+            else:
+                scalars = _foreign_jsonl_scalars(plan, strict=strict)
         except DiagError:
             raise
         except (OSError, ValueError) as exc:
@@ -529,9 +586,10 @@ def load_log(
     :func:`~dflash_diag.analysis.diagnosis.diagnose` does so by itself. ``lists=True`` reads
     them all. Standard input, FIFOs and pipes are always read whole (they cannot be read twice).
 
-    With ``cache=True`` plain JSONL files are read through :mod:`dflash_diag.read.cache`: a log
-    that only grew since the last cached read costs its new bytes (the CLI's default; the
-    library's is False, so that it writes nothing unasked).
+    With ``cache=True`` plain JSONL files are read through :mod:`dflash_diag.read.cache`, and
+    another trainer's JSONL through :mod:`dflash_diag.read.scalars_cache`: a log that only grew
+    since the last cached read costs its new bytes (the CLI's default; the library's is False,
+    so that it writes nothing unasked).
 
     Files are parsed separately (``source`` = position in ``paths``) and concatenated; restarts are
     resolved per source and the records merged in step order by
@@ -559,7 +617,7 @@ def load_log(
             fields=own_fields,
         )
         if not plan.native:
-            part = read_planned(plan, index, strict=strict)
+            part = read_planned(plan, index, strict=strict, cache=cache)
             notes += part.notes
             parts.append(part)
             continue

@@ -680,8 +680,8 @@ ROUND4: list[Mutation] = [
     ),
     M(
         "dflash_diag/read/formats/trainer_state.py",
-        'pl.int_range(first_row, first_row + len(records), dtype=pl.Int64).alias("row"),',
-        'pl.int_range(0, len(records), dtype=pl.Int64).alias("row"),',
+        'pl.int_range(first_row, first_row + n_entries, dtype=pl.Int64).alias("row"),',
+        'pl.int_range(0, n_entries, dtype=pl.Int64).alias("row"),',
         TRAINER_STATE,
         "trainer_state: row numbers restart in each piece",
     ),

@@ -11,12 +11,21 @@ committed pipeline runs (``tests/fixtures/runs/*/train.jsonl``, made by
 For each eval record at step s, the log is cut after step s's metric record and EVERY eval record
 is removed; ``dflash-diag converge``'s report (the library: ``build_converge_report``) then gives
 its primary estimate, which is compared with the eval's measured tau. Nothing is trained.
+
+Each figure is shown with its standard error: the measured tau's from its ``tau_hist`` (the
+verify steps taken as independent draws: a lower bound, since the steps of one prompt are
+correlated; over the 8 prompts of ``constant-5e-4-s8-160``'s evals the SE between prompts was
+1.1-2.1x larger), the primary's as the report gives it (the walk's, between records), and the
+error's by the product rule: the relative SE of a ratio is the root sum of squares of the two
+relative SEs. ``z`` is the error over its SE: an eval missed by more than 10% with ``|z| < 2`` is
+missed within the two measurements' own noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -52,18 +61,42 @@ def primary_at_evals(path: Path, window: int | None, all_evals: bool = False) ->
         finally:
             Path(f.name).unlink()
         a = report.acceptance
+        primary = next((e for e in a.estimates if e.name == a.estimator), None)
+        measured_se = hist_se(ev.get("tau_hist") or [])
+        primary_se = primary.se if primary is not None else None
+        ratio = a.tau / ev["tau"]
+        rel = [x / v for x, v in ((measured_se, ev["tau"]), (primary_se, a.tau)) if x is not None]
+        error_se = ratio * math.sqrt(sum(r * r for r in rel)) if rel else None
         rows.append(
             {
                 "run": path.parent.name,
                 "step": step,
                 "epoch": epoch,
                 "measured": ev["tau"],
+                "measured_se": measured_se,
                 "primary": a.tau,
+                "primary_se": primary_se,
                 "estimator": a.estimator,
-                "error": a.tau / ev["tau"] - 1,
+                "error": ratio - 1,
+                "error_se": error_se,
             }
         )
     return rows
+
+
+def hist_se(hist: list[int]) -> float | None:
+    """Standard error of the mean tokens per verify step of an eval's ``tau_hist`` (hist[k]:
+    steps that gained k + 1 tokens), the steps taken as independent (a lower bound)."""
+    n = sum(hist)
+    if n < 2:
+        return None
+    mean = sum((k + 1) * c for k, c in enumerate(hist)) / n
+    var = sum(c * (k + 1 - mean) ** 2 for k, c in enumerate(hist)) / (n - 1)
+    return math.sqrt(var / n)
+
+
+def _pm(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
 
 
 def window_arg(text: str) -> int | None:
@@ -90,20 +123,35 @@ def main(argv: list[str] | None = None) -> int:
     logs = args.logs or sorted((REPO / "tests" / "fixtures" / "runs").glob("*/train.jsonl"))
     rows = [row for log in logs for row in primary_at_evals(log, args.window, args.all_evals)]
     print(
-        f"{'run':<20} {'step':>5} {'epoch':>6} {'measured':>9} {'primary':>8} "
-        f"{'estimator':<10} {'error':>7}"
+        f"{'run':<20} {'step':>5} {'epoch':>6} {'measured':>9} {'± SE':>6} {'primary':>8} "
+        f"{'± SE':>6} {'estimator':<10} {'error':>7} {'± SE':>6} {'z':>5}"
     )
     for r in rows:
+        e_se = r["error_se"]
+        z = f"{r['error'] / e_se:>+5.1f}" if e_se else f"{'':>5}"
         print(
             f"{r['run']:<20} {r['step']:>5} {r['epoch']:>6.2f} {r['measured']:>9.3f} "
-            f"{r['primary']:>8.3f} {r['estimator']:<10} {r['error']:>+7.1%}"
+            f"{_pm(r['measured_se']):>6} {r['primary']:>8.3f} {_pm(r['primary_se']):>6} "
+            f"{r['estimator']:<10} {r['error']:>+7.1%} "
+            f"{'' if e_se is None else f'{e_se:.1%}':>6} {z}"
         )
     if rows:
         errors = [abs(r["error"]) for r in rows]
         within = sum(e <= 0.10 for e in errors)
+        noisy = sum(
+            abs(r["error"]) > 0.10 and r["error_se"] and abs(r["error"]) < 2 * r["error_se"]
+            for r in rows
+        )
+        ses = [r["error_se"] for r in rows if r["error_se"]]
         print(
             f"\n{len(rows)} evals: |error| median {statistics.median(errors):.1%}, max "
             f"{max(errors):.1%}; within 10%: {within}/{len(rows)}"
+            + (
+                f"; error SE median {statistics.median(ses):.1%}; of the misses, "
+                f"{noisy} within 2 SE"
+                if ses
+                else ""
+            )
         )
     return 0
 

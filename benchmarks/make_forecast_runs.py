@@ -15,6 +15,12 @@ Each run trains on the first ``--examples`` examples of the bundled data (writte
 in minutes on a loaded 2-core machine), holds 32 of them out for the walk, walks 4 held-out
 sequences on every step, and measures tau on 8 held-out prompts over a 40-token horizon every
 ``eval_every`` steps. Only the JSONL log is kept (``tests/fixtures/runs/<name>/train.jsonl``).
+
+What the walk walks (``--walk-source``): by default the eval file's 24 prompts past the eval's 8,
+each with the target's greedy continuation (the pipeline's default ``walk_source``), every one
+of the 384 examples trained on; ``data`` holds 32 training examples out instead, as the runs of
+``tests/fixtures/runs/`` and ``runs_heldout/`` were made (``--out tests/fixtures/runs_evalwalk``
+for the runs made with the eval-prompt walk).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ eval_prompts = 8
 walk_every = 1
 walk_seqs = 4
 walk_holdout = 32
+walk_source = "{walk_source}"
 """
 
 
@@ -91,6 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=REPO / "runs" / "forecast_runs")
     p.add_argument("--out", type=Path, default=None, help="default: tests/fixtures/runs[_heldout]")
     p.add_argument("--examples", type=int, default=384)
+    p.add_argument(
+        "--walk-source",
+        choices=("eval_prompts", "data"),
+        default="eval_prompts",
+        help="what the walk walks: the eval file's spare prompts (the default since the "
+        "committed runs of tests/fixtures/runs_evalwalk/) or held-out training examples (the "
+        "runs of tests/fixtures/runs/ and runs_heldout/ were made so)",
+    )
+    p.add_argument(
+        "--ckpt-every", type=int, default=0, help="keep checkpoints (bench_walk_gap.py reads them)"
+    )
     args = p.parse_args(argv)
     table = HELDOUT if args.heldout else RUNS
     out = args.out or REPO / "tests" / "fixtures" / ("runs_heldout" if args.heldout else "runs")
@@ -103,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown run(s) {', '.join(unknown)}: see --list")
     data = make_data(args.work, args.examples)
     toml = args.work / "runs.toml"
-    toml.write_text(TOML)
+    toml.write_text(TOML.format(walk_source=args.walk_source))
     for name in args.names or list(table):
         log = out / name / "train.jsonl"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             str(args.work / name),
             *COMMON,
             *table[name],
+            *(["--ckpt-every", str(args.ckpt_every)] if args.ckpt_every else []),
         ]
         print(" ".join(cmd), flush=True)
         if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:

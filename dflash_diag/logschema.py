@@ -35,6 +35,12 @@ RESUMED_FROM_FIELDS: tuple[str, ...] = ("path", "step")
 #: (their count, the seed of the draw, the dataset's size, their indices). A header without it
 #: walks training sequences: out of sample in the first epoch only.
 WALK_HELD_OUT_FIELDS: tuple[str, ...] = ("examples", "seed", "of", "indices")
+#: Optional key of ``run_start.walk_held_out`` (absent in logs written before it: ``data``).
+WALK_HELD_OUT_OPTIONAL_FIELDS: tuple[str, ...] = ("source",)
+#: ``walk_held_out.source``: the eval-prompt file's prompts the eval does not use, with the
+#: target's greedy continuations (``indices`` and ``of`` count prompts of that file), or
+#: training examples held out of the data.
+WALK_HELD_OUT_SOURCES: tuple[str, ...] = ("eval_prompts", "data")
 
 # -- metric records ---------------------------------------------------------------------------
 

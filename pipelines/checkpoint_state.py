@@ -20,8 +20,9 @@ script          no       "sync" or "pipeline"
 seed            no       int in [0, 2**32)
 world_size      no       int >= 1
 micro_batches   no       int >= 1 (older checkpoints: ``grad_accum``)
-walk_held_out   no       {} (no split) or {"examples": int >= 1, "seed", "of": int, "indices"}:
-                         the held-out walk split (:mod:`pipelines.walk_split`)
+walk_held_out   no       {} (no split) or {"examples": int >= 1, "seed", "of": int, "indices"
+                         [, "source": "eval_prompts" or "data" (absent: data)]}: the held-out
+                         walk split (:mod:`pipelines.walk_split`)
 =============== ======== ==========================================================
 
 Unknown keys are kept and ignored (a newer version may add some).
@@ -36,7 +37,7 @@ from typing import Any
 
 from dflash.checkpoint import STATE_FILE, CheckpointError
 
-from .config import SEED_LIMIT
+from .config import SEED_LIMIT, WALK_SOURCES
 
 SCRIPTS = ("sync", "pipeline")
 
@@ -90,8 +91,10 @@ def _held_out(v: Any) -> str | None:
     if v == {}:
         return None
     keys = {"examples", "seed", "of", "indices"}
-    if not isinstance(v, dict) or set(v) != keys:
-        return f"{{}} or an object with {', '.join(sorted(keys))}, got {v!r:.60}"
+    if not isinstance(v, dict) or set(v) - {"source"} != keys:
+        return f"{{}} or an object with {', '.join(sorted(keys))}[, source], got {v!r:.60}"
+    if v.get("source", "data") not in WALK_SOURCES:
+        return f"source one of {', '.join(WALK_SOURCES)}, got {v['source']!r:.40}"
     for key, low, high in (("examples", 1, None), ("seed", 0, SEED_LIMIT), ("of", 2, None)):
         if _int_at_least(low, high)(v[key]) is not None:
             return f"{key} {_int_at_least(low, high)(v[key])}"

@@ -40,6 +40,8 @@ CPU_DRAFTER: dict[str, Any] = {"block_size": 16, "num_draft_layers": 1, "num_anc
 #: header's ``resume_schedule``).
 SCHEDULE_KINDS = KINDS
 RESUME_SCHEDULE_MODES = logschema.RESUME_SCHEDULE_MODES
+#: Where the walk's held-out sequences come from (``walk_source``).
+WALK_SOURCES = logschema.WALK_HELD_OUT_SOURCES
 
 
 def default_of(cls: type, name: str) -> Any:
@@ -131,6 +133,12 @@ class TrainConfig:
     for the walked tau to walk: an unbiased series in every epoch (0: none, the walk reads the
     step's own training batch, out of sample in the first epoch only). A resumed run keeps its
     checkpoint's split."""
+    walk_source: str = "eval_prompts"
+    """Where the held-out walk's ``walk_holdout`` sequences come from: ``eval_prompts`` (the data's
+    eval-prompt file past the ``eval_prompts`` the eval measures, each with the target's greedy
+    continuation, generated at the start: the eval's own population; held-out training examples
+    when the file holds no more) or ``data`` (training examples held out: windows of the
+    target's training text, measured up to 15% above the eval's tau late in a run)."""
     max_nonfinite: int = 5
     """Stop the run after this many non-finite steps in a row."""
     torch_threads: int = 0
@@ -193,6 +201,10 @@ class TrainConfig:
             raise ValueError(
                 f"resume_schedule must be one of {', '.join(RESUME_SCHEDULE_MODES)}, "
                 f"got {self.resume_schedule!r}"
+            )
+        if self.walk_source not in WALK_SOURCES:
+            raise ValueError(
+                f"walk_source must be one of {', '.join(WALK_SOURCES)}, got {self.walk_source!r}"
             )
         if self.epochs is not None:
             e = self.epochs

@@ -295,12 +295,20 @@ def validate_record(rec: dict[str, Any]) -> str:
             logschema.RESUMED_FROM_FIELDS
         ):
             raise ValueError("run_start: resumed_from must be {path, step}")
-        if "walk_held_out" in rec and set(rec["walk_held_out"]) != set(
-            logschema.WALK_HELD_OUT_FIELDS
-        ):
-            raise ValueError(
-                f"run_start: walk_held_out must be {{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}}}"
-            )
+        if "walk_held_out" in rec:
+            split = rec["walk_held_out"]
+            if set(split) - set(logschema.WALK_HELD_OUT_OPTIONAL_FIELDS) != set(
+                logschema.WALK_HELD_OUT_FIELDS
+            ):
+                raise ValueError(
+                    f"run_start: walk_held_out must be "
+                    f"{{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}[, source]}}"
+                )
+            if split.get("source", "data") not in logschema.WALK_HELD_OUT_SOURCES:
+                raise ValueError(
+                    f"run_start: walk_held_out.source {split['source']!r} "
+                    f"(one of {logschema.WALK_HELD_OUT_SOURCES})"
+                )
         if "rank" in rec and not 0 <= rec["rank"] < rec["world_size"]:
             raise ValueError(
                 f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}"

@@ -56,7 +56,13 @@ from .preflight import (
 from .resume import micro_batches_per_step, resume_layout_note, schedule_for
 from .run_lock import RunLock, acquire_run_lock
 from .schedule import Schedule
-from .walk_split import HeldOutWalk, split_for_walk
+from .walk_split import (
+    EVAL_PROMPTS,
+    HeldOutWalk,
+    prompt_walk,
+    spare_prompts,
+    split_for_walk,
+)
 
 
 def resolve_target(target: str) -> str:
@@ -233,7 +239,7 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
     # The held-out walk split comes out of the data before the loader sees it (a resume keeps
     # its checkpoint's: the cursor counts that run's training examples).
     try:
-        dataset, held_out = split_for_walk(dataset, cfg.walk_holdout, cfg.seed, saved_split)
+        dataset, held_out = _walk_split(cfg, dataset, target, dcfg, saved_split, dp)
         if cfg.resume is not None:
             check_cursor_fits(state, cfg.resume, len(dataset))
     except (CheckpointError, KeyError, TypeError, ValueError) as e:
@@ -272,6 +278,44 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         held_out=held_out,
         horizon=cfg.eval_new_tokens or longest_response(dataset),
     )
+
+
+def _walk_split(
+    cfg: TrainConfig,
+    dataset,
+    target: TargetModel,
+    dcfg: DFlashConfig,
+    saved: dict[str, Any] | None,
+    dp: DataParallel,
+) -> tuple[Any, HeldOutWalk | None]:
+    """The training examples and the walk's held-out split (:mod:`pipelines.walk_split`): a
+    resumed run keeps its checkpoint's; a fresh one takes ``walk_source``'s, the eval-file
+    prompts the eval does not use falling back to held-out training examples (with a note) when
+    the file holds no more."""
+    source = (saved.get("source") or "data") if saved else cfg.walk_source
+    if saved is not None and not saved:
+        source = "data"  # a checkpoint written before splits existed: trained on everything
+    if source == EVAL_PROMPTS and (saved or cfg.walk_holdout):
+        every = load_eval_prompts(resolve_data(cfg.data))
+        indices = (
+            [int(i) for i in saved["indices"]]
+            if saved
+            else spare_prompts(len(every), cfg.eval_prompts, cfg.walk_holdout)
+        )
+        if indices:
+            horizon = cfg.eval_new_tokens or longest_response(dataset)
+            layers = list(dcfg.target_layer_ids)
+            return dataset, prompt_walk(
+                target, every, indices, horizon, layers, dataset.meta, cfg.seed
+            )
+        if dp.is_main:
+            print(
+                f"dflash-train: note: the eval-prompt file holds {len(every)} prompts, all "
+                f"used by the eval (eval_prompts = {cfg.eval_prompts}): the walk holds out "
+                f"training examples instead (walk_source = data)",
+                file=sys.stderr,
+            )
+    return split_for_walk(dataset, cfg.walk_holdout, cfg.seed, saved)
 
 
 def check_blocks_fit(dataset, block_size: int, name: str) -> None:

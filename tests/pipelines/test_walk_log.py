@@ -135,7 +135,9 @@ def test_the_walk_walks_a_held_out_split_never_trained_on(
         return real_walk(self, *args, record=record, n=n, **kw)
 
     monkeypatch.setattr(HeldOutWalk, "walk", walk)
-    cfg = make_cfg(max_steps=4, walk_every=1, walk_seqs=2, walk_holdout=6, ckpt_every=2)
+    cfg = make_cfg(
+        max_steps=4, walk_every=1, walk_seqs=2, walk_holdout=6, ckpt_every=2, walk_source="data"
+    )
     assert run_pipeline(cfg, inject=spy).exit_code == 0
     assert walked_rows == [[0, 1], [2, 3], [4, 5], [0, 1]]  # the next two, in turn
     records = read_log(tmp_path / "train.jsonl")
@@ -145,6 +147,7 @@ def test_the_walk_walks_a_held_out_split_never_trained_on(
         "seed": 0,
         "of": len(full),
         "indices": held_out_indices(len(full), 6, 0),
+        "source": "data",
     }
     held = {tuple(full[i].input_ids.tolist()) for i in split["indices"]}
     assert trained
@@ -166,6 +169,79 @@ def test_the_walk_walks_a_held_out_split_never_trained_on(
     assert run_pipeline(resumed).exit_code == 0
     header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
     assert header["walk_held_out"] == split  # the checkpoint's, not walk_holdout = 3
+
+
+def test_by_default_the_walk_walks_the_eval_prompts_the_eval_does_not_use(
+    make_cfg, tiny_assets, tmp_path
+):
+    """walk_source eval_prompts (the default): the split is the eval file's prompts after the
+    eval's own, every training example is trained on, and a resume keeps the split."""
+    from dflash.data import load_eval_prompts
+
+    _, data = tiny_assets
+    n_prompts = len(load_eval_prompts(data))
+    cfg = make_cfg(max_steps=2, walk_every=1, walk_seqs=2, eval_prompts=1, ckpt_every=2)
+    assert run_pipeline(cfg).exit_code == 0
+    records = read_log(tmp_path / "train.jsonl")
+    split = records[0]["walk_held_out"]
+    assert split == {
+        "examples": n_prompts - 1,
+        "seed": 0,
+        "of": n_prompts,
+        "indices": list(range(1, n_prompts)),
+        "source": "eval_prompts",
+    }
+    walks = [r for r in metrics_of(records) if "walk_tokens" in r]
+    assert [r["walk_tokens"] for r in walks] == [2 * (6 - 1)] * 2  # 2 prompts, horizon 6
+    resumed = make_cfg(
+        max_steps=3, walk_every=1, eval_prompts=2, resume=str(tmp_path / "ck" / "step-000002")
+    )
+    assert run_pipeline(resumed).exit_code == 0
+    header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
+    assert header["walk_held_out"] == split  # the checkpoint's, though the eval now uses 2
+
+
+def test_the_eval_prompt_walk_equals_speculative_decoding_on_those_prompts():
+    """The walk of eval-file prompts with the target's greedy continuations reproduces greedy
+    speculative decoding on the same prompts exactly (histogram, tokens, steps): it measures
+    the eval's own population. The bundled target and eval prompts, a drafter partly trained
+    on those continuations (a spread of acceptance lengths)."""
+    import torch
+
+    from dflash import (
+        DFlashConfig,
+        DFlashDraftModel,
+        TargetModel,
+        compute_loss_and_metrics,
+        evaluate_tau,
+    )
+    from dflash.data import DEFAULT_TARGET_DIR, collate, load_eval_prompts
+    from pipelines.walk_split import prompt_walk
+
+    target = TargetModel.from_pretrained(str(DEFAULT_TARGET_DIR))
+    prompts = load_eval_prompts()
+    cfg = DFlashConfig.for_target(target.config, block_size=8, num_draft_layers=1, num_anchors=32)
+    layers, horizon, rows = list(cfg.target_layer_ids), 24, [0, 1, 2, 3]
+    split = prompt_walk(target, prompts, rows, horizon, layers, load_dataset().meta, 0)
+    assert split.to_header()["source"] == "eval_prompts"
+    torch.manual_seed(0)
+    drafter = DFlashDraftModel(cfg)
+    batch = collate([split.examples[i] for i in range(len(rows))], split.examples.pad_token_id)
+    feats = target.forward(batch["input_ids"], layers, batch["attention_mask"]).features
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    for i in range(25):
+        out = compute_loss_and_metrics(
+            drafter, target, batch, torch.Generator().manual_seed(i), features=feats
+        )
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+    walked = split.walk(drafter, target, layers, horizon, 0, len(rows), "cpu")
+    measured = evaluate_tau(target, drafter, [prompts[i] for i in rows], max_new_tokens=horizon)
+    assert walked["walk_hist"] == measured.tau_hist
+    assert walked["walk_steps"] == measured.n_steps
+    assert walked["walk_tokens"] == len(rows) * (horizon - 1)
+    assert walked["walk_tokens"] / walked["walk_steps"] > 1.2  # a non-trivial case
 
 
 def test_without_a_split_the_header_names_none_and_the_walk_reads_the_batch(make_cfg, tmp_path):

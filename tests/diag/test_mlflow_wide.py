@@ -223,3 +223,34 @@ def test_scalars_of_a_merged_run_unpivot_to_its_values(tmp_path):
     assert long["time"].to_list() == [1.0, 1.0, 1.01, 1.02]
     assert long["row"].is_sorted()
     assert pl.Series(long["row"]).n_unique() == 4
+
+
+def test_canonical_order_checks_agree_with_a_sort():
+    """The canonical step's checks without columns of differences (one segment: is the step
+    column sorted) say "in order" exactly where a sort by (segment, step) changes nothing, and
+    the segments found are those of the rule (a step below the one before starts one)."""
+    from dflash_diag.read.formats.canonical import _in_order, _segments
+
+    rng = random.Random(7)
+    said_ordered = 0
+    for _ in range(300):
+        n = rng.randint(0, 7)
+        steps = [rng.choice([0, 1, 2, 3]) for _ in range(n)]
+        one_segment = rng.random() < 0.5
+        segments = [0] * n if one_segment else sorted(rng.choice([0, 1]) for _ in range(n))
+        records = pl.DataFrame(
+            {"_segment": segments, "step": steps}, schema={"_segment": pl.UInt32, "step": pl.Int64}
+        )
+        ordered = records.sort("_segment", "step", maintain_order=True)
+        assert _in_order(records) is ordered.equals(records), (segments, steps)
+        said_ordered += _in_order(records)
+        frame = pl.DataFrame(
+            {"row": list(range(n)), "step": steps}, schema={"row": pl.Int64, "step": pl.Int64}
+        )
+        marks, _ = _segments(frame, [])
+        expected, segment = [], 0
+        for i, step in enumerate(steps):
+            segment += i > 0 and step < steps[i - 1]
+            expected.append(segment)
+        assert marks["_segment"].to_list() == expected, steps
+    assert said_ordered > 50

@@ -319,3 +319,23 @@ def test_noise_aware_uses_standard_error_of_difference():
 def test_trend_config_validation():
     with pytest.raises(ValueError, match="accuracy threshold"):
         TrendConfig(acc_threshold=-1)
+
+
+def test_logging_interval_sorted_fast_path_matches_the_definition():
+    # the median gap between distinct steps, and the distinct count of choose_window, whether
+    # the steps come sorted (the fast path: no unique, no sort) or not, with repeats and nulls
+    from dflash_diag.analysis.windows import _distinct_gaps, logging_interval
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        steps = [rng.randint(0, 300) for _ in range(rng.randint(0, 25))]
+        if rng.random() < 0.6:
+            steps.sort()
+        if steps and rng.random() < 0.2:
+            steps[rng.randrange(len(steps))] = None
+        series = pl.Series("step", steps, dtype=pl.Int64)
+        distinct = series.drop_nulls().unique().sort()
+        want = None if distinct.len() < 2 else max(1, int(distinct.diff().drop_nulls().median()))
+        assert logging_interval(series) == want, steps
+        if distinct.len() >= 2:
+            assert _distinct_gaps(series).len() + 1 == distinct.len(), steps

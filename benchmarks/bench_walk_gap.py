@@ -4,7 +4,7 @@ sets of sequences, by greedy speculative decoding, beside the walk of the same s
     python benchmarks/make_forecast_runs.py constant-5e-4-s8-160 --ckpt-every 16 \\
         --walk-source data --out runs/walk_gap            # the committed run, checkpoints kept
     python benchmarks/bench_walk_gap.py runs/forecast_runs/constant-5e-4-s8-160 --seed 8 \\
-        --steps 32 48 144 160
+        --steps 32 48 112 128 144 160
 
 For each checkpoint: the eval's own prompts (the first ``--eval-prompts`` of the data's eval
 file), the eval file's other prompts (what the walk walks with ``walk_source = eval_prompts``),

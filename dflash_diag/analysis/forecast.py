@@ -118,6 +118,21 @@ class MetricForecast:
         return self.value is not None
 
 
+def _finite_lr_pairs(
+    lr_steps: Sequence[float] | np.ndarray, lrs: Sequence[float | None] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(step, lr)`` pairs with a finite lr >= 0, sorted by step then lr (as sorting the
+    pairs would: the order of equal steps decides what ``np.interp`` reads there)."""
+    xs = np.asarray(lr_steps, dtype=float)
+    ys = np.asarray(lrs, dtype=float)  # a None reads as NaN, and is left out below
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} lr steps but {len(ys)} lrs")
+    keep = np.isfinite(ys) & (ys >= 0)
+    xs, ys = xs[keep], ys[keep]
+    order = np.lexsort((ys, xs))
+    return xs[order], ys[order]
+
+
 class Timeline:
     """The lr the run trains at from step 0 to its end, summed: the progress variables.
 
@@ -127,23 +142,22 @@ class Timeline:
     """
 
     def __init__(
-        self, plan: RunPlan, lr_steps: Sequence[float], lrs: Sequence[float], end: float
+        self,
+        plan: RunPlan,
+        lr_steps: Sequence[float] | np.ndarray,
+        lrs: Sequence[float | None] | np.ndarray,
+        end: float,
     ) -> None:
-        pairs = sorted(
-            (float(s), float(v))
-            for s, v in zip(lr_steps, lrs, strict=True)
-            if v is not None and math.isfinite(v) and v >= 0
-        )
+        xs, ys = _finite_lr_pairs(lr_steps, lrs)
         n = 4096
         self.grid = np.linspace(0.0, max(end, 1.0), n)
         self.note = ""
-        self.knows_lr = bool(pairs) or plan.knows_lr
+        self.knows_lr = bool(len(xs)) or plan.knows_lr
         if not self.knows_lr:
             self.s1 = self.grid.copy()
             self.s2 = np.zeros(n)
             return
-        if pairs:
-            xs, ys = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+        if len(xs):
             lr = np.interp(self.grid, xs, ys)
             after = self.grid > xs[-1]
             if after.any():

@@ -14,7 +14,13 @@ import numpy as np
 import polars as pl
 from typer.testing import CliRunner
 
-from dflash_diag.analysis.forecast import Series, Timeline, _convex_part, forecast_series
+from dflash_diag.analysis.forecast import (
+    Series,
+    Timeline,
+    _convex_part,
+    _finite_lr_pairs,
+    forecast_series,
+)
 from dflash_diag.analysis.plan import RunPlan
 from dflash_diag.analysis.run_forecast import _lr_points
 from dflash_diag.cli import app
@@ -108,5 +114,26 @@ def test_a_noise_spike_among_the_newest_records_is_not_taken_for_the_bend():
 
 def test_the_lr_timeline_follows_every_record_not_the_window_means():
     frame = pl.DataFrame({"step": [1, 2, 3, 4], "lr": [1e-4, 2e-4, 3e-4, 4e-4]})
-    assert _lr_points(frame, []) == [(1.0, 1e-4), (2.0, 2e-4), (3.0, 3e-4), (4.0, 4e-4)]
-    assert _lr_points(frame.drop("lr"), []) == []
+    steps, lrs = _lr_points(frame, [])
+    assert steps.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert lrs.tolist() == [1e-4, 2e-4, 3e-4, 4e-4]
+    steps, lrs = _lr_points(frame.drop("lr"), [])
+    assert steps.tolist() == []
+    assert lrs.tolist() == []
+
+
+def test_the_lr_timeline_leaves_out_missing_and_negative_lrs_and_orders_ties_by_lr():
+    # the order of a repeated step's lrs decides what np.interp reads at that step
+    frame = pl.DataFrame(
+        {"step": [3, 1, 2, 2, 4, 5], "lr": [3e-4, 1e-4, 5e-4, 2e-4, None, -1.0]},
+        schema={"step": pl.Int64, "lr": pl.Float64},
+    )
+    steps, lrs = _lr_points(frame, [])
+    assert steps.tolist() == [3.0, 1.0, 2.0, 2.0]  # the records' own order: Timeline sorts
+    xs, ys = _finite_lr_pairs(steps, lrs)
+    assert list(zip(xs.tolist(), ys.tolist(), strict=True)) == sorted(
+        zip(steps.tolist(), lrs.tolist(), strict=True)
+    )
+    xs, ys = _finite_lr_pairs([1.0, 2.0, 3.0, 4.0], [1e-4, None, float("nan"), float("inf")])
+    assert xs.tolist() == [1.0]
+    assert ys.tolist() == [1e-4]

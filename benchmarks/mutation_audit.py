@@ -6,7 +6,8 @@ runs the given test files (``pytest -x -q``), records whether they failed (caugh
 working tree may hold uncommitted work). Each audit is one list: :data:`ROUND3` (issue 19's first,
 37 mutations) and :data:`ROUND4` (issue 19's fresh audit of the code changed after it: the option
 table, the format registry, the estimator table, the forecast, the training step loop, the run
-lock, the preflight checks); add the next audit as another list in :data:`AUDITS`. A test entry
+lock, the preflight checks) and :data:`ROUND5` (held out: bugs in the next session's code, run
+once before any test was written for them); add the next audit as another list in :data:`AUDITS`. A test entry
 may be a pytest argument (``-k`` and its expression: the training tests take minutes a file).
 Results are printed as a markdown table (for docs/reliability.md).
 
@@ -844,8 +845,112 @@ ROUND4: list[Mutation] = [
     ),
 ]
 
+#: A held-out audit (issue 19's "a held-out set checks the same"): one-line bugs in the code of
+#: the session after round 4 (the foreign-JSONL cache, the MLflow merge by step, the readers'
+#: speed-ups, the option conversion, the robust forecast fits, the walk's source), written by
+#: someone who wrote none of its tests, after they were written, and run once; no test was
+#: added for them before the figure was taken.
+CACHE_T = ("tests/diag/test_scalars_cache.py", "tests/diag/test_cache.py")
+FORECAST_T = ("tests/diag/test_forecast.py", "tests/diag/test_forecast_short_runs.py")
+MLFLOW_T = (
+    "tests/diag/test_mlflow_wide.py",
+    "tests/diag/test_formats_readers.py",
+    "tests/diag/test_formats_canonical.py",
+)
+ROUND5: list[Mutation] = [
+    M(
+        "dflash_diag/read/scalars_cache.py",
+        'if grown == 0 and (st.st_mtime_ns, st.st_ctime_ns) != (meta["mtime_ns"], meta["ctime_ns"]):',
+        'if grown == 0 and st.st_mtime_ns != meta["mtime_ns"]:',
+        CACHE_T,
+        "a same-size rewrite with the old mtime restored reuses the cache",
+    ),
+    M(
+        "dflash_diag/read/scalars_cache.py",
+        "[(s, n + lines_before) for s, n in getattr(moved, name)]",
+        "[(s, n) for s, n in getattr(moved, name)]",
+        CACHE_T,
+        "the new bytes' line numbers not shifted past the cached lines",
+    ),
+    M(
+        "dflash_diag/read/formats/canonical.py",
+        'if not frame["row"].is_sorted():',
+        'if frame["row"].is_sorted():',
+        MLFLOW_T,
+        "rows sorted only when they already are",
+    ),
+    M(
+        "dflash_diag/analysis/curve_families.py",
+        "HUBER_K = 1.345",
+        "HUBER_K = 134.5",
+        FORECAST_T,
+        "the robust refits weigh nothing down",
+    ),
+    M(
+        "dflash_diag/analysis/run_forecast.py",
+        '(pl.col("lr") >= 0)',
+        '(pl.col("lr") > 0)',
+        FORECAST_T,
+        "a logged lr of 0 (warmup's first step) left out of the lr timeline",
+    ),
+    M(
+        "dflash_diag/cli/fast_params.py",
+        "value, choices=list(annotation), case_sensitive=info.case_sensitive, ctx=ctx",
+        "value, choices=list(annotation), case_sensitive=False, ctx=ctx",
+        ("tests/diag/test_fast_params.py", "tests/diag/test_options.py"),
+        "choices converted case-insensitively",
+    ),
+    M(
+        "dflash_diag/read/formats/mlflow_store.py",
+        "& (step.diff().fill_null(1) > 0).all()",
+        "& (step.diff().fill_null(1) >= 0).all()",
+        MLFLOW_T,
+        "a metric file with a repeated step taken as in logging order",
+    ),
+    M(
+        "dflash_diag/read/formats/mlflow_store.py",
+        'piece["timestamp"][0] >= last[0] and piece["step"][0] > last[1]',
+        'piece["timestamp"][0] >= last[0] and piece["step"][0] >= last[1]',
+        MLFLOW_T,
+        "a chunk starting at the previous chunk's last step taken as in order",
+    ),
+    M(
+        "dflash_diag/analysis/windows.py",
+        "return gaps.filter(gaps > 0)",
+        "return gaps.filter(gaps >= 0)",
+        WINDOWS,
+        "repeated steps count as zero gaps in the logging interval",
+    ),
+    M(
+        "dflash_diag/read/formats/trainer_state.py",
+        'if "true" in text or "false" in text or "train_runtime" in text:',
+        'if "true" in text or "false" in text:',
+        ("tests/diag/test_formats_readers.py", "tests/diag/test_wild_read.py"),
+        "the run's closing summary read by the polars piece path",
+    ),
+    M(
+        "dflash_diag/read/formats/tensorboard.py",
+        "return first + int(bad.argmax())",
+        "return first + int(bad.argmax()) + 1",
+        ("tests/diag/test_formats_readers.py", "tests/diag/test_reader_fuzz.py"),
+        "one cycle past the first differing one taken as a repeat",
+    ),
+    M(
+        "pipelines/run_setup.py",
+        'source = (saved.get("source") or "data") if saved else cfg.walk_source',
+        'source = (saved.get("source") or EVAL_PROMPTS) if saved else cfg.walk_source',
+        (
+            "tests/pipelines/test_walk_log.py",
+            "tests/pipelines/test_fault_guards.py",
+            "-k",
+            "walk or resum",
+        ),
+        "a checkpoint with no walk source resumes on the eval-prompt walk",
+    ),
+]
+
 #: The audits by number (``--audit``); the latest is the default.
-AUDITS: dict[str, list[Mutation]] = {"3": ROUND3, "4": ROUND4}
+AUDITS: dict[str, list[Mutation]] = {"3": ROUND3, "4": ROUND4, "5": ROUND5}
 
 
 def run(

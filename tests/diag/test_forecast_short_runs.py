@@ -134,6 +134,9 @@ def test_the_lr_timeline_leaves_out_missing_and_negative_lrs_and_orders_ties_by_
     assert list(zip(xs.tolist(), ys.tolist(), strict=True)) == sorted(
         zip(steps.tolist(), lrs.tolist(), strict=True)
     )
+    # a warmup from 0: its first logged lr, 0, is a point of the timeline (not a missing value)
+    steps, lrs = _lr_points(pl.DataFrame({"step": [0, 1, 2], "lr": [0.0, 1e-4, 2e-4]}), [])
+    assert lrs.tolist() == [0.0, 1e-4, 2e-4]
     xs, ys = _finite_lr_pairs([1.0, 2.0, 3.0, 4.0], [1e-4, None, float("nan"), float("inf")])
     assert xs.tolist() == [1.0]
     assert ys.tolist() == [1e-4]

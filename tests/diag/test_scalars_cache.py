@@ -177,3 +177,24 @@ def test_an_epoch_summary_first_in_the_new_bytes_reads_the_whole_file(tmp_path, 
     assert joins == []
     monkeypatch.undo()
     assert cached == converge(path, "--no-cache")
+
+
+def test_the_new_bytes_malformed_lines_are_numbered_after_the_cached_lines(tmp_path):
+    # the text report names the malformed lines: a line of the new bytes keeps its file number
+    lines = [
+        json.dumps({"step": s, "train_loss": 2 - s / 500, "note": "1.5" if s == 1 else "x"})
+        for s in range(1, 301)
+    ]
+    lines[100] = '{"step": 101, "train_loss": '  # malformed, in the cached part
+    lines[280] = '{"step": 281, "train_loss": 1.'  # malformed, in the new bytes
+    data = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / "log.jsonl"
+    cut = data.rfind(b"\n", 0, len(data) * 9 // 10) + 1
+    path.write_bytes(data[:cut])
+    converge(path)  # caches the prefix
+    with path.open("ab") as out:
+        out.write(data[cut:])
+    cached = runner.invoke(app, ["converge", str(path), "-f", "text"])
+    uncached = runner.invoke(app, ["converge", str(path), "-f", "text", "--no-cache"])
+    assert "281" in uncached.stdout
+    assert cached.stdout == uncached.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dflash.data import load_dataset
@@ -169,6 +171,18 @@ def test_the_walk_walks_a_held_out_split_never_trained_on(
     assert run_pipeline(resumed).exit_code == 0
     header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
     assert header["walk_held_out"] == split  # the checkpoint's, not walk_holdout = 3
+
+    # a checkpoint written before the walk had a source held out training examples: resumed
+    # (under the eval-prompt default), it keeps walking them, not the eval file's prompts
+    state_path = tmp_path / "ck" / "step-000004" / "state.json"
+    state = json.loads(state_path.read_text())
+    del state["walk_held_out"]["source"]
+    state_path.write_text(json.dumps(state))
+    again = make_cfg(max_steps=5, walk_every=1, walk_seqs=2, seed=0, resume=str(state_path.parent))
+    assert again.walk_source == "eval_prompts"
+    assert run_pipeline(again).exit_code == 0
+    header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
+    assert header["walk_held_out"] == split
 
 
 def test_by_default_the_walk_walks_the_eval_prompts_the_eval_does_not_use(

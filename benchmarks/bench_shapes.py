@@ -115,6 +115,23 @@ def _nested(path: Path, lines: int, seed: int = 3) -> None:
             )
 
 
+def _heldout_eagle(path: Path, lines: int, seed: int = 5) -> None:
+    """Held out (issue 21: never profiled or tuned on): an EAGLE-3 trainer's flat records with
+    slash keys, per-position accuracies, a string timestamp, and an eval record every 100 steps."""
+    rng = random.Random(seed)
+    with path.open("w") as out:
+        for step in range(1, lines + 1):
+            acc = 0.3 + 0.4 * step / lines + rng.gauss(0, 0.01)
+            pos = ", ".join(f'"train/acc_{k}": {acc * 0.85**k:.4f}' for k in range(3))
+            out.write(
+                f'{{"step": {step}, "train/loss": {2.5 - acc:.4f}, {pos}, '
+                f'"train/lr": {1e-4 * (1 - step / (lines + 1)):.6e}, '
+                f'"timestamp": "2026-11-{1 + step * 28 // lines:02d}T12:00:00"}}\n'
+            )
+            if step % 100 == 0:
+                out.write(f'{{"step": {step}, "eval/loss": {2.6 - acc:.4f}}}\n')
+
+
 def _tensorboard(folder: Path, lines: int) -> None:
     """The HF values as SummaryWriter.add_scalar events, under the HF log's names."""
     sys.path.insert(0, str(ROOT))
@@ -275,6 +292,14 @@ SHAPES: dict[str, Shape] = {
             "train.full_acc",
         ),
         Shape("tensorboard", _tensorboard, "runs", _HF_SCAN, "step", "loss", scan_of="hf"),
+        Shape(
+            "heldout_eagle",
+            _heldout_eagle,
+            "train.jsonl",
+            {"step": "Float64", "train/loss": "Float64"},
+            "step",
+            "train/loss",
+        ),
         Shape(
             "trainer_state",
             _trainer_state,

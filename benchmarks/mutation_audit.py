@@ -859,7 +859,7 @@ MLFLOW_T = (
 )
 ROUND5: list[Mutation] = [
     M(
-        "dflash_diag/read/scalars_cache.py",
+        "dflash_diag/read/cache.py",  # grown_since, shared by both caches since
         'if grown == 0 and (st.st_mtime_ns, st.st_ctime_ns) != (meta["mtime_ns"], meta["ctime_ns"]):',
         'if grown == 0 and st.st_mtime_ns != meta["mtime_ns"]:',
         CACHE_T,

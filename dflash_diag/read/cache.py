@@ -167,20 +167,11 @@ class _Entry:
             return None
         self.stored_meta = meta
         st = self.st
-        if (
-            meta.get("cache_version") != CACHE_VERSION
-            or meta["dev"] != st.st_dev
-            or meta["ino"] != st.st_ino
-            or st.st_size < meta["consumed"]
-        ):
-            return None  # another file at this path (rotated), or truncated
-        if _hashes(self.path, meta["consumed"]) != meta["hashes"]:
-            return None  # rewritten, even if to the same size
-        grown = st.st_size - meta["consumed"]
-        if grown == 0 and (st.st_mtime_ns, st.st_ctime_ns) != (meta["mtime_ns"], meta["ctime_ns"]):
-            return None  # written since, to the same size: rewritten in place
-        if grown > _MAX_GROWTH * max(1, meta["consumed"]):
-            return None  # much more than a re-run's growth: the streaming whole-file read
+        if meta.get("cache_version") != CACHE_VERSION:
+            return None
+        grown = grown_since(meta, self.path, st)
+        if grown is None:
+            return None
         frames = [pl.read_ipc(self.folder / name) for name in meta["frames"]]
         log = _thaw(meta, frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True))
         if grown == 0:
@@ -288,6 +279,23 @@ def evict(folder: Path, limit: int) -> None:
     for orphan in folder.glob("*.arrow"):
         if orphan.name not in live:
             orphan.unlink(missing_ok=True)
+
+
+def grown_since(meta: Mapping[str, Any], path: Path, st: os.stat_result) -> int | None:
+    """The bytes ``path`` grew by since the cache entry ``meta`` was written, or None when the
+    entry cannot be reused: another file at this path (rotated), truncated, rewritten (even to
+    the same size, or in place with the same size), or grown by much more than a re-run's
+    growth (the whole file is read then)."""
+    if meta["dev"] != st.st_dev or meta["ino"] != st.st_ino or st.st_size < meta["consumed"]:
+        return None
+    if _hashes(path, meta["consumed"]) != meta["hashes"]:
+        return None
+    grown = st.st_size - meta["consumed"]
+    if grown == 0 and (st.st_mtime_ns, st.st_ctime_ns) != (meta["mtime_ns"], meta["ctime_ns"]):
+        return None
+    if grown > _MAX_GROWTH * max(1, meta["consumed"]):
+        return None
+    return grown
 
 
 def _hashes(path: Path, end: int) -> list[str]:

@@ -40,13 +40,13 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.read.cache import (
-    _MAX_GROWTH,
     _MAX_SEGMENTS,
     CACHE_VERSION,
     _hashes,
     _package_version,
     cache_dir,
     evict,
+    grown_since,
     max_bytes,
 )
 from dflash_diag.read.formats.canonical import Scalars
@@ -142,21 +142,11 @@ class _ScalarsEntry:
         except FileNotFoundError:
             return None
         self.stored_meta = meta
-        st = self.st
-        if (
-            meta.get("scalars_version") != SCALARS_VERSION
-            or meta["dev"] != st.st_dev
-            or meta["ino"] != st.st_ino
-            or st.st_size < meta["consumed"]
-        ):
-            return None  # another file at this path (rotated), or truncated
-        if _hashes(self.path, meta["consumed"]) != meta["hashes"]:
-            return None  # rewritten, even if to the same size
-        grown = st.st_size - meta["consumed"]
-        if grown == 0 and (st.st_mtime_ns, st.st_ctime_ns) != (meta["mtime_ns"], meta["ctime_ns"]):
-            return None  # written since, to the same size: rewritten in place
-        if grown > _MAX_GROWTH * max(1, meta["consumed"]):
-            return None  # much more than a re-run's growth: read whole
+        if meta.get("scalars_version") != SCALARS_VERSION:
+            return None
+        grown = grown_since(meta, self.path, self.st)
+        if grown is None:
+            return None
         cached = _thaw(meta, self.folder)
         if grown == 0:
             return cached

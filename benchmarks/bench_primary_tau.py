@@ -162,6 +162,16 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
         )
+        # The signed mean by run: an offset the same at every eval of a run is which prompts the
+        # eval and the walk read (a fixed split repeats it in every run; a seeded one draws it).
+        runs = list(dict.fromkeys(r["run"] for r in rows))
+        print(
+            "mean error by run: "
+            + ", ".join(
+                f"{run} {statistics.mean(r['error'] for r in rows if r['run'] == run):+.1%}"
+                for run in runs
+            )
+        )
         by_prompts = [r for r in rows if r["se_from"] == "prompts"]
         if by_prompts:
             rel = [r["measured_se"] / r["measured"] for r in by_prompts]

@@ -164,8 +164,27 @@ def _scan(path: Path, tree: dict[str, Any]) -> _Scanned | None:
         return None
     except Exception:  # noqa: BLE001  any line polars rejects: the line reader decides
         return None
-    frame = pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=schema)
+    if not frames:
+        frame = pl.DataFrame(schema=schema)
+    else:
+        frame = pl.concat(frames, rechunk=False)
+        frames.clear()
+        frame = contiguous(frame)
     return _Scanned(frame, colons == found or (colons > found and colons == found + nulls))
+
+
+def contiguous(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with each column in one chunk, copied a column at a time (each column's
+    pieces are freed as its copy is made).
+
+    A frame whose columns are chunked differently is copied whole, every column at once, by
+    the first ``select`` that meets a one-chunk column (a ``row`` or ``seq`` range): the
+    pieces' chunks and the copy would both be held for as long as the reader's frame is.
+    """
+    columns = []
+    for name in frame.columns:
+        columns.append(frame.drop_in_place(name).rechunk())
+    return pl.DataFrame(columns)
 
 
 def _inferred_schema(path: Path) -> dict[str, pl.DataType] | None:

@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 import polars as pl
 
 from dflash_diag.analysis.diagnosis import DiagnosisConfig, diagnose
-from dflash_diag.analysis.forecast import Series, Timeline, binned, forecast_series
+from dflash_diag.analysis.forecast import FINAL_SHARE, Series, Timeline, binned, forecast_series
 from dflash_diag.analysis.plan import RunPlan
 from dflash_diag.analysis.robust_trend import theil_sen_slope
 from dflash_diag.analysis.run_forecast import ForecastConfig
@@ -63,8 +63,8 @@ from dflash_diag.read.jsonl import load_log
 from dflash_diag.read.records import ParsedLog
 
 CUTS = (0.2, 0.3, 0.5)
-#: The final value is the mean of the records in this last share of the run's steps.
-FINAL_SHARE = 0.05
+# The final value is the mean of the records in the run's last FINAL_SHARE of steps: what the
+# forecast of a training metric is of (its interval's noise).
 METRICS = {"loss": False, "acc": True, "eval_loss": False, "eval_acc": True, "tau": True}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -224,14 +225,10 @@ def _aggregate(
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
     counted = [name for name in ("loss", "acc", "tau_train", "lr") if name in has]
-    nonfinite = (
-        sum(
-            (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
-            for name in counted
-        )
-        if counted
-        else pl.lit(0, pl.Int64)
-    )
+    nonfinite = pl.lit(0, pl.Int64)
+    for i, name in enumerate(counted):
+        term = (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
+        nonfinite = term if i == 0 else nonfinite + term
     masked: list[pl.Expr] = []
     parts: list[pl.Expr] = []
     picked: dict[str, tuple[pl.Expr, pl.Expr, pl.Expr | None]] = {}
@@ -374,7 +371,7 @@ def logging_interval(steps: pl.Series) -> int | None:
     gaps = _distinct_gaps(steps)
     if gaps.len() == 0:
         return None
-    return max(1, int(gaps.median()))
+    return max(1, int(cast(float, gaps.median())))
 
 
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
@@ -397,7 +394,9 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     gaps = _distinct_gaps(steps)
     if gaps.len() == 0:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
-    interval = max(1, int(gaps.median()))  # logging_interval's, from the gaps found once
+    interval = max(
+        1, int(cast(float, gaps.median()))
+    )  # logging_interval's, from the gaps found once
     if interval == 1:
         return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
     n = gaps.len() + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
@@ -444,7 +443,7 @@ def _window_objects(columns: list[list[object]]) -> list[Window]:
     """
     names = tuple(WINDOW_SCHEMA)
     new = object.__new__
-    out = []
+    out: list[Window] = []
     append = out.append
     for values in zip(*columns, strict=True):
         window = new(Window)
@@ -523,7 +522,7 @@ def compute_window_table(
     if frame.height == 0:
         return WindowTable(pl.DataFrame(schema=WINDOW_SCHEMA), [])
     if start is None:
-        start = int(frame["step"].min())
+        start = int(cast(int, frame["step"].min()))
     table = _aggregate(frame, size, start)
     columns = table.get_columns()
     columns.insert(2, (columns[1] + (size - 1)).alias("end"))

@@ -136,3 +136,23 @@ def test_dirty_files_decline_or_agree(tmp_path, case):
         "numeric_string",
     ):
         assert fast is None
+
+
+def test_a_file_of_many_pieces_reads_as_one(tmp_path, monkeypatch):
+    """Read in pieces of a few KiB: keys first written in a late piece, a null in another, a
+    line longer than a piece and a last line with no newline give the line reader's log."""
+    from dflash_diag.read.formats import foreign_jsonl_scan
+
+    monkeypatch.setattr(foreign_jsonl_scan, "PIECE_BYTES", 4096)
+    records = [_hf(s) for s in range(1, 3000)]
+    records[1500]["grad_norm"] = None
+    records[2000]["note"] = "x" * 10_000
+    records.append({"eval_loss": 0.5, "step": len(records)})
+    records.append({"train_runtime": 100.0, "step": len(records)})
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    path = tmp_path / "pieces.jsonl"
+    path.write_text(text.rstrip("\n"))
+    fast, slow = both(path)
+    assert fast is not None
+    assert slow.log.events
+    assert fast.wide[0].height == len(records)

@@ -14,23 +14,30 @@ accepts, and gives up (None: the line reader runs) whenever the result could dif
   ``train_runtime``) polars infers the schema of the whole file and the count is checked again;
 * any remaining difference, a line polars rejects (malformed, torn, NaN tokens, a type that
   changes), a list, or a string that might be a number sends the file to the line reader.
+
+Memory: the file is read in pieces of a few MiB cut at a newline (never memory-mapped: a
+mapped file's pages count in the process's resident set), each piece parsed, counted and
+dropped; what is held is the parsed columns, kept as the pieces' chunks (no joined copy).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from dflash_diag.logschema import METRIC_MAPS
-from dflash_diag.read.formats.canonical import Scalars, empty_scalars
+from dflash_diag.read.formats.canonical import Scalars, contiguous, empty_scalars
 from dflash_diag.read.formats.detect import HEAD_BYTES
 from dflash_diag.read.records import ParseIssues
 
-#: Bytes per read when counting the file's tokens.
-_BLOCK = 16 * 2**20
+#: Bytes per piece read and parsed at a time: polars' parse of a piece takes about 3x it, so
+#: the reader's own transient is tens of MiB whatever the file's size.
+PIECE_BYTES = 8 * 2**20
 #: Text that Python's float() might read (the line reader keeps numeric strings as numbers);
 #: looser than float() (underscores anywhere among digits), so a doubt goes to the line reader.
 _NUMERIC_TEXT = (
@@ -58,24 +65,19 @@ def read_foreign_jsonl_scan(
     tree = _head_tree(head)
     if tree is None:
         return None
-    colons = _count_tokens(path, b":")
-    if colons is None:
-        return None
-    frame = _scan(path, tree)
-    if frame is not None and not _all_keys_read(frame, path, colons):
+    scanned = _scan(path, tree)
+    if scanned is not None and not scanned.all_keys_read:
         # keys the head does not show (an eval_loss first written after the head, a final
-        # train_runtime): polars' own inference over the whole file names them (a second pass)
-        try:
-            inferred = pl.scan_ndjson(path, infer_schema_length=None).collect_schema()
-        except Exception:  # noqa: BLE001
+        # train_runtime): the schema of the whole file names them (a second pass)
+        scanned = None  # freed before the next read
+        inferred = _inferred_schema(path)
+        tree = _tree_of(inferred) if inferred is not None else None
+        scanned = _scan(path, tree) if tree is not None else None
+        if scanned is not None and not scanned.all_keys_read:
             return None
-        tree = _tree_of(dict(inferred))
-        frame = _scan(path, tree) if tree is not None else None
-        if frame is not None and not _all_keys_read(frame, path, colons):
-            return None
-    if frame is None or _line_reader_semantics(frame, step_keys):
+    if scanned is None or _line_reader_semantics(scanned.frame, step_keys):
         return None
-    return _wide(frame, fmt, step_keys)
+    return _wide(scanned.frame, fmt, step_keys)
 
 
 def _line_reader_semantics(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> bool:
@@ -114,14 +116,73 @@ def _line_reader_semantics(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> b
     return bool(summary.any())
 
 
-def _scan(path: Path, tree: dict[str, Any]) -> pl.DataFrame | None:
+@dataclass
+class _Scanned:
+    """A file read with one schema: its frame, and whether its colons are all keys read."""
+
+    frame: pl.DataFrame
+    all_keys_read: bool
+
+
+def _pieces(path: Path) -> Iterator[bytes]:
+    """The file's bytes in pieces of about :data:`PIECE_BYTES`, each ending at a newline (the
+    last one where the file ends; a line longer than a piece makes its piece longer)."""
+    with path.open("rb", buffering=0) as handle:
+        pending = b""
+        while block := handle.read(PIECE_BYTES):
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                pending += block
+                continue
+            yield pending + block[:cut]
+            pending = block[cut:]
+        if pending:
+            yield pending
+
+
+def _scan(path: Path, tree: dict[str, Any]) -> _Scanned | None:
+    """The file read by polars with the tree's schema, piece by piece (None: a piece polars
+    rejects, or a key the fast path does not take)."""
     if "time" in tree:
         return None  # a "time" key is both a value and the record's time: the line reader
+    schema = {key: _dtype(node) for key, node in tree.items()}
+    frames: list[pl.DataFrame] = []
+    colons = found = nulls = 0
     try:
-        return pl.scan_ndjson(
-            path, schema={key: _dtype(node) for key, node in tree.items()}
-        ).collect()
+        for piece in _pieces(path):
+            frame = pl.read_ndjson(piece, schema=schema)
+            piece_colons = piece.count(b":")
+            piece_found = _found(frame)
+            colons += piece_colons
+            found += piece_found
+            # where a piece's colons are its values, it holds no null token (every one would
+            # be a colon more), so a clean piece pays no second count
+            if piece_colons > piece_found:
+                nulls += piece.count(b"null")
+            frames.append(frame)
+    except OSError:
+        return None
     except Exception:  # noqa: BLE001  any line polars rejects: the line reader decides
+        return None
+    if not frames:
+        frame = pl.DataFrame(schema=schema)
+    else:
+        frame = pl.concat(frames, rechunk=False)
+        frames.clear()
+        frame = contiguous(frame)
+    return _Scanned(frame, colons == found or (colons > found and colons == found + nulls))
+
+
+def _inferred_schema(path: Path) -> dict[str, pl.DataType] | None:
+    """The schema polars infers from every record of the file: each piece's own, joined with
+    polars' supertypes (an integer and a float: a float; a struct's fields: all of them)."""
+    try:
+        empties = [
+            pl.DataFrame(schema=pl.read_ndjson(piece, infer_schema_length=None).schema)
+            for piece in _pieces(path)
+        ]
+        return dict(pl.concat(empties, how="diagonal_relaxed").schema) if empties else None
+    except Exception:  # noqa: BLE001  a line polars rejects, types with no supertype
         return None
 
 
@@ -189,31 +250,12 @@ def _dtype(node: Any) -> pl.DataType:
     return getattr(pl, node)()
 
 
-def _count_tokens(path: Path, token: bytes) -> int | None:
-    """How often ``token`` occurs in the file (read in blocks; a token cut by a block edge is
-    found in the previous block's last bytes and this block's first ones)."""
-    count = 0
-    carry = b""
-    edge = len(token) - 1
-    try:
-        with path.open("rb") as handle:
-            while block := handle.read(_BLOCK):
-                count += block.count(token)
-                if edge:
-                    count += (carry + block[:edge]).count(token)
-                    carry = block[-edge:]
-    except OSError:
-        return None
-    return count
-
-
-def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
-    """Whether the file's colons are exactly the keys polars found.
+def _found(frame: pl.DataFrame) -> int:
+    """How many of the file's colons the frame's values account for.
 
     Every key is one colon; a ``null`` value is a key polars cannot tell from a missing one, so
-    the file's ``null`` tokens are added (counted only when the colons are more than the values:
-    a clean file pays one count); colons and ``null`` inside strings and key names are text,
-    not keys, and are taken off.
+    the caller adds the file's ``null`` tokens where the colons are more than the values;
+    colons and ``null`` inside strings and key names are text, not keys, and are taken off.
     """
     exprs: list[pl.Expr] = []
 
@@ -234,11 +276,7 @@ def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
 
     for name, dtype in frame.schema.items():
         walk(pl.col(name), name, dtype)
-    found = int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
-    if colons == found:
-        return True
-    nulls = _count_tokens(path, b"null") if colons > found else None
-    return nulls is not None and colons == found + nulls
+    return int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
 
 
 def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:

@@ -81,7 +81,7 @@ def _columns_text(report: ConvergeReport) -> str | None:
         kinds = set(map(type, values))
         if not kinds <= {str, type(None)}:
             return None
-        if any(c in text for text in set(values) - {None} for c in _NEEDS_QUOTES):
+        if any(c in text for text in set(values) if text is not None for c in _NEEDS_QUOTES):
             return None
 
     def integers(values: list[Any]) -> pl.Series:

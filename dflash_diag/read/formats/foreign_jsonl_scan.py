@@ -241,13 +241,13 @@ def _scan(path: Path, tree: dict[str, Any]) -> _Scanned | None:
             columns: list[pl.Series] = []
             for name in frame.columns:
                 _flatten(frame[name], name, columns)
-            flat = pl.DataFrame(columns)
-            if len(set(flat.columns)) < len(columns):
+            if len({c.name for c in columns}) < len(columns):
                 return None  # a key "a/b" beside an object "a" with a field "b"
+            flat = pl.DataFrame(columns)
             for name, dtype in flat.schema.items():
-                if dtype == pl.String and (
-                    flat.select(pl.col(name).str.contains(_NUMERIC_TEXT).any()).item()
-                ):
+                if dtype != pl.String:
+                    continue
+                if flat.select(pl.col(name).str.contains(_NUMERIC_TEXT).any()).item():
                     return None  # a numeric string: the line reader's coercion decides
             kept = [c for c in columns if c.dtype == pl.Float64]
             if kept and flat.select(pl.any_horizontal(pl.col(pl.Float64).is_nan().any())).item():

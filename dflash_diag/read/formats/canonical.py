@@ -342,6 +342,7 @@ def to_parsed_log(
     preset: Preset | None = None,
     fields: Mapping[str, str] | None = None,
     detect: bool = True,
+    release: bool = False,
 ) -> Canonical:
     """Apply a preset and field map to a reader's scalars: the canonical :class:`ParsedLog`.
 
@@ -351,6 +352,9 @@ def to_parsed_log(
         preset: the preset to apply (None: detect one from the keys when ``detect``).
         fields: a user's ``--field`` map (canonical name -> log key), layered over the preset.
         detect: detect a preset when none is given.
+        release: empty ``scalars.wide`` once its pieces are taken in (for a caller with no
+            more use for them: the pieces are then freed as the records are built from them,
+            not held beside the records to the end).
     """
     frame = scalars.frame
     if _has_dots(frame):
@@ -374,8 +378,15 @@ def to_parsed_log(
     if scalars.as_lines is not None and any(k in w.columns for w in wides for k in step_keys):
         # a step key among values the reader merged by step: each of its lines is a record
         return to_parsed_log(
-            scalars.as_lines(), source=source, preset=preset, fields=fields, detect=detect
+            scalars.as_lines(),
+            source=source,
+            preset=preset,
+            fields=fields,
+            detect=detect,
+            release=release,
         )
+    if release:
+        scalars.wide = []  # the renamed pieces above are the only holders now
     frame = _apply_step_keys(frame, step_keys)
     wides = [_apply_wide_step_keys(w, step_keys) for w in wides]
     wanted = (
@@ -414,6 +425,7 @@ def to_parsed_log(
         )
         for w in wides
     ]
+    del wides  # the parts hold what is used of them
     several = len(parts) > 1
     records = pl.concat(parts, how="diagonal_relaxed") if several else parts[0]
     del parts
@@ -552,10 +564,15 @@ def _merge_duplicate_steps(records: pl.DataFrame) -> pl.DataFrame:
         .group_by("_segment", "step", maintain_order=True)
         .agg(pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
     )
-    kept = records.filter(~duplicate).select("_segment", "step", "time", *value_columns)
+    keep = ~duplicate
+    kept = records.select("_segment", "step").filter(keep)
     # the first row of each run of duplicates, in the kept records (runs in merged's order)
-    heads = followed.filter(~duplicate).arg_true()
-    return kept.with_columns(kept[c].scatter(heads, merged[c]) for c in ("time", *value_columns))
+    heads = followed.filter(keep).arg_true()
+    # column by column: each column's filtered copy is freed (to the next one) once its merged
+    # values are in (a scatter copies), so one column is spare at a time, not the whole frame
+    return kept.with_columns(
+        records[c].filter(keep).scatter(heads, merged[c]) for c in ("time", *value_columns)
+    )
 
 
 def _sorted_by_segment_step() -> pl.Expr:

@@ -12,13 +12,15 @@ For each eval record at step s, the log is cut after step s's metric record and 
 is removed; ``dflash-diag converge``'s report (the library: ``build_converge_report``) then gives
 its primary estimate, which is compared with the eval's measured tau. Nothing is trained.
 
-Each figure is shown with its standard error: the measured tau's from its ``tau_hist`` (the
-verify steps taken as independent draws: a lower bound, since the steps of one prompt are
-correlated; over the 8 prompts of ``constant-5e-4-s8-160``'s evals the SE between prompts was
-1.1-2.1x larger), the primary's as the report gives it (the walk's, between records), and the
-error's by the product rule: the relative SE of a ratio is the root sum of squares of the two
-relative SEs. ``z`` is the error over its SE: an eval missed by more than 10% with ``|z| < 2`` is
-missed within the two measurements' own noise.
+Each figure is shown with its standard error: the measured tau's between its prompts where the
+eval record holds per-prompt results (``prompt_tokens``, ``prompt_steps``: logs written since
+issue 22; :func:`dflash_diag.analysis.estimators.eval_se`), else from its ``tau_hist`` (the verify
+steps taken as independent draws: a lower bound, since the steps of one prompt are correlated;
+over the 8 prompts of ``constant-5e-4-s8-160``'s evals the SE between prompts was 1.1-2.1x
+larger; such rows are marked ``h``), the primary's as the report gives it (the walk's, between
+records), and the error's by the product rule: the relative SE of a ratio is the root sum of
+squares of the two relative SEs. ``z`` is the error over its SE: an eval missed by more than 10%
+with ``|z| < 2`` is missed within the two measurements' own noise.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def primary_at_evals(path: Path, window: int | None, all_evals: bool = False) ->
     tau, the primary estimate of the report with every eval hidden, and its relative error.
     ``window``: steps per window (None: converge's default, ``--window auto``)."""
     from dflash_diag import ConvergeConfig, build_converge_report, load_log
+    from dflash_diag.analysis.estimators import eval_se
 
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     epoch_at = {r["step"]: r.get("epoch") for r in records if "event" not in r}
@@ -62,7 +65,10 @@ def primary_at_evals(path: Path, window: int | None, all_evals: bool = False) ->
             Path(f.name).unlink()
         a = report.acceptance
         primary = next((e for e in a.estimates if e.name == a.estimator), None)
-        measured_se = hist_se(ev.get("tau_hist") or [])
+        between_prompts = eval_se(ev)
+        measured_se = (
+            between_prompts if between_prompts is not None else hist_se(ev.get("tau_hist") or [])
+        )
         primary_se = primary.se if primary is not None else None
         ratio = a.tau / ev["tau"]
         rel = [x / v for x, v in ((measured_se, ev["tau"]), (primary_se, a.tau)) if x is not None]
@@ -74,6 +80,8 @@ def primary_at_evals(path: Path, window: int | None, all_evals: bool = False) ->
                 "epoch": epoch,
                 "measured": ev["tau"],
                 "measured_se": measured_se,
+                "se_from": "prompts" if between_prompts is not None else "hist",
+                "n_prompts": ev.get("n_prompts"),
                 "primary": a.tau,
                 "primary_se": primary_se,
                 "estimator": a.estimator,
@@ -131,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         z = f"{r['error'] / e_se:>+5.1f}" if e_se else f"{'':>5}"
         print(
             f"{r['run']:<20} {r['step']:>5} {r['epoch']:>6.2f} {r['measured']:>9.3f} "
-            f"{_pm(r['measured_se']):>6} {r['primary']:>8.3f} {_pm(r['primary_se']):>6} "
+            f"{_pm(r['measured_se']):>6}{'h' if r['se_from'] == 'hist' else ' '}"
+            f"{r['primary']:>8.3f} {_pm(r['primary_se']):>6} "
             f"{r['estimator']:<10} {r['error']:>+7.1%} "
             f"{'' if e_se is None else f'{e_se:.1%}':>6} {z}"
         )
@@ -153,6 +162,29 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
         )
+        # The signed mean by run: an offset the same at every eval of a run is which prompts the
+        # eval and the walk read (a fixed split repeats it in every run; a seeded one draws it).
+        runs = list(dict.fromkeys(r["run"] for r in rows))
+        print(
+            "mean error by run: "
+            + ", ".join(
+                f"{run} {statistics.mean(r['error'] for r in rows if r['run'] == run):+.1%}"
+                for run in runs
+            )
+        )
+        by_prompts = [r for r in rows if r["se_from"] == "prompts"]
+        if by_prompts:
+            rel = [r["measured_se"] / r["measured"] for r in by_prompts]
+            print(
+                f"measured SE between prompts ({len(by_prompts)} evals of "
+                f"{'/'.join(str(n) for n in sorted({r['n_prompts'] for r in by_prompts}))} "
+                f"prompts): median {statistics.median(rel):.1%} of tau, max {max(rel):.1%}"
+                + (
+                    f"; {len(rows) - len(by_prompts)} evals from the histogram (h)"
+                    if len(by_prompts) < len(rows)
+                    else ""
+                )
+            )
     return 0
 
 

@@ -70,23 +70,31 @@ COMMON = [
     "8",
 ]
 TOML = """eval_new_tokens = 40
-eval_prompts = 8
+eval_prompts = {eval_prompts}
 walk_every = 1
 walk_seqs = 4
-walk_holdout = 32
+walk_holdout = {walk_holdout}
 walk_source = "{walk_source}"
+eval_split = "{eval_split}"
 """
 
+#: The larger eval file (``benchmarks/make_eval_prompts.py``: 256 prompts, the first 32 the
+#: bundled file's) and how the runs of ``tests/fixtures/runs_eval64*/`` split it.
+LARGE_EVAL = REPO / "benchmarks" / "eval_data" / "eval_prompts.jsonl"
 
-def make_data(work: Path, examples: int) -> Path:
-    """The first ``examples`` examples of the bundled data, with its eval prompts."""
+
+def make_data(work: Path, examples: int, eval_file: Path | None = None) -> Path:
+    """The first ``examples`` examples of the bundled data, with its eval prompts (or
+    ``eval_file``'s; written again whenever the file differs)."""
     from dflash.data import DEFAULT_DATA_DIR, EVAL_FILE, load_dataset, save_dataset
 
     out = work / "data"
     if not (out / "train.safetensors").is_file():
         full = load_dataset(DEFAULT_DATA_DIR)
         save_dataset(out, full.subset(list(range(examples))), [])
-        shutil.copy(DEFAULT_DATA_DIR / EVAL_FILE, out / EVAL_FILE)
+    source = eval_file or DEFAULT_DATA_DIR / EVAL_FILE
+    if not (out / EVAL_FILE).is_file() or (out / EVAL_FILE).read_bytes() != source.read_bytes():
+        shutil.copy(source, out / EVAL_FILE)
     return out
 
 
@@ -109,7 +117,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--ckpt-every", type=int, default=0, help="keep checkpoints (bench_walk_gap.py reads them)"
     )
+    p.add_argument(
+        "--eval-file",
+        type=Path,
+        default=None,
+        help="the data's eval-prompt file (default: the bundled data's 32 prompts)",
+    )
+    p.add_argument("--eval-prompts", type=int, default=8, help="prompts per eval")
+    p.add_argument(
+        "--eval-every", type=int, default=None, help="steps between evals (default: the table's)"
+    )
+    p.add_argument("--walk-holdout", type=int, default=32, help="the walk's held-out sequences")
+    p.add_argument(
+        "--eval-split",
+        choices=("first", "seeded"),
+        default="first",
+        help="which prompts of the eval file the eval measures (the config's eval_split)",
+    )
+    p.add_argument(
+        "--eval64",
+        action="store_true",
+        help="the runs of tests/fixtures/runs_eval64*/: the 256-prompt eval file, 64 prompts per "
+        "eval, the other 192 walked, a seeded split (--eval-file benchmarks/eval_data/"
+        "eval_prompts.jsonl --eval-prompts 64 --walk-holdout 192 --eval-split seeded)",
+    )
     args = p.parse_args(argv)
+    if args.eval64:
+        args.eval_file, args.eval_prompts, args.walk_holdout = LARGE_EVAL, 64, 192
+        args.eval_split = "seeded"
     table = HELDOUT if args.heldout else RUNS
     out = args.out or REPO / "tests" / "fixtures" / ("runs_heldout" if args.heldout else "runs")
     if args.list:
@@ -119,9 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in table]
     if unknown:
         p.error(f"unknown run(s) {', '.join(unknown)}: see --list")
-    data = make_data(args.work, args.examples)
+    data = make_data(args.work, args.examples, args.eval_file)
     toml = args.work / "runs.toml"
-    toml.write_text(TOML.format(walk_source=args.walk_source))
+    toml.write_text(
+        TOML.format(
+            walk_source=args.walk_source,
+            eval_prompts=args.eval_prompts,
+            walk_holdout=args.walk_holdout,
+            eval_split=args.eval_split,
+        )
+    )
     for name in args.names or list(table):
         log = out / name / "train.jsonl"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             *COMMON,
             *table[name],
             *(["--ckpt-every", str(args.ckpt_every)] if args.ckpt_every else []),
+            *(["--eval-every", str(args.eval_every)] if args.eval_every else []),
         ]
         print(" ".join(cmd), flush=True)
         if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:

@@ -36,7 +36,9 @@ RESUMED_FROM_FIELDS: tuple[str, ...] = ("path", "step")
 #: walks training sequences: out of sample in the first epoch only.
 WALK_HELD_OUT_FIELDS: tuple[str, ...] = ("examples", "seed", "of", "indices")
 #: Optional key of ``run_start.walk_held_out`` (absent in logs written before it: ``data``).
-WALK_HELD_OUT_OPTIONAL_FIELDS: tuple[str, ...] = ("source",)
+#: ``eval_indices``: the eval file's prompts the eval measures, when a seeded split drew them
+#: (absent: the file's first ``n_prompts``).
+WALK_HELD_OUT_OPTIONAL_FIELDS: tuple[str, ...] = ("source", "eval_indices")
 #: ``walk_held_out.source``: the eval-prompt file's prompts the eval does not use, with the
 #: target's greedy continuations (``indices`` and ``of`` count prompts of that file), or
 #: training examples held out of the data.
@@ -113,7 +115,8 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "metrics": (*PIPELINE_METRICS, *RANK_METRICS, *WALK_METRICS),
     # per-rank logs only; resumed launches only; runs with a held-out walk split only
     "run_start": ("rank", "resume_schedule", "walk_held_out"),
-    "eval": (),
+    # logs written since per-prompt results (the eval's SE between prompts) only
+    "eval": ("prompt_tokens", "prompt_steps"),
     "checkpoint": (),
     "nonfinite": ("grad_norm",),
     "stop": ("error",),

@@ -21,8 +21,9 @@ seed            no       int in [0, 2**32)
 world_size      no       int >= 1
 micro_batches   no       int >= 1 (older checkpoints: ``grad_accum``)
 walk_held_out   no       {} (no split) or {"examples": int >= 1, "seed", "of": int, "indices"
-                         [, "source": "eval_prompts" or "data" (absent: data)]}: the held-out
-                         walk split (:mod:`pipelines.walk_split`)
+                         [, "source": "eval_prompts" or "data" (absent: data)]
+                         [, "eval_indices": the eval's prompts of a seeded split]}: the
+                         held-out walk split (:mod:`pipelines.walk_split`)
 =============== ======== ==========================================================
 
 Unknown keys are kept and ignored (a newer version may add some).
@@ -91,8 +92,16 @@ def _held_out(v: Any) -> str | None:
     if v == {}:
         return None
     keys = {"examples", "seed", "of", "indices"}
-    if not isinstance(v, dict) or set(v) - {"source"} != keys:
-        return f"{{}} or an object with {', '.join(sorted(keys))}[, source], got {v!r:.60}"
+    if not isinstance(v, dict) or set(v) - {"source", "eval_indices"} != keys:
+        return (
+            f"{{}} or an object with {', '.join(sorted(keys))}[, source, eval_indices], "
+            f"got {v!r:.60}"
+        )
+    if "eval_indices" in v and (
+        not isinstance(v["eval_indices"], list)
+        or not all(type(i) is int and i >= 0 for i in v["eval_indices"])
+    ):
+        return f"eval_indices a list of prompt indices, got {v['eval_indices']!r:.40}"
     if v.get("source", "data") not in WALK_SOURCES:
         return f"source one of {', '.join(WALK_SOURCES)}, got {v['source']!r:.40}"
     for key, low, high in (("examples", 1, None), ("seed", 0, SEED_LIMIT), ("of", 2, None)):

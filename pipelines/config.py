@@ -42,6 +42,8 @@ SCHEDULE_KINDS = KINDS
 RESUME_SCHEDULE_MODES = logschema.RESUME_SCHEDULE_MODES
 #: Where the walk's held-out sequences come from (``walk_source``).
 WALK_SOURCES = logschema.WALK_HELD_OUT_SOURCES
+#: How the eval-prompt file is split between the eval and the walk (``eval_split``).
+EVAL_SPLITS = ("first", "seeded")
 
 
 def default_of(cls: type, name: str) -> Any:
@@ -139,6 +141,13 @@ class TrainConfig:
     continuation, generated at the start: the eval's own population; held-out training examples
     when the file holds no more) or ``data`` (training examples held out: windows of the
     target's training text, measured up to 15% above the eval's tau late in a run)."""
+    eval_split: str = "first"
+    """Which prompts of the eval file the eval measures, with ``walk_source = eval_prompts``:
+    ``first`` (its first ``eval_prompts``; the walk takes the next ones) or ``seeded`` (a draw
+    seeded by the run's seed, the walk taking its own draw from the rest, both named in the
+    header's ``walk_held_out``): with a fixed split every run's eval reads the same prompts, so
+    whatever by which they differ from the walk's is the same in every run; a seeded split makes
+    it differ between runs and vanish in expectation."""
     max_nonfinite: int = 5
     """Stop the run after this many non-finite steps in a row."""
     torch_threads: int = 0
@@ -201,6 +210,10 @@ class TrainConfig:
             raise ValueError(
                 f"resume_schedule must be one of {', '.join(RESUME_SCHEDULE_MODES)}, "
                 f"got {self.resume_schedule!r}"
+            )
+        if self.eval_split not in EVAL_SPLITS:
+            raise ValueError(
+                f"eval_split must be one of {', '.join(EVAL_SPLITS)}, got {self.eval_split!r}"
             )
         if self.walk_source not in WALK_SOURCES:
             raise ValueError(

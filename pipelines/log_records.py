@@ -131,10 +131,18 @@ class EvalRecord:
     n_prompts: int
     new_tokens: int
     temperature: float = 0.0
+    prompt_tokens: list[int] | None = None
+    """Per prompt, in the order measured: tokens gained (the sum of its accepted lengths, the
+    numerator of ``tau``), so that the eval's standard error between prompts is computed, not
+    guessed (absent in logs written before it)."""
+    prompt_steps: list[int] | None = None
+    """Per prompt: verify steps (the denominator; ``tau = sum(prompt_tokens) / sum(prompt_steps)``)."""
     event: str = "eval"
 
     def to_json(self) -> dict[str, Any]:
-        return _event_first(asdict(self))
+        return _event_first(
+            {k: v for k, v in asdict(self).items() if v is not None or not k.startswith("prompt_")}
+        )
 
 
 @dataclass
@@ -231,6 +239,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "n_prompts": (int,),
     "new_tokens": (int,),
     "temperature": _NUM,
+    "prompt_tokens": (list,),
+    "prompt_steps": (list,),
     "path": (str,),
     "consecutive": (int,),
     "reason": (str,),
@@ -248,6 +258,23 @@ _SPECS = {
 _PIPELINE = frozenset(logschema.PIPELINE_METRICS)
 #: Fields of the per-rank logs (``--log-all-ranks``) only, on top of the pipeline fields.
 _RANK_METRICS = frozenset(logschema.RANK_METRICS)
+
+
+def _check_prompt_results(rec: dict[str, Any]) -> None:
+    """An eval's per-prompt results: both lists or neither, one int per prompt each, adding up
+    to its histogram's verify steps."""
+    tokens, steps = rec.get("prompt_tokens"), rec.get("prompt_steps")
+    if tokens is None and steps is None:
+        return
+    if tokens is None or steps is None:
+        raise ValueError("eval: prompt_tokens and prompt_steps come together")
+    for name, values in (("prompt_tokens", tokens), ("prompt_steps", steps)):
+        if len(values) != rec["n_prompts"] or not all(type(x) is int and x >= 0 for x in values):
+            raise ValueError(f"eval: {name} must hold n_prompts ({rec['n_prompts']}) counts")
+    if sum(steps) != sum(rec["tau_hist"]):
+        raise ValueError(
+            f"eval: prompt_steps add up to {sum(steps)}, tau_hist to {sum(rec['tau_hist'])}"
+        )
 
 
 def validate_record(rec: dict[str, Any]) -> str:
@@ -302,7 +329,7 @@ def validate_record(rec: dict[str, Any]) -> str:
             ):
                 raise ValueError(
                     f"run_start: walk_held_out must be "
-                    f"{{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}[, source]}}"
+                    f"{{{', '.join(logschema.WALK_HELD_OUT_FIELDS)}[, source, eval_indices]}}"
                 )
             if split.get("source", "data") not in logschema.WALK_HELD_OUT_SOURCES:
                 raise ValueError(
@@ -313,6 +340,8 @@ def validate_record(rec: dict[str, Any]) -> str:
             raise ValueError(
                 f"run_start: rank {rec['rank']} outside world_size {rec['world_size']}"
             )
+    if kind == "eval":
+        _check_prompt_results(rec)
     if kind == "metrics":
         present = set(rec) & set(_PIPELINE)
         if present and present != set(_PIPELINE):

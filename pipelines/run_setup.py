@@ -60,6 +60,7 @@ from .walk_split import (
     EVAL_PROMPTS,
     HeldOutWalk,
     prompt_walk,
+    seeded_prompt_split,
     spare_prompts,
     split_for_walk,
 )
@@ -242,6 +243,9 @@ def _build_setup(cfg: TrainConfig, dp: DataParallel | None) -> Setup:
         dataset, held_out = _walk_split(cfg, dataset, target, dcfg, saved_split, dp)
         if cfg.resume is not None:
             check_cursor_fits(state, cfg.resume, len(dataset))
+        if held_out is not None and held_out.eval_indices is not None:
+            every = load_eval_prompts(resolve_data(cfg.data))
+            prompts = [every[i] for i in held_out.eval_indices]
     except (CheckpointError, KeyError, TypeError, ValueError) as e:
         raise TrainingError(f"cannot resume: {e}") from None
     try:
@@ -297,16 +301,24 @@ def _walk_split(
         source = "data"  # a checkpoint written before splits existed: trained on everything
     if source == EVAL_PROMPTS and (saved or cfg.walk_holdout):
         every = load_eval_prompts(resolve_data(cfg.data))
-        indices = (
-            [int(i) for i in saved["indices"]]
-            if saved
-            else spare_prompts(len(every), cfg.eval_prompts, cfg.walk_holdout)
-        )
+        eval_indices: list[int] | None = None
+        if saved:
+            indices = [int(i) for i in saved["indices"]]
+            if "eval_indices" in saved:
+                eval_indices = [int(i) for i in saved["eval_indices"]]
+        elif cfg.eval_split == "seeded":
+            eval_indices, indices = seeded_prompt_split(
+                len(every), cfg.eval_prompts, cfg.walk_holdout, cfg.seed
+            )
+        else:
+            indices = spare_prompts(len(every), cfg.eval_prompts, cfg.walk_holdout)
         if indices:
             horizon = cfg.eval_new_tokens or longest_response(dataset)
             layers = list(dcfg.target_layer_ids)
+            # A resume names the checkpoint's seed, the one its split was drawn with.
+            seed = int(saved["seed"]) if saved else cfg.seed
             return dataset, prompt_walk(
-                target, every, indices, horizon, layers, dataset.meta, cfg.seed
+                target, every, indices, horizon, layers, dataset.meta, seed, eval_indices
             )
         if dp.is_main:
             print(

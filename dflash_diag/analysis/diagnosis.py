@@ -541,7 +541,7 @@ def diagnose_frame(
         notes.append(f"drafter log: {drafter.reason}")
     return Diagnosis(
         selection=selection,
-        windows=window_rows_of(windows, trends),
+        windows=[WindowRow(w, t) for w, t in zip(windows, trends, strict=True)],
         schedule=schedule,
         acceptance=acceptance,
         verdict=verdict,
@@ -555,19 +555,6 @@ def diagnose_frame(
         window=choice,
         forecast=forecast,
     )
-
-
-def window_rows_of(windows: Sequence[Window], trends: Sequence[Trend]) -> list[WindowRow]:
-    """Each window with its trend. The instance dict is filled at once: a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__`` (a tenth of the analysis at
-    20,000 windows)."""
-    new = object.__new__
-    rows = []
-    for window, trend in zip(windows, trends, strict=True):
-        row = new(WindowRow)
-        row.__dict__.update(window=window, trend=trend)
-        rows.append(row)
-    return rows
 
 
 def merge_windows(earlier: Sequence[Window], windows: Sequence[Window]) -> list[Window]:

@@ -117,26 +117,9 @@ def compute_trends(
     table = windows if isinstance(windows, WindowTable) else WindowTable.from_windows(windows)
     acc_delta, acc_trend = _arrows(table, "acc", "acc_se", config, higher_is_better=True)
     loss_delta, loss_trend = _arrows(table, "loss", "loss_se", config, higher_is_better=False)
-    new, set_dict = object.__new__, object.__setattr__
-    trends = []
-    # Setting the instance dict at once: a frozen dataclass's __init__ sets each field with
-    # object.__setattr__ (half the cost of building 20,000 trends).
-    for a_delta, a_trend, l_delta, l_trend in zip(
-        acc_delta, acc_trend, loss_delta, loss_trend, strict=True
-    ):
-        trend = new(Trend)
-        set_dict(
-            trend,
-            "__dict__",
-            {
-                "acc_delta": a_delta,
-                "acc_trend": a_trend,
-                "loss_delta": l_delta,
-                "loss_trend": l_trend,
-            },
-        )
-        trends.append(trend)
-    return trends
+    return [
+        Trend(*values) for values in zip(acc_delta, acc_trend, loss_delta, loss_trend, strict=True)
+    ]
 
 
 def compute_trends_reference(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -120,22 +121,29 @@ def _positive_weight(value: str, weight: str) -> pl.Expr:
     return _finite(value) & _finite(weight) & (pl.col(weight) > 0).fill_null(False)
 
 
-def _weighted_mean_parts(value: str, with_sd: bool = True) -> list[pl.Expr]:
-    """Per-window aggregations of ``value``: finite count, plain mean (and sd), and the weighted
-    sum over the entries with a finite positive weight (masked by :func:`_masked_columns`)."""
+def _weighted_mean_parts(value: str, with_sd: bool, weights: bool) -> list[pl.Expr]:
+    """Per-window aggregations of ``value``: finite count, plain mean (and sd), and, with
+    ``weights``, the weighted sum over the entries with a finite positive weight (masked by
+    :func:`_masked_columns`)."""
     ok = pl.col(f"_{value}_ok")
-    weighted = pl.col(f"_{value}_w")
-    return [
+    parts = [
         ok.count().alias(f"_{value}_n"),
         ok.mean().alias(f"_{value}_plain"),
         *([ok.std().alias(f"_{value}_sd")] if with_sd else []),
-        weighted.count().alias(f"_{value}_wn"),
-        (weighted * pl.col(f"_{value}_wt")).sum().alias(f"_{value}_wsum"),
-        pl.col(f"_{value}_wt").sum().alias(f"_{value}_wden"),
     ]
+    if weights:
+        weighted = pl.col(f"_{value}_w")
+        parts += [
+            weighted.count().alias(f"_{value}_wn"),
+            (weighted * pl.col(f"_{value}_wt")).sum().alias(f"_{value}_wsum"),
+            pl.col(f"_{value}_wt").sum().alias(f"_{value}_wden"),
+        ]
+    return parts
 
 
-def _masked_columns(value: str, weight: str) -> list[pl.Expr]:
+def _masked_columns(value: str, weight: str, weights: bool) -> list[pl.Expr]:
+    if not weights:
+        return [_masked(value, _finite(value)).alias(f"_{value}_ok")]
     has_weight = _positive_weight(value, weight)
     return [
         _masked(value, _finite(value)).alias(f"_{value}_ok"),
@@ -144,23 +152,31 @@ def _masked_columns(value: str, weight: str) -> list[pl.Expr]:
     ]
 
 
-def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
+def _picked_mean(
+    value: str, with_se: bool, weights: bool
+) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
     """(mean, weighted, standard error) of ``value`` per window, from :func:`_weighted_mean_parts`.
 
     The mean is ``n_pred``-weighted when every finite entry has a weight (and the weights do not
     sum to zero), else plain; None without a finite entry. The standard error needs two entries.
+    Without ``weights`` (no weight in the whole log) the mean is the plain one.
     """
     n = pl.col(f"_{value}_n")
     sd = pl.col(f"_{value}_sd")
-    wden = pl.col(f"_{value}_wden")
-    use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
-    mean = (
-        pl.when(n == 0)
-        .then(None)
-        .when(use_weights)
-        .then(pl.col(f"_{value}_wsum") / wden)
-        .otherwise(pl.col(f"_{value}_plain"))
-    )
+    if weights:
+        wden = pl.col(f"_{value}_wden")
+        use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
+        mean = (
+            pl.when(n == 0)
+            .then(None)
+            .when(use_weights)
+            .then(pl.col(f"_{value}_wsum") / wden)
+            .otherwise(pl.col(f"_{value}_plain"))
+        )
+    else:
+        # no entry has a weight: wn = 0, so use_weights is false where n > 0 (and n = 0 is null)
+        use_weights = pl.lit(False)
+        mean = pl.when(n == 0).then(None).otherwise(pl.col(f"_{value}_plain"))
     if not with_se:
         return mean, use_weights, None
     se = pl.when((n >= 2) & sd.is_finite().fill_null(False)).then(sd / n.cast(pl.Float64).sqrt())
@@ -172,64 +188,76 @@ _walked = (
     _finite("walk_tokens") & _finite("walk_steps") & (pl.col("walk_steps") > 0).fill_null(False)
 )
 
+_NULL = pl.lit(None, pl.Float64)
 
-def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
-    """One row per non-empty window (sorted), with the columns :class:`Window` is built from."""
-    for name in (
-        "n_pred",
-        "n_blocks",
+
+def _with_values(frame: pl.DataFrame, names: Sequence[str]) -> set[str]:
+    """The columns of ``names`` that hold a value somewhere in ``frame`` (not all null)."""
+    return {
+        name for name in names if name in frame.columns and frame[name].null_count() < frame.height
+    }
+
+
+def _aggregate(
+    frame: pl.DataFrame, size: int, start: int, *, elide_empty: bool = True
+) -> pl.DataFrame:
+    """One row per non-empty window (sorted), with the columns :class:`Window` is built from.
+
+    A field no record holds (HF logs have no accuracy, no weights, no walk) is a null literal in
+    the result instead of a masked column and its aggregations: what the query would have
+    computed from all-null columns (no entry: a null mean, a plain mean without weights, no walk),
+    at about half the query's cost on such a log. ``elide_empty=False`` computes every field
+    (the tests compare the two).
+    """
+    names = (
+        "loss",
+        "acc",
         "tau_train",
         "lr",
         "tok_per_sec",
-        "loss",
-        "acc",
+        "n_pred",
+        "n_blocks",
         "walk_tokens",
         "walk_steps",
-    ):
+    )
+    has = _with_values(frame, names) if elide_empty else set(names)
+    for name in names:
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
-    nonfinite = sum(
-        (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
-        for name in ("loss", "acc", "tau_train", "lr")
-    )
-    acc, acc_weighted, acc_se = _picked_mean("acc")
-    loss, loss_weighted, loss_se = _picked_mean("loss")
-    tau, _, _ = _picked_mean("tau_train", with_se=False)
-    index = window_index(start, size)
-    if frame["step"].is_sorted():
-        # Records in step order (resolve_restarts' output): each window is one run of rows, and
-        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
-        # (about half the query's time). The sums then run in row order.
-        index = index.set_sorted()
-    return (
-        frame.lazy()
-        .filter(pl.col("step") >= start)
-        .select(
-            index,
-            pl.col("step"),
-            nonfinite.alias("_nonfinite"),
-            *_masked_columns("acc", "n_pred"),
-            *_masked_columns("loss", "n_pred"),
-            *_masked_columns("tau_train", "n_blocks"),
-            *(_masked(name, _finite(name)).alias(f"_{name}_ok") for name in ("lr", "tok_per_sec")),
-            *(
-                _masked(name, _walked).alias(f"_{name}_ok")
-                for name in ("walk_tokens", "walk_steps")
-            ),
-        )
-        .group_by("_window")
-        .agg(
-            pl.len().alias("_n"),
-            pl.col("step").min().alias("_first"),
-            pl.col("step").max().alias("_last"),
-            pl.col("_nonfinite").sum(),
-            *_weighted_mean_parts("acc"),
-            *_weighted_mean_parts("loss"),
-            *_weighted_mean_parts("tau_train", with_sd=False),
-            *(
-                pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean")
-                for name in ("lr", "tok_per_sec")
-            ),
+    counted = [name for name in ("loss", "acc", "tau_train", "lr") if name in has]
+    nonfinite = pl.lit(0, pl.Int64)
+    for i, name in enumerate(counted):
+        term = (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
+        nonfinite = term if i == 0 else nonfinite + term
+    masked: list[pl.Expr] = []
+    parts: list[pl.Expr] = []
+    picked: dict[str, tuple[pl.Expr, pl.Expr, pl.Expr | None]] = {}
+    for value, weight, with_se in (
+        ("acc", "n_pred", True),
+        ("loss", "n_pred", True),
+        ("tau_train", "n_blocks", False),
+    ):
+        if value not in has:
+            picked[value] = (_NULL, pl.lit(False), _NULL if with_se else None)
+            continue
+        weights = weight in has
+        masked += _masked_columns(value, weight, weights)
+        parts += _weighted_mean_parts(value, with_sd=with_se, weights=weights)
+        picked[value] = _picked_mean(value, with_se=with_se, weights=weights)
+    means = {}
+    for name in ("lr", "tok_per_sec"):
+        if name in has:
+            masked.append(_masked(name, _finite(name)).alias(f"_{name}_ok"))
+            parts.append(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean"))
+            means[name] = pl.col(f"_{name}_mean")
+        else:
+            means[name] = _NULL
+    walked = {"walk_tokens", "walk_steps"} <= has
+    if walked:
+        masked += [
+            _masked(name, _walked).alias(f"_{name}_ok") for name in ("walk_tokens", "walk_steps")
+        ]
+        parts += [
             *(
                 pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum")
                 for name in ("walk_tokens", "walk_steps")
@@ -239,6 +267,42 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             (pl.col("_walk_tokens_ok") ** 2).sum().alias("_walk_tt"),
             (pl.col("_walk_steps_ok") ** 2).sum().alias("_walk_ss"),
             (pl.col("_walk_tokens_ok") * pl.col("_walk_steps_ok")).sum().alias("_walk_ts"),
+        ]
+        tau_walk = (
+            pl.when(pl.col("_walk_steps_sum") > 0)
+            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum"))
+            .alias("_tau_walk")
+        )
+        walk = [tau_walk, _ratio_se_expr().alias("_tau_walk_se"), pl.col("_walk_n").cast(pl.Int64)]
+    else:
+        # a record walks only with both fields: no walked record, no walked tau
+        walk = [
+            _NULL.alias("_tau_walk"),
+            _NULL.alias("_tau_walk_se"),
+            pl.lit(0, pl.Int64).alias("_walk_n"),
+        ]
+    acc, acc_weighted, acc_se = picked["acc"]
+    loss, loss_weighted, loss_se = picked["loss"]
+    tau, _, _ = picked["tau_train"]
+    assert acc_se is not None
+    assert loss_se is not None
+    index = window_index(start, size)
+    if frame["step"].is_sorted():
+        # Records in step order (resolve_restarts' output): each window is one run of rows, and
+        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
+        # (about half the query's time). The sums then run in row order.
+        index = index.set_sorted()
+    return (
+        frame.lazy()
+        .filter(pl.col("step") >= start)
+        .select(index, pl.col("step"), nonfinite.alias("_nonfinite"), *masked)
+        .group_by("_window")
+        .agg(
+            pl.len().alias("_n"),
+            pl.col("step").min().alias("_first"),
+            pl.col("step").max().alias("_last"),
+            pl.col("_nonfinite").sum(),
+            *parts,
         )
         .sort("_window")
         .select(
@@ -255,13 +319,9 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             loss_se.alias("_loss_se"),
             pl.col("_nonfinite").cast(pl.Int64),
             tau.alias("_tau"),
-            pl.col("_lr_mean"),
-            pl.col("_tok_per_sec_mean"),
-            pl.when(pl.col("_walk_steps_sum") > 0)
-            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum"))
-            .alias("_tau_walk"),
-            _ratio_se_expr().alias("_tau_walk_se"),
-            pl.col("_walk_n").cast(pl.Int64),
+            means["lr"].alias("_lr_mean"),
+            means["tok_per_sec"].alias("_tok_per_sec_mean"),
+            *walk,
         )
         # The in-memory engine's group-by sums like the eager API always did; the streaming
         # engine accumulates in another order, and the means would move in their last bits.
@@ -311,7 +371,7 @@ def logging_interval(steps: pl.Series) -> int | None:
     gaps = _distinct_gaps(steps)
     if gaps.len() == 0:
         return None
-    return max(1, int(gaps.median()))
+    return max(1, int(cast(float, gaps.median())))
 
 
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
@@ -334,7 +394,9 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     gaps = _distinct_gaps(steps)
     if gaps.len() == 0:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
-    interval = max(1, int(gaps.median()))  # logging_interval's, from the gaps found once
+    interval = max(
+        1, int(cast(float, gaps.median()))
+    )  # logging_interval's, from the gaps found once
     if interval == 1:
         return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
     n = gaps.len() + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
@@ -381,7 +443,7 @@ def _window_objects(columns: list[list[object]]) -> list[Window]:
     """
     names = tuple(WINDOW_SCHEMA)
     new = object.__new__
-    out = []
+    out: list[Window] = []
     append = out.append
     for values in zip(*columns, strict=True):
         window = new(Window)
@@ -460,7 +522,7 @@ def compute_window_table(
     if frame.height == 0:
         return WindowTable(pl.DataFrame(schema=WINDOW_SCHEMA), [])
     if start is None:
-        start = int(frame["step"].min())
+        start = int(cast(int, frame["step"].min()))
     table = _aggregate(frame, size, start)
     columns = table.get_columns()
     columns.insert(2, (columns[1] + (size - 1)).alias("end"))

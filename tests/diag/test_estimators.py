@@ -178,3 +178,27 @@ def test_n_blocks_weigh_positions_only_when_every_record_has_blocks():
     )
     assert mean_positions(rows, "acc_pos") == [0.5]
     assert mean_positions(rows.with_columns(pl.Series("n_blocks", [1, 3])), "acc_pos") == [0.25]
+
+
+def test_the_measured_tau_carries_its_se_between_prompts_when_the_eval_has_them():
+    import math
+
+    from dflash_diag.analysis.estimators import MEASURED, eval_se
+
+    rows = _rows([[0.5, 0.5]], [[0.5, 0.4]])
+    tokens, steps = [40, 30, 20, 39], [20, 20, 20, 30]
+    fields = {"step": 10, "tau": 129 / 90, "n_prompts": 4}
+    fields |= {"prompt_tokens": tokens, "prompt_steps": steps}
+    ev = Evidence(rows, 3, measured=LogEvent("eval", 0, 0, 10, fields))
+    measured = next(e for e in estimates_of(ev) if e.name == MEASURED)
+    r = 129 / 90  # the ratio of sums; the delta-method SE, prompts as the draws
+    resid = sum((t - r * s) ** 2 for t, s in zip(tokens, steps, strict=True))
+    assert measured.se == pytest.approx(math.sqrt(resid / (4 * 3)) / (90 / 4))
+    assert measured.se > 0.1
+    # older logs (no per-prompt results) and lists that do not pair up: no SE
+    assert eval_se({"tau": 1.5}) is None
+    assert eval_se({"prompt_tokens": [1, 2], "prompt_steps": [1]}) is None
+    assert eval_se({"prompt_tokens": [1, True], "prompt_steps": [1, 1]}) is None
+    assert eval_se({"prompt_tokens": [3], "prompt_steps": [2]}) is None  # one prompt
+    old = Evidence(rows, 3, measured=_eval(10, 1.5))
+    assert next(e for e in estimates_of(old) if e.name == MEASURED).se is None

@@ -191,3 +191,37 @@ def test_the_stages_on_columns_match_the_loop_on_real_logs():
                 assert _same(_points(table, metric), _points_reference(windows, metric)), item
             checked += 1
     assert checked >= 100
+
+
+def test_fields_no_record_holds_give_what_their_null_columns_give():
+    """The query leaves out the fields no record holds (an HF log: no accuracy, no weights, no
+    walk); the windows are those of the full query over the all-null columns, bit for bit."""
+    from dflash_diag.analysis.windows import _aggregate
+
+    rng = random.Random(11)
+    names = ["loss", "acc", "n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec"]
+    names += ["walk_tokens", "walk_steps"]
+    full = {
+        "step": sorted(rng.sample(range(2000), 900)),
+        **{
+            name: [rng.choice([*SPECIAL, 0.0, 1.0, rng.uniform(0, 9)]) for _ in range(900)]
+            for name in names
+        },
+    }
+    for trial in range(60):
+        kept = {name for name in names if rng.random() < 0.5}
+        columns = {
+            name: values if name in kept or name == "step" else [None] * 900
+            for name, values in full.items()
+            if name == "step" or name in kept or rng.random() < 0.5  # absent, or all null
+        }
+        frame = pl.DataFrame(
+            columns, schema={n: pl.Int64 if n == "step" else pl.Float64 for n in columns}
+        )
+        if trial % 2:
+            frame = frame.sample(fraction=1.0, shuffle=True, seed=trial)  # the hashed group-by
+        for size, start in ((7, 0), (50, 13)):
+            assert _aggregate(frame, size, start).height > 0
+            assert _aggregate(frame, size, start).equals(
+                _aggregate(frame, size, start, elide_empty=False)
+            ), (sorted(kept), frame.columns)

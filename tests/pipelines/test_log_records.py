@@ -44,7 +44,14 @@ def _every_record() -> list[object]:
             resumed_from={"path": "ckpt/step-10", "step": 10},
             rank=1,
             resume_schedule="restart",
-            walk_held_out={"examples": 2, "seed": 0, "of": 64, "indices": [3, 40]},
+            walk_held_out={
+                "examples": 2,
+                "seed": 0,
+                "of": 64,
+                "indices": [3, 40],
+                "source": "eval_prompts",
+                "eval_indices": [0, 7],
+            },
         ),
         Metrics(
             step=11,
@@ -77,6 +84,8 @@ def _every_record() -> list[object]:
             n_prompts=4,
             new_tokens=64,
             temperature=0.0,
+            prompt_tokens=[4, 2, 2, 1],
+            prompt_steps=[1, 1, 1, 1],
         ),
         CheckpointRecord(step=20, time=3.5, path="ckpt/step-20"),
         NonFiniteRecord(step=21, time=4.0, loss=math.nan, grad_norm=math.inf, consecutive=1),
@@ -159,3 +168,26 @@ def test_resume_schedule_and_start_step_are_checked(change, match):
     header = _every_record()[0].to_json()
     with pytest.raises(ValueError, match=match):
         validate_record({**header, **change})
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"prompt_steps": None}, "come together"),
+        ({"prompt_tokens": [4, 2, 3]}, r"prompt_tokens must hold n_prompts \(4\)"),
+        ({"prompt_steps": [1, 1, 1, 1.0]}, "prompt_steps must hold"),
+        ({"prompt_steps": [2, 1, 1, 1]}, "add up to 5, tau_hist to 4"),
+    ],
+)
+def test_an_evals_per_prompt_results_are_checked(change, match):
+    record = _every_record()[2].to_json()
+    assert validate_record(record) == "eval"
+    changed = {k: v for k, v in {**record, **change}.items() if v is not None}
+    with pytest.raises(ValueError, match=match):
+        validate_record(changed)
+
+
+def test_an_eval_without_per_prompt_results_is_written_as_before():
+    rec = EvalRecord(step=1, time=0.0, tau=1.0, tau_hist=[2], n_prompts=2, new_tokens=4)
+    assert "prompt_tokens" not in rec.to_json()
+    assert validate_record(rec.to_json()) == "eval"

@@ -285,3 +285,70 @@ def test_the_split_is_a_seeded_draw_and_a_small_share():
     assert len(small) == 35
     assert split.rows_for(0, 2) == [0, 1]
     assert split.rows_for(2, 2) == [4, 0]
+
+
+def test_a_seeded_split_draws_the_evals_prompts_and_names_them(make_cfg, tiny_assets, tmp_path):
+    """eval_split seeded: the eval measures a seeded draw of the eval file, the walk takes its
+    own draw from the rest, both named in the header; the eval records carry each prompt's
+    tokens and steps; a resume keeps both draws whatever the config asks."""
+    import torch
+
+    from dflash import evaluate_tau
+    from dflash.checkpoint import load_drafter
+    from dflash.data import load_eval_prompts
+    from pipelines.run_setup import load_target
+    from pipelines.walk_split import seeded_prompt_split
+
+    _, data = tiny_assets
+    every = load_eval_prompts(data)
+    cfg = make_cfg(
+        max_steps=2,
+        walk_every=1,
+        walk_seqs=2,
+        eval_prompts=3,
+        eval_every=2,
+        walk_holdout=4,
+        eval_split="seeded",
+        seed=5,
+        ckpt_every=2,
+    )
+    assert run_pipeline(cfg).exit_code == 0
+    records = read_log(tmp_path / "train.jsonl")
+    split = records[0]["walk_held_out"]
+    evals, walk = seeded_prompt_split(len(every), 3, 4, 5)
+    assert split["eval_indices"] == evals
+    assert split["indices"] == walk
+    assert evals != [0, 1, 2]  # not the file's first prompts (seed 5)
+    ev = next(r for r in records if r.get("event") == "eval")
+    assert validate_record(ev) == "eval"
+    assert len(ev["prompt_tokens"]) == len(ev["prompt_steps"]) == 3
+    assert sum(ev["prompt_steps"]) == sum(ev["tau_hist"])
+    assert ev["tau"] == sum(ev["prompt_tokens"]) / sum(ev["prompt_steps"])
+    # the eval measured the drawn prompts: decode them again with the step-2 checkpoint
+    target = load_target(cfg.target, "cpu", torch.float32)
+    drafter = load_drafter(str(tmp_path / "ck" / "step-000002"), device="cpu")
+    again = [
+        evaluate_tau(target, drafter, [every[i]], max_new_tokens=cfg.eval_new_tokens).n_steps
+        for i in evals
+    ]
+    assert again == ev["prompt_steps"]
+
+    resumed = make_cfg(
+        max_steps=3, walk_every=1, eval_prompts=2, resume=str(tmp_path / "ck" / "step-000002")
+    )
+    assert resumed.eval_split == "first"
+    assert run_pipeline(resumed).exit_code == 0
+    header = [r for r in read_log(tmp_path / "train.jsonl") if r.get("event") == "run_start"][-1]
+    assert header["walk_held_out"] == split
+
+
+def test_the_seeded_split_is_a_pure_disjoint_draw():
+    from pipelines.walk_split import seeded_prompt_split
+
+    evals, walk = seeded_prompt_split(32, 8, 24, 3)
+    assert seeded_prompt_split(32, 8, 24, 3) == (evals, walk)
+    assert len(evals) == 8
+    assert sorted(evals + walk) == list(range(32))
+    assert seeded_prompt_split(32, 8, 24, 4)[0] != evals
+    assert seeded_prompt_split(8, 8, 24, 3) == (list(range(8)), [])  # nothing left to walk
+    assert len(seeded_prompt_split(256, 64, 192, 0)[1]) == 192

@@ -86,6 +86,20 @@ class Scalars:
         return pl.concat(pieces).filter(pl.col("value").is_not_null()).sort("row")
 
 
+def contiguous(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with each column in one chunk, copied a column at a time (each column's
+    pieces are freed as its copy is made).
+
+    A frame whose columns are chunked differently is copied whole, every column at once, by
+    the first ``select`` that meets a one-chunk column (a ``row`` or ``seq`` range): the
+    pieces' chunks and the copy would both be held for as long as the reader's frame is.
+    """
+    columns = []
+    for name in frame.columns:
+        columns.append(frame.drop_in_place(name).rechunk())
+    return pl.DataFrame(columns)
+
+
 def empty_scalars() -> pl.DataFrame:
     """A long frame with no rows."""
     return pl.DataFrame(schema=SCALAR_SCHEMA)

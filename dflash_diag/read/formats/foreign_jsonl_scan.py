@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.logschema import METRIC_MAPS
-from dflash_diag.read.formats.canonical import Scalars, empty_scalars
+from dflash_diag.read.formats.canonical import Scalars, contiguous, empty_scalars
 from dflash_diag.read.formats.detect import HEAD_BYTES
 from dflash_diag.read.records import ParseIssues
 
@@ -171,20 +171,6 @@ def _scan(path: Path, tree: dict[str, Any]) -> _Scanned | None:
         frames.clear()
         frame = contiguous(frame)
     return _Scanned(frame, colons == found or (colons > found and colons == found + nulls))
-
-
-def contiguous(frame: pl.DataFrame) -> pl.DataFrame:
-    """The frame with each column in one chunk, copied a column at a time (each column's
-    pieces are freed as its copy is made).
-
-    A frame whose columns are chunked differently is copied whole, every column at once, by
-    the first ``select`` that meets a one-chunk column (a ``row`` or ``seq`` range): the
-    pieces' chunks and the copy would both be held for as long as the reader's frame is.
-    """
-    columns = []
-    for name in frame.columns:
-        columns.append(frame.drop_in_place(name).rechunk())
-    return pl.DataFrame(columns)
 
 
 def _inferred_schema(path: Path) -> dict[str, pl.DataType] | None:

@@ -27,7 +27,10 @@ last value (no further change) and a Theil-Sen straight line through the prefix'
 extrapolated to the end; beside them, for reference, a denoised last value (the mean of the
 prefix's newest tenth, the forecast's own ``flat`` member: the targets stay against the raw last
 value, as issue 22 defines them); in how many cases the forecast was closer than the last value (a
-median over a mix of metrics can sit between them, ``--by-metric`` splits it); the share of 80% intervals that hold the final value; and how often
+median over a mix of metrics can sit between them, ``--by-metric`` splits it, and the last column,
+"case ratio", is the median of each case's own forecast/last ratio); the share of 80% intervals
+that hold the final value (the forecast's interval is of the mean of the run's last
+``FINAL_SHARE`` of records, as the final value is measured); and how often
 "within this run" was answered right for two loss targets per run: halfway from the cut's value
 to the final one (the final value meets it: reachable) and half as far again beyond the final one
 (the final value does not: not within the run). Targets at the 30% cut: median error <= 0.8x the last value's and <= 0.5x the
@@ -53,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 import polars as pl
 
 from dflash_diag.analysis.diagnosis import DiagnosisConfig, diagnose
-from dflash_diag.analysis.forecast import Series, Timeline, binned, forecast_series
+from dflash_diag.analysis.forecast import FINAL_SHARE, Series, Timeline, binned, forecast_series
 from dflash_diag.analysis.plan import RunPlan
 from dflash_diag.analysis.robust_trend import theil_sen_slope
 from dflash_diag.analysis.run_forecast import ForecastConfig
@@ -63,8 +66,8 @@ from dflash_diag.read.jsonl import load_log
 from dflash_diag.read.records import ParsedLog
 
 CUTS = (0.2, 0.3, 0.5)
-#: The final value is the mean of the records in this last share of the run's steps.
-FINAL_SHARE = 0.05
+# The final value is the mean of the records in the run's last FINAL_SHARE of steps: what the
+# forecast of a training metric is of (its interval's noise).
 METRICS = {"loss": False, "acc": True, "eval_loss": False, "eval_acc": True, "tau": True}
 
 
@@ -350,9 +353,9 @@ def summary(cases: list[Case], title: str) -> list[str]:
         (
             "| cut | forecasts | no evidence | median error: forecast | last value | straight line "
             "| forecast/last | forecast/line | closer than last | 80% coverage | within-run right "
-            "| last window | forecast/window |"
+            "| last window | forecast/window | case ratio |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cut in sorted({c.cut for c in cases}):
         group = [c for c in cases if c.cut == cut]
@@ -364,6 +367,10 @@ def summary(cases: list[Case], title: str) -> list[str]:
         cov = [c.covered for c in made if c.covered is not None]
         right = [r for c in group for r in c.within_right]
         closer = sum(c.error < c.last_error for c in made if c.error is not None)
+        # the median of each case's own forecast/last ratio: a median over metrics whose errors
+        # differ thirtyfold (a loss's 1%, an accuracy's 30%) is the worst of one and the best of
+        # the other, and their ratio says little about either; each case's ratio does not mix
+        case_ratio = _median(c.error / c.last_error for c in made if c.last_error > 0)
 
         def pct(v):
             return "-" if v is None else f"{100 * v:.1f}%"
@@ -377,7 +384,8 @@ def summary(cases: list[Case], title: str) -> list[str]:
             f"{pct(line)} | {ratio(fc, last)} | {ratio(fc, line)} | {closer}/{len(made)} | "
             f"{pct(sum(cov) / len(cov) if cov else None)} ({sum(cov)}/{len(cov)}) | "
             f"{pct(sum(right) / len(right) if right else None)} ({sum(right)}/{len(right)}) | "
-            f"{pct(window)} | {ratio(fc, window)} |"
+            f"{pct(window)} | {ratio(fc, window)} | "
+            f"{'-' if case_ratio is None else f'{case_ratio:.2f}x'} |"
         )
     out.append("")
     return out

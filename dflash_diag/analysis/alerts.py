@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dflash_diag.analysis import defaults
 
 
@@ -31,7 +33,7 @@ class Alert:
 
 
 def loss_spikes(
-    losses: Sequence[float | None],
+    losses: Sequence[float | None] | np.ndarray,
     *,
     neighbours: int = 3,
     factor: float = defaults.SPIKE_FACTOR,
@@ -60,6 +62,74 @@ def loss_spikes(
     Returns:
         Indices into ``losses``, increasing.
     """
+    values = _as_floats(losses)
+    n = len(values)
+    if n == 0 or neighbours < 1:
+        return []  # no earlier neighbour to judge a window against
+    # One row per window of its neighbours (NaN where there is none or it is not finite): the
+    # loop's lists, side by side, so every window is judged by the same float operations at once.
+    padded = np.concatenate([np.full(neighbours, np.nan), values, np.full(neighbours, np.nan)])
+    before = [padded[neighbours - k : neighbours - k + n] for k in range(1, neighbours + 1)]
+    after = [padded[neighbours + k : neighbours + k + n] for k in range(1, neighbours + 1)]
+    nearest_before = _first_present(before)
+    nearest_after = _first_present(after)
+    with np.errstate(invalid="ignore"):
+        # a local peak with an earlier neighbour (the oldest window of a falling curve is above
+        # the later ones: no spike; a steep fall is no peak)
+        peak = ~np.isnan(values) & (values > nearest_before)
+        peak &= np.isnan(nearest_after) | (values > nearest_after)
+    around = np.stack([*before[::-1], *after], axis=1)
+    count = (~np.isnan(around)).sum(axis=1)
+    candidates = np.flatnonzero(peak & (count >= 2))
+    if candidates.size == 0:
+        return []
+    around, count, v = around[candidates], count[candidates], values[candidates]
+    median = _row_medians(around, count)
+    mad = _row_medians(np.abs(around - median[:, None]), count)
+    scale = np.maximum(np.maximum(1.4826 * mad, rel_floor * np.abs(median)), resolution)
+    spike = (scale > 0) & (v - median > factor * scale)
+    return candidates[spike].tolist()
+
+
+def _as_floats(values: Sequence[float | None] | np.ndarray) -> np.ndarray:
+    """``values`` as a float array, NaN for None and for every non-finite value."""
+    if isinstance(values, np.ndarray):
+        out = values.astype(np.float64, copy=True)
+    else:
+        out = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _first_present(columns: list[np.ndarray]) -> np.ndarray:
+    """Per row, the first of ``columns`` that is not NaN (NaN when none is)."""
+    out = columns[0].copy()
+    for column in columns[1:]:
+        missing = np.isnan(out)
+        out[missing] = column[missing]
+    return out
+
+
+def _row_medians(rows: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The median of each row's first ``count`` values once sorted (NaN sorts last), as
+    ``statistics.median`` computes it: the middle value, or the mean of the two middle ones."""
+    ordered = np.sort(rows, axis=1)
+    picks = np.arange(len(rows))
+    low = ordered[picks, (count - 1) // 2]
+    high = ordered[picks, count // 2]
+    return np.where(count % 2 == 1, high, (low + high) / 2)
+
+
+def loss_spikes_reference(
+    losses: Sequence[float | None],
+    *,
+    neighbours: int = 3,
+    factor: float = defaults.SPIKE_FACTOR,
+    rel_floor: float = 0.02,
+    resolution: float = 0.0,
+) -> list[int]:
+    """:func:`loss_spikes` one window at a time (the plain-Python reference the tests compare
+    the array version with)."""
     finite = [v if v is not None and math.isfinite(v) else None for v in losses]
     out = []
     for i, v in enumerate(finite):
@@ -67,11 +137,9 @@ def loss_spikes(
             continue
         before = [u for u in finite[max(0, i - neighbours) : i] if u is not None]
         if not before:
-            continue  # the oldest window of a falling curve is above the later ones: no spike
+            continue
         if v <= before[-1]:
-            continue  # not a local peak: a steep fall (early training) is not a spike
-        # Only local peaks get this far (about half the windows of a noisy curve), so most
-        # windows of a long log skip the neighbour lists and medians below.
+            continue
         after = [u for u in finite[i + 1 : i + 1 + neighbours] if u is not None]
         if after and v <= after[0]:
             continue

@@ -64,8 +64,9 @@ from dflash_diag.analysis.verdict import (
 from dflash_diag.analysis.windows import (
     Window,
     WindowChoice,
+    WindowTable,
     choose_window,
-    compute_windows,
+    compute_window_table,
     window_rows,
 )
 from dflash_diag.errors import DiagError
@@ -344,14 +345,21 @@ def diagnose_frame(
     frame, screening = screen_records(frame)
     choice = window_choice or choose_window(frame, config.window)
     config = replace(config, window=choice.size)
-    windows = compute_windows(frame, choice.size, start=origin)
+    # The per-window stages (trends, spikes, the verdict's points) read the windows' columns;
+    # the Window objects are built once, for what reads them one by one.
+    table = compute_window_table(frame, choice.size, start=origin)
     # The verdict judges every window (watch: its pruned ones too); the rest shows the newest.
-    judged = merge_windows(earlier_windows, windows)
+    judged = (
+        WindowTable.from_windows(merge_windows(earlier_windows, table.windows()))
+        if earlier_windows
+        else table
+    )
     if history is not None:
-        windows = windows[-history:]
+        table = table.tail(history)
+    windows = table.windows()
     if not windows:
         raise DiagError("nothing to analyse: no metric records in the selected range")
-    trends = compute_trends(windows, config.trend)
+    trends = compute_trends(table, config.trend)
     last_step = int(cast(int, frame["step"].max()))
     schedule = schedule_position(
         frame,
@@ -373,7 +381,7 @@ def diagnose_frame(
         )
     else:
         acc_basis = "no accuracy in the log"
-    by_window = {w.index: w for w in windows}
+    by_window: dict[int, Window] = {}  # filled on the first estimate asked for
     held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
 
     def walk_to(step: int | None) -> Walk | None:
@@ -394,6 +402,8 @@ def diagnose_frame(
 
     def estimates_at(step: int) -> list[TauEstimate]:
         index = (step - windows[0].start) // choice.size + windows[0].index  # = config.window
+        if not by_window:
+            by_window.update((w.index, w) for w in windows)
         w = by_window.get(index)
         if w is None:
             return []
@@ -513,9 +523,7 @@ def diagnose_frame(
         frame["loss"].drop_nulls() if "loss" in frame.columns else pl.Series([], dtype=pl.Float64)
     )
     resolution = value_resolution(losses.gather_every(max(1, losses.len() // 2000)).to_list())
-    for i in loss_spikes(
-        [w.loss for w in windows], factor=config.spike_factor, resolution=resolution
-    ):
+    for i in loss_spikes(table.array("loss"), factor=config.spike_factor, resolution=resolution):
         w = windows[i]
         alerts.append(
             Alert(

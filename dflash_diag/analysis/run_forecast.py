@@ -19,6 +19,7 @@ import polars as pl
 
 from dflash_diag.analysis.acceptance import Acceptance
 from dflash_diag.analysis.forecast import (
+    FINAL_SHARE,
     MIN_POINTS,
     MetricForecast,
     Series,
@@ -139,6 +140,14 @@ def tau_input(
     )
 
 
+def records_at_the_end(series: Series, first_step: int, last_step: int, end_step: int) -> float:
+    """How many records the run's last :data:`~dflash_diag.analysis.forecast.FINAL_SHARE` of
+    steps will hold, at the prefix's rate (what a training metric's level at the end is the mean
+    of: its forecast's noise)."""
+    per_step = sum(series.counts) / max(last_step - first_step, 1)
+    return max(1.0, per_step * FINAL_SHARE * max(end_step - first_step, 1))
+
+
 def _lr_points(frame: pl.DataFrame, windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray]:
     """The logged lr as ``(steps, lrs)`` arrays: every record's when the records carry it, else
     each window's mean at its middle step.
@@ -216,6 +225,11 @@ def forecast_run(
             higher_is_better=METRICS[name],
             best=block_size if name == "tau" else BEST.get(name),
             worst=WORST.get(name),
+            final_records=(
+                records_at_the_end(series, first_step, last_step, step)
+                if name in ("loss", "acc")
+                else None
+            ),
         )
         for name, series in inputs.items()
         if series.steps

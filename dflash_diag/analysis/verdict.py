@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+import numpy as np
 import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope
 from dflash_diag.analysis.validation import ValidationTrend
-from dflash_diag.analysis.windows import Window
+from dflash_diag.analysis.windows import Window, WindowTable
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 OVERFITTING, BROKEN = "overfitting", "broken"
@@ -96,7 +97,43 @@ class Verdict:
     best_step: int | None = None
 
 
-def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[float], list[int]]:
+def _points(table: WindowTable, metric: str) -> tuple[list[float], list[float], list[int]]:
+    """The ``(x, y, n)`` points of ``metric``: each window with a finite value (x its middle
+    step, n its entries), merged past :data:`MAX_POINTS` into entry-weighted groups."""
+    values = table.array(metric)
+    kept = table.given(metric) & np.isfinite(values)
+    xs = (table.array("first_step")[kept] + table.array("last_step")[kept]) / 2.0
+    ys = values[kept]
+    ns = table.array("n")[kept]
+    if len(xs) > MAX_POINTS:
+        # Merge consecutive windows into MAX_POINTS groups (entry-weighted means) to bound O(n^2).
+        group = math.ceil(len(xs) / MAX_POINTS)
+        gn = np.add.reduceat(ns, np.arange(0, len(ns), group))
+        gx = _group_sums(xs * ns, group) / gn
+        gy = _group_sums(ys * ns, group) / gn
+        return gx.tolist(), gy.tolist(), gn.tolist()
+    return xs.tolist(), ys.tolist(), ns.tolist()
+
+
+def _group_sums(values: np.ndarray, group: int) -> np.ndarray:
+    """The sums of consecutive runs of ``group`` values, each added left to right from 0 as
+    Python's ``sum`` adds (numpy's own sum adds pairwise: other last bits). The last run is
+    padded with zeros, which change no sum."""
+    rows = -(-len(values) // group)
+    padded = np.zeros(rows * group)
+    padded[: len(values)] = values
+    grid = padded.reshape(rows, group)
+    total = np.zeros(rows)
+    for column in range(group):
+        total += grid[:, column]
+    return total
+
+
+def _points_reference(
+    windows: Sequence[Window], metric: str
+) -> tuple[list[float], list[float], list[int]]:
+    """:func:`_points` one window at a time (the plain-Python reference the tests compare the
+    array version with)."""
     isfinite = math.isfinite
     kept = [
         (w, value) for w in windows if (value := getattr(w, metric)) is not None and isfinite(value)
@@ -105,7 +142,6 @@ def _points(windows: Sequence[Window], metric: str) -> tuple[list[float], list[f
     ys = [value for _, value in kept]
     ns = [w.n for w, _ in kept]
     if len(xs) > MAX_POINTS:
-        # Merge consecutive windows into MAX_POINTS groups (entry-weighted means) to bound O(n^2).
         group = math.ceil(len(xs) / MAX_POINTS)
         gx, gy, gn = [], [], []
         for i in range(0, len(xs), group):
@@ -139,7 +175,7 @@ def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
 
 
 def judge(
-    windows: Sequence[Window],
+    windows: Sequence[Window] | WindowTable,
     *,
     current_acc: float | None,
     target_acc: float,
@@ -150,7 +186,8 @@ def judge(
     """Judge the trend of the windows and estimate the time to the accuracy ``target_acc``.
 
     Args:
-        windows: the analysed windows in step order.
+        windows: the analysed windows in step order (objects, or their
+            :class:`~dflash_diag.analysis.windows.WindowTable`).
         current_acc: the accuracy the ETA starts from (the last window's mean).
         target_acc: the accuracy to reach.
         frame: the analysed records, for the seconds per step (optional).
@@ -158,20 +195,18 @@ def judge(
         skip: metrics not to judge ("acc" when it is constant beside a moving loss).
     """
     config = config or VerdictConfig()
-    metric: str | None = (
-        "acc" if "acc" not in skip and any(w.acc is not None for w in windows) else "loss"
-    )
+    table = windows if isinstance(windows, WindowTable) else WindowTable.from_windows(windows)
+    metric: str | None = "acc" if "acc" not in skip and table.given("acc").any() else "loss"
     if metric == "loss" and "loss" in skip:
         metric = None
-    if metric is not None and not any(getattr(w, metric) is not None for w in windows):
+    if metric is not None and not table.given(metric).any():
         metric = None
-    xs, ys, _ = _points(windows, metric) if metric else ([], [], [])
-    used = sum(
-        1 for w in windows if metric and (v := getattr(w, metric)) is not None and math.isfinite(v)
-    )
+    xs, ys, _ = _points(table, metric) if metric else ([], [], [])
+    used = int((table.given(metric) & np.isfinite(table.array(metric))).sum()) if metric else 0
     sec, sec_source = seconds_per_step(frame) if frame is not None else (None, None)
     if len(xs) < config.min_points or len(set(xs)) < 2:
-        wide = any(w.end > w.start for w in windows)  # a window of one step cannot shrink
+        # a window of one step cannot shrink
+        wide = bool((table.array("end") > table.array("start")).any())
         reason = (
             f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
             + (" (try a smaller --window)" if wide else "")

@@ -9,8 +9,11 @@ the means and counted per window.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
+import numpy as np
 import polars as pl
 
 from dflash_diag.analysis import defaults
@@ -118,22 +121,29 @@ def _positive_weight(value: str, weight: str) -> pl.Expr:
     return _finite(value) & _finite(weight) & (pl.col(weight) > 0).fill_null(False)
 
 
-def _weighted_mean_parts(value: str, with_sd: bool = True) -> list[pl.Expr]:
-    """Per-window aggregations of ``value``: finite count, plain mean (and sd), and the weighted
-    sum over the entries with a finite positive weight (masked by :func:`_masked_columns`)."""
+def _weighted_mean_parts(value: str, with_sd: bool, weights: bool) -> list[pl.Expr]:
+    """Per-window aggregations of ``value``: finite count, plain mean (and sd), and, with
+    ``weights``, the weighted sum over the entries with a finite positive weight (masked by
+    :func:`_masked_columns`)."""
     ok = pl.col(f"_{value}_ok")
-    weighted = pl.col(f"_{value}_w")
-    return [
+    parts = [
         ok.count().alias(f"_{value}_n"),
         ok.mean().alias(f"_{value}_plain"),
         *([ok.std().alias(f"_{value}_sd")] if with_sd else []),
-        weighted.count().alias(f"_{value}_wn"),
-        (weighted * pl.col(f"_{value}_wt")).sum().alias(f"_{value}_wsum"),
-        pl.col(f"_{value}_wt").sum().alias(f"_{value}_wden"),
     ]
+    if weights:
+        weighted = pl.col(f"_{value}_w")
+        parts += [
+            weighted.count().alias(f"_{value}_wn"),
+            (weighted * pl.col(f"_{value}_wt")).sum().alias(f"_{value}_wsum"),
+            pl.col(f"_{value}_wt").sum().alias(f"_{value}_wden"),
+        ]
+    return parts
 
 
-def _masked_columns(value: str, weight: str) -> list[pl.Expr]:
+def _masked_columns(value: str, weight: str, weights: bool) -> list[pl.Expr]:
+    if not weights:
+        return [_masked(value, _finite(value)).alias(f"_{value}_ok")]
     has_weight = _positive_weight(value, weight)
     return [
         _masked(value, _finite(value)).alias(f"_{value}_ok"),
@@ -142,23 +152,31 @@ def _masked_columns(value: str, weight: str) -> list[pl.Expr]:
     ]
 
 
-def _picked_mean(value: str, with_se: bool = True) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
+def _picked_mean(
+    value: str, with_se: bool, weights: bool
+) -> tuple[pl.Expr, pl.Expr, pl.Expr | None]:
     """(mean, weighted, standard error) of ``value`` per window, from :func:`_weighted_mean_parts`.
 
     The mean is ``n_pred``-weighted when every finite entry has a weight (and the weights do not
     sum to zero), else plain; None without a finite entry. The standard error needs two entries.
+    Without ``weights`` (no weight in the whole log) the mean is the plain one.
     """
     n = pl.col(f"_{value}_n")
     sd = pl.col(f"_{value}_sd")
-    wden = pl.col(f"_{value}_wden")
-    use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
-    mean = (
-        pl.when(n == 0)
-        .then(None)
-        .when(use_weights)
-        .then(pl.col(f"_{value}_wsum") / wden)
-        .otherwise(pl.col(f"_{value}_plain"))
-    )
+    if weights:
+        wden = pl.col(f"_{value}_wden")
+        use_weights = (n > 0) & (pl.col(f"_{value}_wn") == n) & wden.is_not_null() & (wden != 0)
+        mean = (
+            pl.when(n == 0)
+            .then(None)
+            .when(use_weights)
+            .then(pl.col(f"_{value}_wsum") / wden)
+            .otherwise(pl.col(f"_{value}_plain"))
+        )
+    else:
+        # no entry has a weight: wn = 0, so use_weights is false where n > 0 (and n = 0 is null)
+        use_weights = pl.lit(False)
+        mean = pl.when(n == 0).then(None).otherwise(pl.col(f"_{value}_plain"))
     if not with_se:
         return mean, use_weights, None
     se = pl.when((n >= 2) & sd.is_finite().fill_null(False)).then(sd / n.cast(pl.Float64).sqrt())
@@ -170,64 +188,76 @@ _walked = (
     _finite("walk_tokens") & _finite("walk_steps") & (pl.col("walk_steps") > 0).fill_null(False)
 )
 
+_NULL = pl.lit(None, pl.Float64)
 
-def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
-    """One row per non-empty window (sorted), with the columns :class:`Window` is built from."""
-    for name in (
-        "n_pred",
-        "n_blocks",
+
+def _with_values(frame: pl.DataFrame, names: Sequence[str]) -> set[str]:
+    """The columns of ``names`` that hold a value somewhere in ``frame`` (not all null)."""
+    return {
+        name for name in names if name in frame.columns and frame[name].null_count() < frame.height
+    }
+
+
+def _aggregate(
+    frame: pl.DataFrame, size: int, start: int, *, elide_empty: bool = True
+) -> pl.DataFrame:
+    """One row per non-empty window (sorted), with the columns :class:`Window` is built from.
+
+    A field no record holds (HF logs have no accuracy, no weights, no walk) is a null literal in
+    the result instead of a masked column and its aggregations: what the query would have
+    computed from all-null columns (no entry: a null mean, a plain mean without weights, no walk),
+    at about half the query's cost on such a log. ``elide_empty=False`` computes every field
+    (the tests compare the two).
+    """
+    names = (
+        "loss",
+        "acc",
         "tau_train",
         "lr",
         "tok_per_sec",
-        "loss",
-        "acc",
+        "n_pred",
+        "n_blocks",
         "walk_tokens",
         "walk_steps",
-    ):
+    )
+    has = _with_values(frame, names) if elide_empty else set(names)
+    for name in names:
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
-    nonfinite = sum(
-        (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
-        for name in ("loss", "acc", "tau_train", "lr")
-    )
-    acc, acc_weighted, acc_se = _picked_mean("acc")
-    loss, loss_weighted, loss_se = _picked_mean("loss")
-    tau, _, _ = _picked_mean("tau_train", with_se=False)
-    index = window_index(start, size)
-    if frame["step"].is_sorted():
-        # Records in step order (resolve_restarts' output): each window is one run of rows, and
-        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
-        # (about half the query's time). The sums then run in row order.
-        index = index.set_sorted()
-    return (
-        frame.lazy()
-        .filter(pl.col("step") >= start)
-        .select(
-            index,
-            pl.col("step"),
-            nonfinite.alias("_nonfinite"),
-            *_masked_columns("acc", "n_pred"),
-            *_masked_columns("loss", "n_pred"),
-            *_masked_columns("tau_train", "n_blocks"),
-            *(_masked(name, _finite(name)).alias(f"_{name}_ok") for name in ("lr", "tok_per_sec")),
-            *(
-                _masked(name, _walked).alias(f"_{name}_ok")
-                for name in ("walk_tokens", "walk_steps")
-            ),
-        )
-        .group_by("_window")
-        .agg(
-            pl.len().alias("_n"),
-            pl.col("step").min().alias("_first"),
-            pl.col("step").max().alias("_last"),
-            pl.col("_nonfinite").sum(),
-            *_weighted_mean_parts("acc"),
-            *_weighted_mean_parts("loss"),
-            *_weighted_mean_parts("tau_train", with_sd=False),
-            *(
-                pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean")
-                for name in ("lr", "tok_per_sec")
-            ),
+    counted = [name for name in ("loss", "acc", "tau_train", "lr") if name in has]
+    nonfinite = pl.lit(0, pl.Int64)
+    for i, name in enumerate(counted):
+        term = (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
+        nonfinite = term if i == 0 else nonfinite + term
+    masked: list[pl.Expr] = []
+    parts: list[pl.Expr] = []
+    picked: dict[str, tuple[pl.Expr, pl.Expr, pl.Expr | None]] = {}
+    for value, weight, with_se in (
+        ("acc", "n_pred", True),
+        ("loss", "n_pred", True),
+        ("tau_train", "n_blocks", False),
+    ):
+        if value not in has:
+            picked[value] = (_NULL, pl.lit(False), _NULL if with_se else None)
+            continue
+        weights = weight in has
+        masked += _masked_columns(value, weight, weights)
+        parts += _weighted_mean_parts(value, with_sd=with_se, weights=weights)
+        picked[value] = _picked_mean(value, with_se=with_se, weights=weights)
+    means = {}
+    for name in ("lr", "tok_per_sec"):
+        if name in has:
+            masked.append(_masked(name, _finite(name)).alias(f"_{name}_ok"))
+            parts.append(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean"))
+            means[name] = pl.col(f"_{name}_mean")
+        else:
+            means[name] = _NULL
+    walked = {"walk_tokens", "walk_steps"} <= has
+    if walked:
+        masked += [
+            _masked(name, _walked).alias(f"_{name}_ok") for name in ("walk_tokens", "walk_steps")
+        ]
+        parts += [
             *(
                 pl.col(f"_{name}_ok").sum().alias(f"_{name}_sum")
                 for name in ("walk_tokens", "walk_steps")
@@ -237,6 +267,42 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             (pl.col("_walk_tokens_ok") ** 2).sum().alias("_walk_tt"),
             (pl.col("_walk_steps_ok") ** 2).sum().alias("_walk_ss"),
             (pl.col("_walk_tokens_ok") * pl.col("_walk_steps_ok")).sum().alias("_walk_ts"),
+        ]
+        tau_walk = (
+            pl.when(pl.col("_walk_steps_sum") > 0)
+            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum"))
+            .alias("_tau_walk")
+        )
+        walk = [tau_walk, _ratio_se_expr().alias("_tau_walk_se"), pl.col("_walk_n").cast(pl.Int64)]
+    else:
+        # a record walks only with both fields: no walked record, no walked tau
+        walk = [
+            _NULL.alias("_tau_walk"),
+            _NULL.alias("_tau_walk_se"),
+            pl.lit(0, pl.Int64).alias("_walk_n"),
+        ]
+    acc, acc_weighted, acc_se = picked["acc"]
+    loss, loss_weighted, loss_se = picked["loss"]
+    tau, _, _ = picked["tau_train"]
+    assert acc_se is not None
+    assert loss_se is not None
+    index = window_index(start, size)
+    if frame["step"].is_sorted():
+        # Records in step order (resolve_restarts' output): each window is one run of rows, and
+        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
+        # (about half the query's time). The sums then run in row order.
+        index = index.set_sorted()
+    return (
+        frame.lazy()
+        .filter(pl.col("step") >= start)
+        .select(index, pl.col("step"), nonfinite.alias("_nonfinite"), *masked)
+        .group_by("_window")
+        .agg(
+            pl.len().alias("_n"),
+            pl.col("step").min().alias("_first"),
+            pl.col("step").max().alias("_last"),
+            pl.col("_nonfinite").sum(),
+            *parts,
         )
         .sort("_window")
         .select(
@@ -253,13 +319,9 @@ def _aggregate(frame: pl.DataFrame, size: int, start: int) -> pl.DataFrame:
             loss_se.alias("_loss_se"),
             pl.col("_nonfinite").cast(pl.Int64),
             tau.alias("_tau"),
-            pl.col("_lr_mean"),
-            pl.col("_tok_per_sec_mean"),
-            pl.when(pl.col("_walk_steps_sum") > 0)
-            .then(pl.col("_walk_tokens_sum") / pl.col("_walk_steps_sum"))
-            .alias("_tau_walk"),
-            _ratio_se_expr().alias("_tau_walk_se"),
-            pl.col("_walk_n").cast(pl.Int64),
+            means["lr"].alias("_lr_mean"),
+            means["tok_per_sec"].alias("_tok_per_sec_mean"),
+            *walk,
         )
         # The in-memory engine's group-by sums like the eager API always did; the streaming
         # engine accumulates in another order, and the means would move in their last bits.
@@ -309,7 +371,7 @@ def logging_interval(steps: pl.Series) -> int | None:
     gaps = _distinct_gaps(steps)
     if gaps.len() == 0:
         return None
-    return max(1, int(gaps.median()))
+    return max(1, int(cast(float, gaps.median())))
 
 
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
@@ -332,7 +394,9 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     gaps = _distinct_gaps(steps)
     if gaps.len() == 0:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
-    interval = max(1, int(gaps.median()))  # logging_interval's, from the gaps found once
+    interval = max(
+        1, int(cast(float, gaps.median()))
+    )  # logging_interval's, from the gaps found once
     if interval == 1:
         return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
     n = gaps.len() + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
@@ -346,13 +410,134 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     )
 
 
+#: The polars type of each :class:`Window` field, in field order (a :class:`WindowTable`'s
+#: columns).
+WINDOW_SCHEMA: dict[str, pl.DataType] = {
+    "index": pl.Int64(),
+    "start": pl.Int64(),
+    "end": pl.Int64(),
+    "n": pl.Int64(),
+    "first_step": pl.Int64(),
+    "last_step": pl.Int64(),
+    "loss": pl.Float64(),
+    "acc": pl.Float64(),
+    "weighted": pl.Boolean(),
+    "acc_se": pl.Float64(),
+    "loss_se": pl.Float64(),
+    "nonfinite": pl.Int64(),
+    "tau_train": pl.Float64(),
+    "lr": pl.Float64(),
+    "tok_per_sec": pl.Float64(),
+    "tau_walk": pl.Float64(),
+    "tau_walk_se": pl.Float64(),
+    "walk_n": pl.Int64(),
+}
+
+
+def _window_objects(columns: list[list[object]]) -> list[Window]:
+    """:class:`Window` objects from one list per field (in :data:`WINDOW_SCHEMA` order).
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 18 calls
+    per window, most of building 20,000 windows. Filling the instance dict at once gives the
+    same objects (equal, same hash and repr) at a third of the cost.
+    """
+    names = tuple(WINDOW_SCHEMA)
+    new = object.__new__
+    out: list[Window] = []
+    append = out.append
+    for values in zip(*columns, strict=True):
+        window = new(Window)
+        window.__dict__.update(zip(names, values, strict=True))
+        append(window)
+    return out
+
+
+class WindowTable:
+    """Windows as columns: one array per :class:`Window` field, so a stage that reads every
+    window (trend arrows, loss spikes, the verdict's points) is a few array operations instead of
+    a Python loop over objects. The :class:`Window` objects are built on first use
+    (:meth:`windows`), once.
+
+    A float field's array holds NaN where the window's value is None; :meth:`given` tells the two
+    apart (a window built by hand may hold a NaN).
+    """
+
+    def __init__(self, frame: pl.DataFrame, windows: list[Window] | None = None) -> None:
+        """``frame``: one row per window, the columns of :data:`WINDOW_SCHEMA`; ``windows``:
+        the same windows as objects, when the caller has them."""
+        assert frame.columns == list(WINDOW_SCHEMA), frame.columns
+        self.frame = frame
+        self._windows = windows
+        self._arrays: dict[str, np.ndarray] = {}
+        self._given: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def from_windows(cls, windows: Sequence[Window]) -> WindowTable:
+        """The table of windows given as objects (watch's merged windows, a caller's own)."""
+        frame = pl.DataFrame(
+            {name: [getattr(w, name) for w in windows] for name in WINDOW_SCHEMA},
+            schema=WINDOW_SCHEMA,
+        )
+        return cls(frame, list(windows))
+
+    def __len__(self) -> int:
+        return self.frame.height
+
+    def windows(self) -> list[Window]:
+        """The windows as :class:`Window` objects, in step order (built once)."""
+        if self._windows is None:
+            self._windows = _window_objects([c.to_list() for c in self.frame.get_columns()])
+        return self._windows
+
+    def array(self, name: str) -> np.ndarray:
+        """The field ``name`` of every window as a numpy array (NaN where None)."""
+        if name not in self._arrays:
+            self._arrays[name] = self.frame[name].to_numpy()
+        return self._arrays[name]
+
+    def given(self, name: str) -> np.ndarray:
+        """Where the field ``name`` is not None (a boolean array)."""
+        if name not in self._given:
+            self._given[name] = self.frame[name].is_not_null().to_numpy()
+        return self._given[name]
+
+    def tail(self, count: int) -> WindowTable:
+        """The newest ``count`` windows (all of them when there are fewer)."""
+        if count >= self.frame.height:
+            return self
+        windows = self._windows[-count:] if self._windows is not None and count > 0 else None
+        return WindowTable(self.frame.tail(max(count, 0)), windows)
+
+
+def compute_window_table(
+    frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None
+) -> WindowTable:
+    """:func:`compute_windows` as a :class:`WindowTable` (the columns, objects built on use).
+
+    Raises:
+        ValueError: ``size`` < 1.
+    """
+    if size < 1:
+        raise ValueError(f"window size must be >= 1, got {size}")
+    if frame.height == 0:
+        return WindowTable(pl.DataFrame(schema=WINDOW_SCHEMA), [])
+    if start is None:
+        start = int(cast(int, frame["step"].min()))
+    table = _aggregate(frame, size, start)
+    columns = table.get_columns()
+    columns.insert(2, (columns[1] + (size - 1)).alias("end"))
+    return WindowTable(
+        pl.DataFrame([c.alias(name) for c, name in zip(columns, WINDOW_SCHEMA, strict=True)])
+    )
+
+
 def compute_windows(
     frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None
 ) -> list[Window]:
     """Bin metric records into ``size``-step windows aligned to ``start`` (default: first step).
 
     The aggregation is one polars query; Python only turns its columns into :class:`Window`
-    objects.
+    objects (:func:`compute_window_table` keeps the columns).
 
     Args:
         frame: metric records (``step``, ``loss``, ``acc``, ``n_pred``; ``n_blocks``, ``tau_train``,
@@ -366,55 +551,7 @@ def compute_windows(
     Raises:
         ValueError: ``size`` < 1.
     """
-    if size < 1:
-        raise ValueError(f"window size must be >= 1, got {size}")
-    if frame.height == 0:
-        return []
-    if start is None:
-        start = int(frame["step"].min())
-    table = _aggregate(frame, size, start)
-    last = size - 1
-    return [
-        Window(
-            index=index,
-            start=first,
-            end=first + last,
-            n=n,
-            first_step=first_step,
-            last_step=last_step,
-            loss=loss,
-            acc=acc,
-            weighted=weighted,
-            acc_se=acc_se,
-            loss_se=loss_se,
-            nonfinite=nonfinite,
-            tau_train=tau,
-            lr=lr,
-            tok_per_sec=tok_per_sec,
-            tau_walk=tau_walk,
-            tau_walk_se=tau_walk_se,
-            walk_n=walk_n,
-        )
-        for (
-            index,
-            first,
-            n,
-            first_step,
-            last_step,
-            loss,
-            acc,
-            weighted,
-            acc_se,
-            loss_se,
-            nonfinite,
-            tau,
-            lr,
-            tok_per_sec,
-            tau_walk,
-            tau_walk_se,
-            walk_n,
-        ) in zip(*(column.to_list() for column in table.get_columns()), strict=True)
-    ]
+    return compute_window_table(frame, size, start).windows()
 
 
 def window_rows(frame: pl.DataFrame, window: Window) -> pl.DataFrame:

@@ -76,7 +76,6 @@ def converge(
         if rank_note:
             report.notes.append(rank_note)
 
-        console = make_console()
         if fmt is OutputFormat.JSON:
             from dflash_diag.render.json import render_json
 
@@ -89,7 +88,7 @@ def converge(
             from dflash_diag.render.csv import render_csv
 
             sys.stdout.write(render_csv(report))
-        elif use_rich(fmt, console):
+        elif use_rich(fmt, console := make_console()):
             from dflash_diag.render.rich import render_rich
 
             render_rich(report, console, max_rows=rows or None)

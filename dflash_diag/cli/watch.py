@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from dflash_diag.cli.common import fail, make_console, print_notes, user_errors
 from dflash_diag.cli.options import TUNING, Given, Group, command
@@ -20,6 +19,8 @@ from dflash_diag.read.files import check_log_path
 from dflash_diag.read.formats import registry as formats
 
 if TYPE_CHECKING:  # the library (polars) is imported inside the functions: --help stays fast
+    from rich.console import Console
+
     from dflash_diag.watch import LiveLog
 
 QUIT_KEYS = (b"q", b"Q")

@@ -8,6 +8,7 @@ the command adds (inputs, parse account, per-rank skew). Plain data, rendered el
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from dflash_diag.analysis.diagnosis import (
     Diagnosis,
@@ -16,10 +17,12 @@ from dflash_diag.analysis.diagnosis import (
     diagnose,
     governing_header,
 )
-from dflash_diag.analysis.rank_skew import RankSkew
 from dflash_diag.analysis.schedule_events import ScheduleEvent, schedule_events_of
 from dflash_diag.read.jsonl import fetch_lists
 from dflash_diag.read.records import ParsedLog, ParseIssues
+
+if TYPE_CHECKING:  # the per-rank reader: imported by the command only when rank logs are given
+    from dflash_diag.analysis.rank_skew import RankSkew
 
 #: The converge command's settings are the analysis settings (one config for every command).
 ConvergeConfig = DiagnosisConfig

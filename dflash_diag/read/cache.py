@@ -32,9 +32,12 @@ write the least recently used entries go until the rest fits. ``--no-cache`` byp
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -47,8 +50,9 @@ import polars as pl
 
 from dflash_diag.read.records import LogEvent, ParsedLog, ParseIssues, join_sequential
 
-#: Bumped whenever what is cached changes meaning (a reader fix changes the parse).
-CACHE_VERSION = 1
+#: Bumped whenever what is cached changes meaning (a reader fix changes the parse) or how it is
+#: stored (2: a segment holds only its columns with a value, in one record batch).
+CACHE_VERSION = 2
 #: The cache's size bound when ``DFLASH_DIAG_CACHE_MAX_BYTES`` does not set one (1 GiB).
 DEFAULT_MAX_BYTES = 2**30
 #: Bytes per hashed block, and how many blocks between the first and the last are hashed.
@@ -172,8 +176,7 @@ class _Entry:
         grown = grown_since(meta, self.path, st)
         if grown is None:
             return None
-        frames = [pl.read_ipc(self.folder / name) for name in meta["frames"]]
-        log = _thaw(meta, frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=True))
+        log = _thaw(meta, read_segments(self.folder, meta["frames"], meta["schema"]))
         if grown == 0:
             return log
         # the torn last line, if any, is read again with the new bytes (complete by now)
@@ -186,7 +189,7 @@ class _Entry:
             return log
         tail = parse_tail(data, log.next_line_no)
         joined = join_sequential([log, tail])
-        joined.metrics = joined.metrics.rechunk()
+        joined.metrics = one_chunk(joined.metrics)
         joined.chunk_starts = {
             source: [*log.chunk_starts.get(source, []), (meta["consumed"], log.next_line_no)]
         }
@@ -223,13 +226,19 @@ class _Entry:
         token = secrets.token_hex(6)
         frame_name = f"{self.key}.{token}.arrow"
         partial = self.folder / f".{frame_name}.tmp"
-        if self.reused is not None and len(self.reused[0]) < _MAX_SEGMENTS:
+        schema = schema_text(log.metrics)
+        if (
+            self.reused is not None
+            and len(self.reused[0]) < _MAX_SEGMENTS
+            and old is not None
+            and old.get("schema") == schema
+        ):
             # a grown log: only the new rows are written, as one more segment of the entry
             frames = [*self.reused[0], frame_name]
-            log.metrics.slice(self.reused[1]).write_ipc(partial, compression="uncompressed")
+            write_segment(log.metrics.slice(self.reused[1]), partial)
         else:
             frames = [frame_name]
-            log.metrics.write_ipc(partial, compression="uncompressed")
+            write_segment(log.metrics, partial)
         os.replace(partial, self.folder / frame_name)
         meta = _freeze(log)
         meta.update(
@@ -243,6 +252,7 @@ class _Entry:
             consumed=consumed,
             hashes=_hashes(self.path, consumed),
             frames=frames,
+            schema=schema,
         )
         partial_meta = self.folder / f".{self.key}.{token}.json.tmp"
         partial_meta.write_text(json.dumps(meta, allow_nan=True))
@@ -251,6 +261,55 @@ class _Entry:
             if name not in frames:
                 (self.folder / name).unlink(missing_ok=True)
         evict(self.folder, max_bytes())
+
+
+def write_segment(frame: pl.DataFrame, path: Path) -> None:
+    """Write ``frame``'s columns that hold a value as one Arrow IPC record batch: a column of
+    nulls only (most of a log's declared fields, in most logs) costs a re-run nothing to read,
+    and one batch reads back as one chunk (no copy to join the batches)."""
+    kept = [
+        name
+        for name, nulls in zip(frame.columns, frame.null_count().row(0), strict=True)
+        if nulls < frame.height
+    ]
+    # one column at least: a frame of no columns has no height (its nulls would be one row)
+    frame.select(kept or frame.columns[:1]).write_ipc(
+        path, compression="uncompressed", record_batch_size=max(1, frame.height)
+    )
+
+
+def read_segments(folder: Path, names: list[str], schema: str) -> pl.DataFrame:
+    """The frame of the segment files ``names`` (in order) whose columns and types are
+    ``schema`` (:func:`schema_text`): a column a segment does not hold is null there."""
+    types = _schema_of(schema)
+    parts = []
+    for name in names:
+        part = pl.read_ipc(folder / name)
+        missing = [column for column in types if column not in part.columns]
+        if missing:
+            part = part.with_columns(
+                pl.lit(None, types[column]).alias(column) for column in missing
+            )
+        parts.append(part.select(list(types)))
+    return one_chunk(parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical"))
+
+
+def one_chunk(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` in one chunk per column, as the uncached reader gives it: polars sums a column
+    chunk by chunk, and a mean over another chunking can differ in its last bit."""
+    return frame.rechunk()  # a column in one chunk already is kept as it is
+
+
+def schema_text(frame: pl.DataFrame) -> str:
+    """``frame``'s column names and types as text (an empty Arrow IPC file, base64): the
+    entry's record of every column, those no segment holds included."""
+    buffer = io.BytesIO()
+    frame.clear().write_ipc(buffer, compression="uncompressed")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _schema_of(text: str) -> dict[str, pl.DataType]:
+    return dict(pl.read_ipc(io.BytesIO(base64.b64decode(text))).schema)
 
 
 def evict(folder: Path, limit: int) -> None:
@@ -314,7 +373,9 @@ def _hashes(path: Path, end: int) -> list[str]:
         os.close(fd)
 
 
+@functools.cache
 def _package_version() -> str:
+    # once a process: importlib.metadata walks the installed distributions (~10 ms each time)
     try:
         from importlib.metadata import version
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: Bytes per read when streaming a file: big enough for polars' threads, small enough that the
 #: raw text never dominates memory (the parsed columns are what a report keeps).
-CHUNK_BYTES = 16 * 2**20
+CHUNK_BYTES = 8 * 2**20
 #: Bytes read at the far end of a chunk to find its last line end (see _file_line_chunks).
 _PROBE_BYTES = 64 * 2**10
 

@@ -545,8 +545,8 @@ def _split_records(
     """Keep the metric records and stamp the bookkeeping columns from the event list.
 
     Counts the non-event rows without a ``step`` and the NaN/Inf values into ``issues`` (one
-    query), then selects the records (one lazy query: filter, casts, the header lookup and the
-    null columns of ``wanted`` fields that were not read, e.g. lists left for later, fused).
+    query), then selects the records (eager selects: filter, casts, the header lookup and the
+    null columns of ``wanted`` fields that were not read, e.g. lists left for later).
     """
     is_event = (pl.col("event").is_not_null() & (pl.col("event") != "metrics")).fill_null(False)
     headers = [e for e in events if e.kind == "run_start"]
@@ -569,24 +569,20 @@ def _split_records(
     # The usual frame keeps every row (events left with their pieces): no filter, no copy of
     # the columns that pass through.
     kept = frame if frame.select(keep.all()).item() else frame.filter(keep)
-    metrics = (
-        kept.lazy()
-        .select(
-            pl.lit(source, pl.Int32).alias("source"),
-            pl.col("_line").alias("seq"),
-            run.alias("run"),
-            step,
-            *metric_columns,
-            *(pl.lit(None, wanted[name]).alias(name) for name in missing),
-        )
-        .with_columns(
-            pl.col("run")
-            .replace_strict(scripts, default=None, return_dtype=pl.String)
-            .alias("script")
-        )
-        .select("source", "seq", "run", "script", "step", *metric_columns, *missing)
-        .collect()
+    # Eager selects, not one lazy query: a lazy collect hands its columns back in morsels of
+    # rows, and joining them (below) copied every column of the log; the eager select keeps
+    # the columns that pass through as they are (no copy).
+    metrics = kept.select(
+        pl.lit(source, pl.Int32).alias("source"),
+        pl.col("_line").alias("seq"),
+        run.alias("run"),
+        step,
+        *metric_columns,
+        *(pl.lit(None, wanted[name]).alias(name) for name in missing),
     )
+    metrics = metrics.with_columns(
+        pl.col("run").replace_strict(scripts, default=None, return_dtype=pl.String).alias("script")
+    ).select("source", "seq", "run", "script", "step", *metric_columns, *missing)
     if metrics.n_chunks("all") != [1] * metrics.width:  # a filter may leave a chunk per piece
         metrics = metrics.rechunk()
     return ParsedLog(metrics=metrics, events=events, issues=issues)

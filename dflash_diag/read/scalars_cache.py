@@ -48,12 +48,17 @@ from dflash_diag.read.cache import (
     evict,
     grown_since,
     max_bytes,
+    read_segments,
+    schema_text,
+    write_segment,
 )
 from dflash_diag.read.formats.canonical import Scalars
 from dflash_diag.read.records import ParseIssues
 
-#: Bumped when the stored scalars change meaning (kept apart from the native entries' version).
-SCALARS_VERSION = 1
+#: Bumped when the stored scalars change meaning or how they are stored (kept apart from the
+#: native entries' version; 2: segments of the columns with a value, the scan's piece grown by
+#: segments too).
+SCALARS_VERSION = 2
 _LINE_LISTS = ("malformed_lines", "nonnumeric_lines", "bad_step_lines")
 
 
@@ -88,7 +93,7 @@ def cached_scalars(
         scalars = None
     if scalars is None:
         scalars = parse_whole()
-        entry.reused = None
+        entry.reused = entry.reused_wide = None
     with contextlib.suppress(Exception):  # a read-only or full disk: nothing cached
         entry.store(scalars)
     return scalars
@@ -106,6 +111,8 @@ class _ScalarsEntry:
         self.stored_meta: dict[str, Any] | None = None
         #: the cached long-frame files and the rows they hold, when the scalars extend them
         self.reused: tuple[list[str], int] | None = None
+        #: the same for the scan's one wide piece, when the new lines' piece was joined to it
+        self.reused_wide: tuple[list[str], int] | None = None
 
     @classmethod
     def open(cls, name: str, options: Mapping[str, Any]) -> _ScalarsEntry | None:
@@ -171,6 +178,7 @@ class _ScalarsEntry:
             joined = _join_wide(cached, tail)
             if joined is not None:
                 self.reused = (list(meta["long"]), cached.frame.height)
+                self.reused_wide = (list(meta["wide"][0]), cached.wide[0].height)
             return joined
         if tail.wide:
             return None
@@ -207,21 +215,33 @@ class _ScalarsEntry:
         def write(frame: pl.DataFrame, part: str) -> str:
             name = f"{self.key}.{token}.{part}.arrow"
             partial = self.folder / f".{name}.tmp"
-            frame.write_ipc(partial, compression="uncompressed")
+            write_segment(frame, partial)
             os.replace(partial, self.folder / name)
             return name
 
-        if scalars.wide:
-            # the scan's one piece, written whole (a long frame of the scan's is empty)
+        def extended(
+            reused: tuple[list[str], int] | None, frame: pl.DataFrame, schema: str | None, part: str
+        ) -> list[str] | None:
+            """The segments of ``frame`` when it extends the cached ``reused`` ones with the
+            same columns of the same types (only its new rows are written), else None."""
+            if reused is None or old is None or len(reused[0]) >= _MAX_SEGMENTS:
+                return None
+            if schema != schema_text(frame):
+                return None
+            new_rows = frame.slice(reused[1])
+            return [*reused[0], write(new_rows, part)] if new_rows.height else list(reused[0])
+
+        old_wide = (old or {}).get("wide_schemas") or [None]
+        long = extended(self.reused, scalars.frame, (old or {}).get("long_schema"), "long")
+        wide: list[list[str]] | None = [] if not scalars.wide else None
+        if long is not None and len(scalars.wide) == 1 and self.reused_wide is not None:
+            # the scan's one piece, grown by the new lines' piece (its long frame is empty)
+            piece = extended(self.reused_wide, scalars.wide[0], old_wide[0], "wide0")
+            wide = None if piece is None else [piece]
+        if long is None or wide is None:
             long = [write(scalars.frame, "long")]
-            wide = [write(piece, f"wide{i}") for i, piece in enumerate(scalars.wide)]
-        elif self.reused is not None and len(self.reused[0]) < _MAX_SEGMENTS and old is not None:
-            # grown: only the new records are written, as one more segment of the long frame
-            long = [*self.reused[0], write(scalars.frame.slice(self.reused[1]), "long")]
-            wide = []
-        else:
-            long = [write(scalars.frame, "long")]
-            wide = [write(piece, f"wide{i}") for i, piece in enumerate(scalars.wide)]
+            wide = [[write(piece, f"wide{i}")] for i, piece in enumerate(scalars.wide)]
+        files = [*long, *(name for piece in wide for name in piece)]
         meta = {
             "scalars_version": SCALARS_VERSION,
             "path": str(self.path),
@@ -239,13 +259,16 @@ class _ScalarsEntry:
             "meta": scalars.meta,
             "notes": scalars.notes,
             "long": long,
-            "wide": wide,
-            "frames": [*long, *wide],  # every file of the entry (what eviction removes)
+            "long_schema": schema_text(scalars.frame),
+            "wide": wide,  # each wide piece's segments
+            "wide_schemas": [schema_text(piece) for piece in scalars.wide],
+            # every file of the entry (what eviction removes)
+            "frames": files,
         }
         partial_meta = self.folder / f".{self.key}.{token}.json.tmp"
         partial_meta.write_text(json.dumps(meta, allow_nan=True))
         os.replace(partial_meta, self.meta_path)
-        kept = {*long, *wide}
+        kept = set(files)
         for name in (old or {}).get("frames", []):
             if name not in kept:
                 (self.folder / name).unlink(missing_ok=True)
@@ -340,12 +363,14 @@ def _thaw(meta: dict[str, Any], folder: Path) -> Scalars:
     issues = dict(meta["issues"])
     for name in _LINE_LISTS:
         issues[name] = [tuple(x) for x in issues[name]]
-    long = [pl.read_ipc(folder / name) for name in meta["long"]]
     return Scalars(
-        frame=long[0] if len(long) == 1 else pl.concat(long, rechunk=True),
+        frame=read_segments(folder, meta["long"], meta["long_schema"]),
         format=meta["format"],
         issues=ParseIssues(**issues),
         meta=dict(meta["meta"]),
         notes=list(meta["notes"]),
-        wide=[pl.read_ipc(folder / name) for name in meta["wide"]],
+        wide=[
+            read_segments(folder, names, schema)
+            for names, schema in zip(meta["wide"], meta["wide_schemas"], strict=True)
+        ],
     )

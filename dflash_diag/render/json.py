@@ -7,9 +7,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+
+from dflash_diag.render.json_columns import (
+    integer_column,
+    joined_objects,
+    number_column,
+    string_column,
+)
 
 if TYPE_CHECKING:  # polars: imported only by the commands that build these
     from dflash_diag.analysis.acceptance import Acceptance
@@ -46,7 +53,7 @@ def clean_json(value: Any) -> Any:
 
 
 def window_json(row: WindowRow) -> dict[str, Any]:
-    """One window of the JSON contract."""
+    """One window of the JSON contract (:func:`windows_text` writes many at once)."""
     return {
         "start": row.window.start,
         "end": row.window.end,
@@ -58,6 +65,29 @@ def window_json(row: WindowRow) -> dict[str, Any]:
         "loss_delta": json_number(row.trend.loss_delta),
         "loss_trend": row.trend.loss_trend,
     }
+
+
+def windows_text(rows: Sequence[WindowRow], separator: str) -> str:
+    """The compact JSON text of every window (as ``_COMPACT.encode(window_json(row))`` writes
+    it, byte for byte), joined by ``separator``: a column per field, no dict per window."""
+    windows = [row.window for row in rows]
+    trends = [row.trend for row in rows]
+    encode = _COMPACT.encode
+    return joined_objects(
+        [
+            ("start", integer_column([w.start for w in windows], encode)),
+            ("end", integer_column([w.end for w in windows], encode)),
+            ("n", integer_column([w.n for w in windows], encode)),
+            ("loss", number_column([w.loss for w in windows])),
+            ("acc", number_column([w.acc for w in windows])),
+            ("acc_delta", number_column([t.acc_delta for t in trends])),
+            ("trend", string_column([t.acc_trend for t in trends], encode)),
+            ("loss_delta", number_column([t.loss_delta for t in trends])),
+            ("loss_trend", string_column([t.loss_trend for t in trends], encode)),
+        ],
+        encode,
+        separator,
+    )
 
 
 def acceptance_json(a: Acceptance) -> dict[str, Any]:
@@ -202,8 +232,15 @@ def rank_skew_json(r: RankSkew) -> dict[str, Any]:
 def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     """The keys every command's JSON shares for one diagnosis (converge's top level, watch's
     frame, compare's per-regime ``diagnosis``)."""
-    return {
-        "windows": [window_json(row) for row in d.windows],
+    return _diagnosis_json(d, lambda rows: [window_json(row) for row in rows])
+
+
+def _diagnosis_json(
+    d: Diagnosis, windows: Callable[[list[WindowRow]], Any] | None
+) -> dict[str, Any]:
+    """:func:`diagnosis_json` with ``windows(d.windows)`` as its ``windows`` (None: no key)."""
+    out = {} if windows is None else {"windows": windows(d.windows)}
+    return out | {
         "lr": {
             "current": json_number(d.schedule.current),
             "peak": json_number(d.schedule.peak),
@@ -225,7 +262,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
 def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
     """A regime's diagnosis in compare's JSON: converge's ``lr``, ``acceptance`` and ``verdict``
     objects for the regime's records (its windows are left out: compare's JSON stays small)."""
-    full = diagnosis_json(d)
+    full = _diagnosis_json(d, None)
     return {
         key: full[key] for key in ("lr", "acceptance", "drafter", "verdict", "alerts", "forecast")
     }
@@ -234,7 +271,14 @@ def regime_diagnosis_json(d: Diagnosis) -> dict[str, Any]:
 def converge_json(report: ConvergeReport) -> dict[str, Any]:
     """The JSON contract of converge: exactly the keys documented in docs/diagnostics.md (plus
     ``ranks`` when per-rank logs were given); non-finite numbers become null."""
-    out = {"format_version": FORMAT_VERSION, **diagnosis_json(report)}
+    return _converge_json(report, lambda rows: [window_json(row) for row in rows])
+
+
+def _converge_json(
+    report: ConvergeReport, windows: Callable[[list[WindowRow]], Any]
+) -> dict[str, Any]:
+    """:func:`converge_json` with ``windows(report.windows)`` as its ``windows``."""
+    out = {"format_version": FORMAT_VERSION, **_diagnosis_json(report, windows)}
     out["skipped_lines"] = report.issues.malformed
     out["nonfinite"] = report.issues.nonfinite_total
     if report.ranks is not None:
@@ -270,16 +314,20 @@ def render_json(report: ConvergeReport) -> str:
     """The JSON contract (:func:`converge_json`): one top-level key per line and one window per
     line, so it reads well and a million-step log's windows still encode fast (an indenting
     encoder falls back to the pure-Python one)."""
-    data = converge_json(report)
+    # the windows kept as rows here: written a column at a time (windows_text), not as dicts
+    data = _converge_json(report, list)
     dump = _COMPACT.encode
 
     lines = ["{"]
     for i, (key, value) in enumerate(data.items()):
         comma = "," if i < len(data) - 1 else ""
-        if key == "windows" and value:
-            lines.append(f"  {dump(key)}: [")
-            lines += [f"    {dump(w)}," for w in value[:-1]] + [f"    {dump(value[-1])}"]
-            lines.append(f"  ]{comma}")
+        if key == "windows":
+            if value:
+                lines.append(f"  {dump(key)}: [")
+                lines.append("    " + windows_text(value, ",\n    "))
+                lines.append(f"  ]{comma}")
+            else:
+                lines.append(f"  {dump(key)}: []{comma}")
         else:
             lines.append(f"  {dump(key)}: {dump(value)}{comma}")
     lines.append("}")

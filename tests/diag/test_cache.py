@@ -204,3 +204,52 @@ def test_no_cache_writes_nothing(log):
     result = runner.invoke(app, ["converge", str(path), "--format", "json", "--no-cache"])
     assert result.exit_code == 0
     assert not cache.cache_dir().exists() or not entries()
+
+
+def _stored_columns() -> list[set[str]]:
+    import polars as pl
+
+    folder = cache.cache_dir()
+    (meta_path,) = entries()
+    meta = json.loads(meta_path.read_text())
+    return [set(pl.read_ipc_schema(folder / name)) for name in meta["frames"]]
+
+
+def test_an_entry_holds_the_columns_with_a_value_and_reads_back_whole(log):
+    # the sample log's pipeline records carry no walk fields: those columns are nulls only
+    path, data = log
+    lines = data.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-20]))
+    plain = load_log(path)
+    null_only = {
+        c for c in plain.metrics.columns if plain.metrics[c].null_count() == plain.metrics.height
+    }
+    assert null_only
+    same(path)
+    (stored,) = _stored_columns()
+    assert stored == set(plain.metrics.columns) - null_only
+    for grown in (False, True):
+        if grown:
+            with path.open("ab") as out:
+                out.writelines(lines[-20:])
+        cached = load_log(path, cache=True)
+        # every column, in the reader's order and types, each in one chunk as the reader gives
+        # it (a sum over another chunking can move a mean's last bit)
+        assert cached.metrics.schema == load_log(path).metrics.schema
+        assert cached.metrics.n_chunks("all") == [1] * cached.metrics.width
+        same(path)
+    assert len(_stored_columns()) == 2  # the new rows: one more segment
+
+
+@pytest.mark.parametrize("height", [0, 3])
+def test_a_segment_of_nulls_only_keeps_its_height(tmp_path, height):
+    import polars as pl
+
+    frame = pl.DataFrame(
+        {"row": [None] * height, "loss": [None] * height},
+        schema={"row": pl.Int64, "loss": pl.Float64},
+    )
+    cache.write_segment(frame, tmp_path / "segment.arrow")
+    back = cache.read_segments(tmp_path, ["segment.arrow"], cache.schema_text(frame))
+    assert back.equals(frame)
+    assert back.schema == frame.schema

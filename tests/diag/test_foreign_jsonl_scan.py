@@ -136,3 +136,41 @@ def test_dirty_files_decline_or_agree(tmp_path, case):
         "numeric_string",
     ):
         assert fast is None
+
+
+def test_a_file_of_many_pieces_reads_as_one(tmp_path, monkeypatch):
+    """Read in pieces of a few KiB: keys first written in a late piece, a null in another, a
+    line longer than a piece and a last line with no newline give the line reader's log."""
+    from dflash_diag.read.formats import foreign_jsonl_scan
+
+    monkeypatch.setattr(foreign_jsonl_scan, "PIECE_BYTES", 4096)
+    records = [_hf(s) for s in range(1, 3000)]
+    records[1500]["grad_norm"] = None
+    records[2000]["note"] = "x" * 10_000
+    records.append({"eval_loss": 0.5, "step": len(records)})
+    records.append({"train_runtime": 100.0, "step": len(records)})
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    path = tmp_path / "pieces.jsonl"
+    path.write_text(text.rstrip("\n"))
+    fast, slow = both(path)
+    assert fast is not None
+    assert slow.log.events
+    assert fast.wide[0].height == len(records)
+
+
+def test_released_pieces_give_the_same_log_and_the_nothing_maps_line_its_series(tmp_path):
+    """The canonical build may free the reader's wide pieces as it goes: the same log, and a
+    log with nothing to map still names the series it holds (read again for the line)."""
+    from dflash_diag import load_log
+    from dflash_diag.errors import DiagError
+
+    path = _write(tmp_path / "hf.jsonl", [_hf(s) for s in range(1, 300)])
+    kept = to_parsed_log(read_foreign_jsonl_scan(path, FORMAT, STEP_KEYS))
+    scalars = read_foreign_jsonl_scan(path, FORMAT, STEP_KEYS)
+    released = to_parsed_log(scalars, release=True)
+    assert scalars.wide == []
+    assert released.log.metrics.equals(kept.log.metrics)
+    assert released.log.events == kept.log.events
+    bare = [{"grad_norm": 1.5, "learning_rate": 1e-4, "step": s} for s in range(1, 300)]
+    with pytest.raises(DiagError, match=r"no series maps to loss or acc.*grad_norm"):
+        load_log(_write(tmp_path / "bare.jsonl", bare))

@@ -242,3 +242,47 @@ def test_merge_by_step_matches_a_group_by(ordered):
     single = frame.unique(["_segment", "step"], keep="first", maintain_order=True)
     assert _merge_by_step(single, wanted).equals(_reference_merge(single, wanted))
     assert _merge_by_step(frame.clear(), wanted).equals(_reference_merge(frame.clear(), wanted))
+
+
+def test_duplicate_steps_merge_as_a_group_by_over_every_record():
+    """Only the runs of a (segment, step) written twice are grouped; the result is the group-by
+    over every record it replaces: the earliest time and each key's last non-null value."""
+    import random
+
+    from dflash_diag.read.formats.canonical import _merge_duplicate_steps
+
+    rng = random.Random(11)
+    rows = []
+    for segment in range(2):
+        step = 0
+        for _ in range(400):
+            step += rng.choice((0, 1, 1, 1, 3))
+            rows.append(
+                (
+                    segment,
+                    step,
+                    rng.choice((None, rng.random())),
+                    rng.choice((None, None, rng.random(), float("nan"))),
+                    rng.choice((None, rng.random())),
+                )
+            )
+    records = pl.DataFrame(
+        rows,
+        schema={
+            "_segment": pl.UInt32,
+            "step": pl.Int64,
+            "time": pl.Float64,
+            "k:loss": pl.Float64,
+            "k:eval_loss": pl.Float64,
+        },
+        orient="row",
+    )
+    values = ["k:loss", "k:eval_loss"]
+    reference = records.group_by("_segment", "step", maintain_order=True).agg(
+        pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in values)
+    )
+    got = _merge_duplicate_steps(records)
+    assert got.height < records.height
+    assert got.equals(reference)
+    once = records.unique(["_segment", "step"], keep="first", maintain_order=True)
+    assert _merge_duplicate_steps(once) is once

@@ -43,6 +43,55 @@ def test_cli_import_does_not_load_polars():
     assert _run(code).strip() == "[]"
 
 
+def test_a_json_run_imports_what_it_prints_with_only():
+    # rich's console and the other renderers cost a re-run of converge about 0.03 s that a
+    # JSON run does not need (a text run imports the console, as it must)
+    code = (
+        "import sys\n"
+        "from dflash_diag.cli import main\n"
+        "sys.argv = ['dflash-diag', 'converge', sys.argv[1], '-f', sys.argv[2], '--no-cache']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "names = ('rich.console', 'dflash_diag.render.markdown', 'dflash_diag.render.csv')\n"
+        "print(sorted(m for m in names if m in sys.modules), file=sys.stderr)"
+    )
+    sample = str(ROOT / "sample_logs" / "train.jsonl")
+
+    def imported(fmt: str) -> str:
+        return (
+            subprocess.run(
+                [sys.executable, "-c", code, sample, fmt],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+            )
+            .stderr.strip()
+            .splitlines()[-1]
+        )
+
+    assert imported("json") == "[]"
+    assert imported("text") == "['rich.console']"
+
+
+def test_the_command_collects_cycles_in_a_large_young_generation():
+    # the command's process only (a library caller keeps its own collector settings)
+    code = (
+        "import gc, sys\n"
+        "from dflash_diag.cli import GC_THRESHOLDS, main\n"
+        "before = gc.get_threshold()\n"
+        "sys.argv = ['dflash-diag', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(before, gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] >= 10_000)"
+    )
+    assert _run(code).strip().splitlines()[-1] == "(700, 10, 10) True True"
+
+
 def test_help_lists_converge():
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0

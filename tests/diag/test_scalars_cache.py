@@ -198,3 +198,23 @@ def test_the_new_bytes_malformed_lines_are_numbered_after_the_cached_lines(tmp_p
     uncached = runner.invoke(app, ["converge", str(path), "-f", "text", "--no-cache"])
     assert "281" in uncached.stdout
     assert cached.stdout == uncached.stdout
+
+
+def test_the_scans_piece_grows_by_a_segment_of_the_new_rows(tmp_path):
+    data = hf_log(600)
+    path = tmp_path / "log.jsonl"
+    cut = data.rfind(b"\n", 0, len(data) * 9 // 10) + 1
+    path.write_bytes(data[:cut])
+    check(path)
+
+    def wide_segments() -> list[str]:
+        (meta_path,) = scalars_cache.cache_dir().glob("*.json")
+        return json.loads(meta_path.read_text())["wide"][0]
+
+    (first,) = wide_segments()
+    with path.open("ab") as out:
+        out.write(data[cut:])
+    check(path)  # grown: the cached piece stays as written, the new rows are one more file
+    assert wide_segments()[0] == first
+    assert len(wide_segments()) == 2
+    check(path)  # and the two read back as the one piece of the whole file

@@ -14,11 +14,18 @@ accepts, and gives up (None: the line reader runs) whenever the result could dif
   ``train_runtime``) polars infers the schema of the whole file and the count is checked again;
 * any remaining difference, a line polars rejects (malformed, torn, NaN tokens, a type that
   changes), a list, or a string that might be a number sends the file to the line reader.
+
+Memory: the file is read in pieces of a few MiB cut at a newline (never memory-mapped: a
+mapped file's pages count in the process's resident set), each piece parsed, counted and
+dropped; what is held is the parsed columns, kept as the pieces' chunks (no joined copy).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +36,9 @@ from dflash_diag.read.formats.canonical import Scalars, empty_scalars
 from dflash_diag.read.formats.detect import HEAD_BYTES
 from dflash_diag.read.records import ParseIssues
 
-#: Bytes per read when counting the file's tokens.
-_BLOCK = 16 * 2**20
+#: Bytes per piece read and parsed at a time: polars' parse of a piece takes about 3x it, so
+#: the reader's own transient is tens of MiB whatever the file's size.
+PIECE_BYTES = 8 * 2**20
 #: Text that Python's float() might read (the line reader keeps numeric strings as numbers);
 #: looser than float() (underscores anywhere among digits), so a doubt goes to the line reader.
 _NUMERIC_TEXT = (
@@ -58,70 +66,234 @@ def read_foreign_jsonl_scan(
     tree = _head_tree(head)
     if tree is None:
         return None
-    colons = _count_tokens(path, b":")
-    if colons is None:
-        return None
-    frame = _scan(path, tree)
-    if frame is not None and not _all_keys_read(frame, path, colons):
+    scanned = _scan(path, tree)
+    if scanned is not None and not scanned.all_keys_read:
         # keys the head does not show (an eval_loss first written after the head, a final
-        # train_runtime): polars' own inference over the whole file names them (a second pass)
-        try:
-            inferred = pl.scan_ndjson(path, infer_schema_length=None).collect_schema()
-        except Exception:  # noqa: BLE001
+        # train_runtime): the schema of the whole file names them (a second pass)
+        scanned = None  # freed before the next read
+        inferred = _inferred_schema(path)
+        tree = _tree_of(inferred) if inferred is not None else None
+        scanned = _scan(path, tree) if tree is not None else None
+        if scanned is not None and not scanned.all_keys_read:
             return None
-        tree = _tree_of(dict(inferred))
-        frame = _scan(path, tree) if tree is not None else None
-        if frame is not None and not _all_keys_read(frame, path, colons):
-            return None
-    if frame is None or _line_reader_semantics(frame, step_keys):
+    if scanned is None or _line_reader_semantics(scanned, step_keys):
         return None
-    return _wide(frame, fmt, step_keys)
+    return _wide(scanned, fmt, step_keys)
 
 
-def _line_reader_semantics(frame: pl.DataFrame, step_keys: tuple[str, ...]) -> bool:
-    """Whether the records need a rule only the line reader applies: an ``event`` key (this
-    project's events are skipped, another trainer's mark metric records), no step key at all
-    (the epoch as the step), or end-of-epoch rows that carry validation values at the step of
-    the epoch's last train row."""
+def _line_reader_semantics(scanned: _Scanned, step_keys: tuple[str, ...]) -> bool:
+    """Whether the records need a rule only the line reader applies: no step key at all (the
+    epoch as the step), or end-of-epoch rows that carry validation values at the step of the
+    epoch's last train row (an ``event`` key, the other such rule, is refused by :func:`_scan`)."""
     from dflash_diag.read.aliases import is_validation
 
-    if "event" in frame.columns:
-        return True
-    if not any(k in frame.columns for k in step_keys):
+    top = scanned.top
+    if not any(k in top for k in step_keys):
         return True  # an epoch-only log: the epoch stands in for the step on the long records
-    if "epoch" not in frame.columns or not any(is_validation(c) for c in frame.columns):
+    if "epoch" not in top or not any(is_validation(c) for c in top):
         return False
-    step = next(k for k in step_keys if k in frame.columns)
+    step = next(k for k in step_keys if k in top)
+    if top[step] != pl.Float64:
+        return True  # a step that is no number: the line reader decides
     # a summary row repeats the step of the row before it, with an epoch, a validation value and
     # a train value the line reader renames (HF's eval row at the train row's step has none)
-    validation = [c for c in frame.columns if is_validation(c)]
+    validation = [c for c in top if is_validation(c)]
     train = [
         c
-        for c in frame.columns
-        if c not in validation
-        and c not in step_keys
-        and c != "epoch"
-        and frame.schema[c].is_numeric()
+        for c in top
+        if c not in validation and c not in step_keys and c != "epoch" and top[c].is_numeric()
     ]
     if not train:
         return False
     summary = (
-        (frame[step].diff() == 0)
-        & frame["epoch"].is_not_null()
-        & frame.select(pl.any_horizontal(pl.col(validation).is_not_null())).to_series()
-        & frame.select(pl.any_horizontal(pl.col(train).is_not_null())).to_series()
+        (scanned.flat[step].diff() == 0)
+        & scanned.present("epoch")
+        & pl.DataFrame([scanned.present(c) for c in validation])
+        .select(pl.any_horizontal(pl.all()))
+        .to_series()
+        & scanned.flat.select(pl.any_horizontal(pl.col(train).is_not_null())).to_series()
     )
     return bool(summary.any())
 
 
-def _scan(path: Path, tree: dict[str, Any]) -> pl.DataFrame | None:
+@dataclass
+class _Scanned:
+    """A file read with one schema, kept as what the fast path uses of it.
+
+    Attributes:
+        top: the top-level keys' types.
+        types: the types of the flattened keys (``a/b`` for field ``b`` of object ``a``).
+        flat: the flattened keys that are numbers, one column each.
+        presence: whether each row holds a top-level key that is no number (an epoch or a
+            validation key written as a string or an object), by key.
+        all_keys_read: whether the file's colons are exactly the keys read.
+    """
+
+    top: dict[str, pl.DataType]
+    types: dict[str, pl.DataType]
+    flat: pl.DataFrame
+    presence: dict[str, pl.Series]
+    all_keys_read: bool
+
+    def present(self, key: str) -> pl.Series:
+        """Whether each row holds the top-level ``key``."""
+        if key in self.presence:
+            return self.presence[key]
+        return self.flat[key].is_not_null()
+
+
+def _pieces(path: Path) -> Iterator[bytes]:
+    """The file's bytes in pieces of about :data:`PIECE_BYTES`, each ending at a newline (the
+    last one where the file ends; a line longer than a piece makes its piece longer).
+
+    The bytes after a piece's last newline are read again with the next piece (a seek back),
+    so a piece is copied at most once, not joined to the previous piece's tail.
+    """
+    with path.open("rb", buffering=0) as handle:
+        while block := handle.read(PIECE_BYTES):
+            while (cut := block.rfind(b"\n") + 1) == 0 and (more := handle.read(PIECE_BYTES)):
+                block += more  # a line longer than a piece
+            if 0 < cut < len(block):
+                handle.seek(cut - len(block), os.SEEK_CUR)
+                block = block[:cut]
+            yield block
+
+
+def _flatten(series: pl.Series, name: str, out: list[pl.Series]) -> None:
+    """A column with its objects' fields as columns ``name/field`` (nested: ``a/b/c``)."""
+    if isinstance(series.dtype, pl.Struct):
+        for field in series.struct.fields:
+            _flatten(series.struct.field(field), f"{name}/{field}", out)
+    else:
+        out.append(series.alias(name))
+
+
+class _Growing:
+    """Columns appended piece by piece into numpy buffers, handed to polars without a copy.
+
+    The buffers are large allocations of the C allocator: grown in place (``realloc`` moves
+    pages, it does not copy them) and returned to the system when freed, where joining polars
+    chunks at the end held the chunks and the joined copy at once (polars' allocator keeps
+    freed pages a while, and the chunks' scattered holes do not fit a whole column).
+    """
+
+    def __init__(self, names: list[str], kinds: list[type], rows: int) -> None:
+        import numpy as np
+
+        self._np = np
+        self.names = names
+        self.rows = 0
+        self.capacity = max(rows, 1024)
+        self.arrays = [np.empty(self.capacity, dtype=kind) for kind in kinds]
+
+    def append(self, columns: list[pl.Series]) -> None:
+        height = columns[0].len() if columns else 0
+        if self.rows + height > self.capacity:
+            # untouched capacity costs no memory (its pages are never written)
+            self.capacity = max(self.rows + height, self.capacity * 3 // 2)
+            for array in self.arrays:
+                array.resize(self.capacity, refcheck=False)
+        for array, column in zip(self.arrays, columns, strict=True):
+            array[self.rows : self.rows + height] = column.to_numpy()
+        self.rows += height
+
+    def series(self) -> list[pl.Series]:
+        """The columns (a float column's NaN is a null: a JSON file holds no NaN value)."""
+        out = []
+        for name, array in zip(self.names, self.arrays, strict=True):
+            array.resize(self.rows, refcheck=False)
+            out.append(pl.Series(name, array, nan_to_null=array.dtype.kind == "f"))
+        self.arrays = []
+        return out
+
+
+def _scan(path: Path, tree: dict[str, Any]) -> _Scanned | None:
+    """The file read by polars with the tree's schema, piece by piece; each piece's numbers
+    are kept and the rest dropped (None: a piece polars rejects, NaN values, a numeric string,
+    a key the fast path does not take)."""
+    from dflash_diag.read.aliases import is_validation
+
     if "time" in tree:
         return None  # a "time" key is both a value and the record's time: the line reader
+    if "event" in tree:
+        # this project's events are skipped by the line reader, another trainer's mark its
+        # metric records: the line reader's rules
+        return None
+    schema = {key: _dtype(node) for key, node in tree.items()}
+    # top-level keys that are no number but whose presence the epoch-summary rule asks
+    marks = [k for k, t in schema.items() if t != pl.Float64 and (k == "epoch" or is_validation(k))]
+    numbers: _Growing | None = None
+    presence: _Growing | None = None
+    types: dict[str, pl.DataType] = {}
+    colons = found = nulls = 0
     try:
-        return pl.scan_ndjson(
-            path, schema={key: _dtype(node) for key, node in tree.items()}
-        ).collect()
+        size = path.stat().st_size
+        for piece in _pieces(path):
+            frame = pl.read_ndjson(piece, schema=schema)
+            piece_colons = piece.count(b":")
+            piece_found = _found(frame)
+            colons += piece_colons
+            found += piece_found
+            # where a piece's colons are its values, it holds no null token (every one would
+            # be a colon more), so a clean piece pays no second count
+            if piece_colons > piece_found:
+                nulls += piece.count(b"null")
+            columns: list[pl.Series] = []
+            for name in frame.columns:
+                _flatten(frame[name], name, columns)
+            if len({c.name for c in columns}) < len(columns):
+                return None  # a key "a/b" beside an object "a" with a field "b"
+            flat = pl.DataFrame(columns)
+            for name, dtype in flat.schema.items():
+                if dtype != pl.String:
+                    continue
+                if flat.select(pl.col(name).str.contains(_NUMERIC_TEXT).any()).item():
+                    return None  # a numeric string: the line reader's coercion decides
+            kept = [c for c in columns if c.dtype == pl.Float64]
+            if kept and flat.select(pl.any_horizontal(pl.col(pl.Float64).is_nan().any())).item():
+                return None  # NaN is no JSON value (and a kept NaN stands for a null below)
+            if numbers is None:
+                types = dict(flat.schema)
+                # rows in the whole file, as the first piece suggests, and a margin
+                rows = len(piece) and frame.height * (size // len(piece) + 1) * 11 // 10
+                numbers = _Growing([c.name for c in kept], [float] * len(kept), rows)
+                presence = _Growing(marks, [bool] * len(marks), rows)
+            numbers.append(kept)
+            assert presence is not None
+            presence.append([frame[k].is_not_null() for k in marks])
+    except OSError:
+        return None
     except Exception:  # noqa: BLE001  any line polars rejects: the line reader decides
+        return None
+    if numbers is None or presence is None:
+        empty: list[pl.Series] = []
+        for name, dtype in schema.items():
+            _flatten(pl.Series(name, [], dtype=dtype), name, empty)
+        types = {c.name: c.dtype for c in empty}
+        flat_frame = pl.DataFrame([c for c in empty if c.dtype == pl.Float64])
+        marked = {k: pl.Series(k, [], dtype=pl.Boolean) for k in marks}
+    else:
+        flat_frame = pl.DataFrame(numbers.series())
+        marked = {c.name: c for c in presence.series()}
+    return _Scanned(
+        top=schema,
+        types=types,
+        flat=flat_frame,
+        presence=marked,
+        all_keys_read=colons == found or (colons > found and colons == found + nulls),
+    )
+
+
+def _inferred_schema(path: Path) -> dict[str, pl.DataType] | None:
+    """The schema polars infers from every record of the file: each piece's own, joined with
+    polars' supertypes (an integer and a float: a float; a struct's fields: all of them)."""
+    try:
+        empties = [
+            pl.DataFrame(schema=pl.read_ndjson(piece, infer_schema_length=None).schema)
+            for piece in _pieces(path)
+        ]
+        return dict(pl.concat(empties, how="diagonal_relaxed").schema) if empties else None
+    except Exception:  # noqa: BLE001  a line polars rejects, types with no supertype
         return None
 
 
@@ -189,31 +361,12 @@ def _dtype(node: Any) -> pl.DataType:
     return getattr(pl, node)()
 
 
-def _count_tokens(path: Path, token: bytes) -> int | None:
-    """How often ``token`` occurs in the file (read in blocks; a token cut by a block edge is
-    found in the previous block's last bytes and this block's first ones)."""
-    count = 0
-    carry = b""
-    edge = len(token) - 1
-    try:
-        with path.open("rb") as handle:
-            while block := handle.read(_BLOCK):
-                count += block.count(token)
-                if edge:
-                    count += (carry + block[:edge]).count(token)
-                    carry = block[-edge:]
-    except OSError:
-        return None
-    return count
-
-
-def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
-    """Whether the file's colons are exactly the keys polars found.
+def _found(frame: pl.DataFrame) -> int:
+    """How many of the file's colons the frame's values account for.
 
     Every key is one colon; a ``null`` value is a key polars cannot tell from a missing one, so
-    the file's ``null`` tokens are added (counted only when the colons are more than the values:
-    a clean file pays one count); colons and ``null`` inside strings and key names are text,
-    not keys, and are taken off.
+    the caller adds the file's ``null`` tokens where the colons are more than the values;
+    colons and ``null`` inside strings and key names are text, not keys, and are taken off.
     """
     exprs: list[pl.Expr] = []
 
@@ -234,45 +387,20 @@ def _all_keys_read(frame: pl.DataFrame, path: Path, colons: int) -> bool:
 
     for name, dtype in frame.schema.items():
         walk(pl.col(name), name, dtype)
-    found = int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
-    if colons == found:
-        return True
-    nulls = _count_tokens(path, b"null") if colons > found else None
-    return nulls is not None and colons == found + nulls
+    return int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
 
 
-def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
-    """Flatten the structs, drop event records and non-numbers, build the wide piece."""
+def _wide(scanned: _Scanned, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
+    """The numbers as the wide piece, without the records that hold none."""
+    # taken from the scan: its columns are freed as the wide piece replaces them
+    flat, scanned.flat = scanned.flat, pl.DataFrame()
     issues = ParseIssues()
-    issues.lines = frame.height
-    columns: list[pl.Series] = []
-
-    def flatten(series: pl.Series, name: str) -> None:
-        if isinstance(series.dtype, pl.Struct):
-            for field in series.struct.fields:
-                flatten(series.struct.field(field), f"{name}/{field}")
-        else:
-            columns.append(series.alias(name))
-
-    for name in frame.columns:
-        flatten(frame[name], name)
-    flat = pl.DataFrame(columns)
-    if "event" in flat.columns:
-        if flat["event"].dtype != pl.String:
-            return None
-        # this project's own events belong to the native reader (the line reader skips them)
-        flat = flat.filter(pl.col("event").is_null() | (pl.col("event") == "metrics"))
-    if "row" in flat.columns or any(
-        flat.schema.get(k, pl.Float64) != pl.Float64 for k in step_keys
+    issues.lines = flat.height
+    if "row" in scanned.types or any(
+        scanned.types.get(k, pl.Float64) != pl.Float64 for k in step_keys
     ):
         return None  # a key named like a wide column, a step that is no number: line reader
-    keys = []
-    for name, dtype in flat.schema.items():
-        if dtype == pl.String:
-            if flat.select(pl.col(name).str.contains(_NUMERIC_TEXT).any()).item():
-                return None  # a numeric string: the line reader's coercion decides
-        elif dtype == pl.Float64 and flat[name].null_count() < flat.height:
-            keys.append(name)
+    keys = [name for name in flat.columns if flat[name].null_count() < flat.height]
     present = [k for k in step_keys if k in keys]
     step = pl.coalesce(*(pl.col(k) for k in present)) if present else pl.lit(None, pl.Float64)
     time = pl.col("_timestamp") if "_timestamp" in keys else pl.lit(None, pl.Float64)
@@ -283,10 +411,11 @@ def _wide(frame: pl.DataFrame, fmt: str, step_keys: tuple[str, ...]) -> Scalars 
     if flat.height == 0 or not keys:
         return Scalars(frame=empty_scalars(), format=fmt, issues=issues)
     wide = flat.select(
-        (pl.int_range(0, pl.len(), dtype=pl.Int64) * len(keys)).alias("row"),
+        pl.int_range(0, pl.len() * len(keys), len(keys), dtype=pl.Int64).alias("row"),
         step.cast(pl.Int64, strict=False).alias("step"),
         time.cast(pl.Float64).alias("time"),
         # "step" is the wide piece's own column (a key of that name is the step itself)
         *(k for k in keys if k != "step"),
     )
+    del flat
     return Scalars(frame=empty_scalars(), format=fmt, issues=issues, wide=[wide])

@@ -318,20 +318,24 @@ def _read_as(
 
     from dflash_diag.read.formats.canonical import to_parsed_log
 
-    if fmt == "jsonl":
+    def read() -> Scalars:
+        if fmt != "jsonl":
+            return read_scalars(plan.path, fmt)
         try:
             if cache and not strict:
-                scalars = _cached_foreign_jsonl(plan)
-            else:
-                scalars = _foreign_jsonl_scalars(plan, strict=strict)
+                return _cached_foreign_jsonl(plan)
+            return _foreign_jsonl_scalars(plan, strict=strict)
         except DiagError:
             raise
         except (OSError, ValueError) as exc:
             raise DiagError(f"{plan.path}: {exc}") from None
-    else:
-        scalars = read_scalars(plan.path, fmt)
+
+    scalars = read()
     try:
-        canonical = to_parsed_log(scalars, source=source, preset=plan.preset, fields=plan.fields)
+        # released: the reader's wide pieces are freed as the records are built from them
+        canonical = to_parsed_log(
+            scalars, source=source, preset=plan.preset, fields=plan.fields, release=True
+        )
     except (Exception, pl.exceptions.PanicException) as exc:  # noqa: BLE001
         # the same rule as the readers': one line naming the input, never a traceback
         raise DiagError(
@@ -340,8 +344,9 @@ def _read_as(
         ) from None
     log = canonical.log
     if scalars.issues.lines and not _has_progress(log):
-        # records of lr, epoch or throughput only: nothing says whether the run learns
-        raise DiagError(nothing_maps_message(plan.path, canonical, scalars))
+        # records of lr, epoch or throughput only: nothing says whether the run learns (the
+        # line names the series read: read again, the canonical build released them)
+        raise DiagError(nothing_maps_message(plan.path, canonical, read()))
     if not scalars.issues.lines and fmt != "jsonl":
         what = (
             "no progress line (a step or an epoch with name: number pairs)"

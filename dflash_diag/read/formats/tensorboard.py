@@ -139,7 +139,8 @@ class _Columns:
                 [
                     pl.int_range(first, first + good * n, n, dtype=pl.Int64, eager=True)
                     for first, good, n in raw.runs
-                ]
+                ],
+                rechunk=True,  # one chunk, as the other columns (see canonical.contiguous)
             )
             words = _numbers(bytes(raw.steps), pl.UInt32, count).cast(pl.Int64)
             step = sum(((pl.col("w") // (1 << (8 * k))) % 0x80) * (1 << (7 * k)) for k in range(4))

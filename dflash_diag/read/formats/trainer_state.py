@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.formats.canonical import RowCollector, Scalars, empty_scalars
+from dflash_diag.read.formats.canonical import RowCollector, Scalars, contiguous, empty_scalars
 from dflash_diag.read.formats.checks import OUT_OF_RANGE
 from dflash_diag.read.presets import normalise_key
 from dflash_diag.read.records import STEP_LIMIT, ParseIssues
@@ -404,7 +404,12 @@ def _wide_history(pieces, issues: ParseIssues) -> pl.DataFrame | None:
         return None
     if not frames:
         return pl.DataFrame(schema={"row": pl.Int64, "step": pl.Int64, "time": pl.Float64})
-    wide = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    if len(frames) == 1:
+        wide = frames[0]
+    else:
+        wide = pl.concat(frames, how="diagonal_relaxed")
+        frames.clear()
+        wide = contiguous(wide)  # one chunk per column (see canonical.contiguous)
     if wide["step"].null_count() == wide.height:
         return None  # no step anywhere: the epoch may stand in (on the long frame)
     return wide

@@ -21,6 +21,15 @@ each with the target's greedy continuation (the pipeline's default ``walk_source
 of the 384 examples trained on; ``data`` holds 32 training examples out instead, as the runs of
 ``tests/fixtures/runs/`` and ``runs_heldout/`` were made (``--out tests/fixtures/runs_evalwalk``
 for the runs made with the eval-prompt walk).
+
+``--eval64`` makes the runs of ``tests/fixtures/runs_eval64/`` (issue 22: an eval precise enough
+to judge an estimate by): the data's eval file is the 256-prompt file of
+``benchmarks/make_eval_prompts.py`` (the bundled 32 first), each eval measures 64 of them, a draw
+seeded by the run's seed (``eval_split = "seeded"``), and the walk walks the other 192; every
+eval record carries its per-prompt results.
+
+    nice -n 10 python benchmarks/make_forecast_runs.py --eval64 --eval-every 16 \
+        --out tests/fixtures/runs_eval64 cosine-6e-4-s0
 """
 
 from __future__ import annotations

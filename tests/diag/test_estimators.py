@@ -202,3 +202,30 @@ def test_the_measured_tau_carries_its_se_between_prompts_when_the_eval_has_them(
     assert eval_se({"prompt_tokens": [3], "prompt_steps": [2]}) is None  # one prompt
     old = Evidence(rows, 3, measured=_eval(10, 1.5))
     assert next(e for e in estimates_of(old) if e.name == MEASURED).se is None
+
+
+def test_the_64_prompt_evals_of_our_runs_have_an_se_of_at_most_4_percent():
+    """Real material: the committed runs with a 64-prompt eval (tests/fixtures/runs_eval64*/)
+    carry per-prompt results whose ratio is the eval's tau; past the first evals the SE between
+    prompts is 2.2-3.7% of tau (an 8-prompt eval's: 8-11%)."""
+    import json
+    from pathlib import Path
+
+    from dflash_diag.analysis.estimators import eval_se
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    logs = sorted(fixtures.glob("runs_eval64*/*/train.jsonl"))
+    assert len(logs) >= 5
+    ses = []
+    for log in logs:
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("event") != "eval":
+                continue
+            assert rec["n_prompts"] == 64
+            assert sum(rec["prompt_tokens"]) / sum(rec["prompt_steps"]) == pytest.approx(rec["tau"])
+            if rec["step"] > 16:
+                ses.append(eval_se(rec) / rec["tau"])
+    assert len(ses) >= 26
+    assert min(ses) > 0.02
+    assert max(ses) < 0.04

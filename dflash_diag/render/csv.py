@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dflash_diag.converge.report import ConvergeReport
 
@@ -33,6 +33,9 @@ CSV_COLUMNS = (
 
 def render_csv(report: ConvergeReport) -> str:
     """The windows as CSV, one row per window (the summary is in the JSON output)."""
+    fast = _columns_text(report)
+    if fast is not None:
+        return fast
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -57,6 +60,51 @@ def render_csv(report: ConvergeReport) -> str:
             ]
         )
     return buffer.getvalue()
+
+
+#: Text the csv module writes as it is (QUOTE_MINIMAL quotes a field holding one of these).
+_NEEDS_QUOTES = (",", '"', "\r", "\n")
+
+
+def _columns_text(report: ConvergeReport) -> str | None:
+    """:func:`render_csv`'s text a column at a time (each field's column formatted once, see
+    :mod:`dflash_diag.render.json_columns`), byte for byte what the csv module writes; None when
+    a trend field is not a plain label (then the csv module writes the rows, quoting as needed)."""
+    import polars as pl
+
+    from dflash_diag.render.json_columns import integer_column, joined_rows, number_column
+
+    windows = [row.window for row in report.windows]
+    trends = [row.trend for row in report.windows]
+    labels = {"loss_trend": [t.loss_trend for t in trends], "trend": [t.acc_trend for t in trends]}
+    for values in labels.values():
+        kinds = set(map(type, values))
+        if not kinds <= {str, type(None)}:
+            return None
+        if any(c in text for text in set(values) if text is not None for c in _NEEDS_QUOTES):
+            return None
+
+    def integers(values: list[Any]) -> pl.Series:
+        return integer_column(values, str)  # the csv module writes str() of a number
+
+    columns = {
+        "start": integers([w.start for w in windows]),
+        "end": integers([w.end for w in windows]),
+        "n": integers([w.n for w in windows]),
+        "first_step": integers([w.first_step for w in windows]),
+        "last_step": integers([w.last_step for w in windows]),
+        "nonfinite": integers([w.nonfinite for w in windows]),
+        "loss": number_column([w.loss for w in windows], csv=True),
+        "loss_delta": number_column([t.loss_delta for t in trends], csv=True),
+        "loss_trend": pl.Series([v or "" for v in labels["loss_trend"]], dtype=pl.String),
+        "acc": number_column([w.acc for w in windows], csv=True),
+        "acc_delta": number_column([t.acc_delta for t in trends], csv=True),
+        "trend": pl.Series([v or "" for v in labels["trend"]], dtype=pl.String),
+        "weighted": integers([int(w.weighted) for w in windows]),
+        "tau_train": number_column([w.tau_train for w in windows], csv=True),
+    }
+    header = ",".join(CSV_COLUMNS) + "\n"
+    return header + joined_rows([columns[name] for name in CSV_COLUMNS], ",", "\n")
 
 
 def _csv(value: float | None) -> str:

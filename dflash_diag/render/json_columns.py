@@ -30,21 +30,23 @@ _PLAIN_FROM, _PLAIN_BELOW = 1e-4, 1e16
 _INT64 = 2**63 - 1
 
 
-def number_column(values: Sequence[Any]) -> pl.Series:
+def number_column(values: Sequence[Any], *, csv: bool = False) -> pl.Series:
     """The JSON text of each number as the JSON output writes it: a finite number as the float
-    it is (``3`` as ``3.0``), None, NaN and infinities as ``null``."""
+    it is (``3`` as ``3.0``), None, NaN and infinities as ``null``. ``csv``: as the CSV output
+    writes it instead: None as an empty field, NaN and infinities as ``repr`` writes them."""
     import polars as pl
 
+    text_of = _csv_text if csv else _number_text
     if set(map(type, values)) <= {float, type(None)} and _polars_agrees():
         series = pl.Series(values, dtype=pl.Float64)
-        size = series.abs()
+        size = series.abs()  # NaN compares above every number in polars: not plain either
         plain = (((size >= _PLAIN_FROM) & (size < _PLAIN_BELOW)) | (series == 0)).fill_null(False)
         text = series.cast(pl.String)
-        odd = (~plain).arg_true()
+        odd = (~plain & series.is_not_null()).arg_true()
         if odd.len():
-            text = text.scatter(odd, [_number_text(values[i]) for i in odd.to_list()])
-        return text
-    return pl.Series([_number_text(v) for v in values], dtype=pl.String)
+            text = text.scatter(odd, [text_of(values[i]) for i in odd.to_list()])
+        return text.fill_null(text_of(None))
+    return pl.Series([text_of(v) for v in values], dtype=pl.String)
 
 
 def _number_text(value: Any) -> str:
@@ -52,6 +54,10 @@ def _number_text(value: Any) -> str:
     if value is None or not math.isfinite(value):
         return "null"
     return float.__repr__(float(value))
+
+
+def _csv_text(value: Any) -> str:
+    return "" if value is None else float.__repr__(float(value))
 
 
 def integer_column(values: Sequence[Any], encode: Callable[[Any], str]) -> pl.Series:
@@ -89,6 +95,17 @@ def joined_objects(
     frame = pl.DataFrame({f"_{i}": column for i, (_, column) in enumerate(columns)})
     rows = frame.select(pl.concat_str(parts).str.join(separator)).item()
     return rows if frame.height else ""
+
+
+def joined_rows(columns: Sequence[pl.Series], separator: str, line_end: str) -> str:
+    """The texts of each row joined by ``separator``, each row ended by ``line_end``."""
+    import polars as pl
+
+    frame = pl.DataFrame({f"_{i}": column for i, column in enumerate(columns)})
+    if not frame.height:
+        return ""
+    row = pl.concat_str([pl.col(name) for name in frame.columns], separator=separator)
+    return frame.select(row.str.join(line_end)).item() + line_end
 
 
 def _polars_agrees() -> bool:

@@ -9,6 +9,7 @@ import json
 import math
 import random
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -106,3 +107,35 @@ def test_polars_agrees_with_python_on_this_install():
     # the check that decides the fast path; a polars that failed it would only be slower
     json_columns._AGREES = None
     assert json_columns._polars_agrees() is True
+
+
+def _csv_module_text(rows: list[WindowRow]) -> str:
+    """The CSV the csv module writes for ``rows`` (the writer behind the column path's back)."""
+    from dflash_diag.render import csv as csv_render
+
+    report = SimpleNamespace(windows=rows)
+    fast = csv_render._columns_text
+    try:
+        csv_render._columns_text = lambda report: None
+        return csv_render.render_csv(report)
+    finally:
+        csv_render._columns_text = fast
+
+
+@pytest.mark.parametrize(
+    ("ints", "trends"),
+    [
+        (None, ["up", "down", "flat", None]),
+        ([2**70, -1, True, 4] * 1000, ["up"]),  # beyond Int64, a bool: written by Python
+        (None, ["a,b", 'say "x"', "line\nbreak", None]),  # need quoting: the csv module
+    ],
+    ids=["labels", "big-ints", "quoted"],
+)
+def test_csv_of_many_windows_is_the_csv_modules(ints, trends):
+    from dflash_diag.render.csv import render_csv
+
+    values = _floats(seed=11, n=1000)
+    rows = _rows(values, ints=ints, trends=trends)
+    report = SimpleNamespace(windows=rows)
+    assert render_csv(report) == _csv_module_text(rows)
+    assert render_csv(SimpleNamespace(windows=[])) == _csv_module_text([])

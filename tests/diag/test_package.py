@@ -76,6 +76,22 @@ def test_a_json_run_imports_what_it_prints_with_only():
     assert imported("text") == "['rich.console']"
 
 
+def test_the_command_collects_cycles_in_a_large_young_generation():
+    # the command's process only (a library caller keeps its own collector settings)
+    code = (
+        "import gc, sys\n"
+        "from dflash_diag.cli import GC_THRESHOLDS, main\n"
+        "before = gc.get_threshold()\n"
+        "sys.argv = ['dflash-diag', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(before, gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] >= 10_000)"
+    )
+    assert _run(code).strip().splitlines()[-1] == "(700, 10, 10) True True"
+
+
 def test_help_lists_converge():
     result = CliRunner().invoke(app, ["--help"])
     assert result.exit_code == 0

@@ -7,7 +7,6 @@ the verdict; see `dflash_diag.watch.view.build_view`.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,40 +117,6 @@ def _row_medians(rows: np.ndarray, count: np.ndarray) -> np.ndarray:
     low = ordered[picks, (count - 1) // 2]
     high = ordered[picks, count // 2]
     return np.where(count % 2 == 1, high, (low + high) / 2)
-
-
-def loss_spikes_reference(
-    losses: Sequence[float | None],
-    *,
-    neighbours: int = 3,
-    factor: float = defaults.SPIKE_FACTOR,
-    rel_floor: float = 0.02,
-    resolution: float = 0.0,
-) -> list[int]:
-    """:func:`loss_spikes` one window at a time (the plain-Python reference the tests compare
-    the array version with)."""
-    finite = [v if v is not None and math.isfinite(v) else None for v in losses]
-    out = []
-    for i, v in enumerate(finite):
-        if v is None:
-            continue
-        before = [u for u in finite[max(0, i - neighbours) : i] if u is not None]
-        if not before:
-            continue
-        if v <= before[-1]:
-            continue
-        after = [u for u in finite[i + 1 : i + 1 + neighbours] if u is not None]
-        if after and v <= after[0]:
-            continue
-        around = before + after
-        if len(around) < 2:
-            continue
-        median = statistics.median(around)
-        mad = statistics.median(abs(u - median) for u in around)
-        scale = max(1.4826 * mad, rel_floor * abs(median), resolution)
-        if scale > 0 and v - median > factor * scale:
-            out.append(i)
-    return out
 
 
 def value_resolution(values: Sequence[float | None], max_decimals: int = 8) -> float:

@@ -120,33 +120,3 @@ def compute_trends(
     return [
         Trend(*values) for values in zip(acc_delta, acc_trend, loss_delta, loss_trend, strict=True)
     ]
-
-
-def compute_trends_reference(
-    windows: Sequence[Window], config: TrendConfig | None = None
-) -> list[Trend]:
-    """:func:`compute_trends` one window at a time (the plain-Python reference the tests compare
-    the array version with)."""
-    config = config or TrendConfig()
-    trends: list[Trend] = []
-    previous: Window | None = None
-    for window in windows:
-        acc_delta = acc_trend = loss_delta = loss_trend = None
-        if previous is not None:
-            if window.acc is not None and previous.acc is not None:
-                acc_delta = window.acc - previous.acc
-                tolerance = config.acc_threshold
-                if config.noise_aware:
-                    se = _standard_error_of_difference(window.acc_se, previous.acc_se)
-                    tolerance = se if se is not None else tolerance
-                acc_trend = classify(acc_delta, tolerance)
-            if window.loss is not None and previous.loss is not None:
-                loss_delta = window.loss - previous.loss
-                tolerance = config.loss_threshold * abs(previous.loss)
-                if config.noise_aware:
-                    se = _standard_error_of_difference(window.loss_se, previous.loss_se)
-                    tolerance = se if se is not None else tolerance
-                loss_trend = classify(loss_delta, tolerance, higher_is_better=False)
-        trends.append(Trend(acc_delta, acc_trend, loss_delta, loss_trend))
-        previous = window
-    return trends

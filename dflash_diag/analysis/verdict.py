@@ -129,34 +129,6 @@ def _group_sums(values: np.ndarray, group: int) -> np.ndarray:
     return total
 
 
-def _points_reference(
-    windows: Sequence[Window], metric: str
-) -> tuple[list[float], list[float], list[int]]:
-    """:func:`_points` one window at a time (the plain-Python reference the tests compare the
-    array version with)."""
-    isfinite = math.isfinite
-    kept = [
-        (w, value) for w in windows if (value := getattr(w, metric)) is not None and isfinite(value)
-    ]
-    xs = [(w.first_step + w.last_step) / 2.0 for w, _ in kept]
-    ys = [value for _, value in kept]
-    ns = [w.n for w, _ in kept]
-    if len(xs) > MAX_POINTS:
-        group = math.ceil(len(xs) / MAX_POINTS)
-        gx, gy, gn = [], [], []
-        for i in range(0, len(xs), group):
-            n = sum(ns[i : i + group])
-            gx.append(
-                sum(x * k for x, k in zip(xs[i : i + group], ns[i : i + group], strict=True)) / n
-            )
-            gy.append(
-                sum(y * k for y, k in zip(ys[i : i + group], ns[i : i + group], strict=True)) / n
-            )
-            gn.append(n)
-        xs, ys, ns = gx, gy, gn
-    return xs, ys, ns
-
-
 def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
     """Median seconds per step from ``time`` stamps, else from ``n_tokens / tok_per_sec``."""
     if frame.height >= 2 and "time" in frame.columns:

@@ -12,12 +12,12 @@ import polars as pl
 import pytest
 
 from dflash_diag import load_log
-from dflash_diag.analysis.alerts import loss_spikes, loss_spikes_reference, value_resolution
+from dflash_diag.analysis.alerts import loss_spikes, value_resolution
 from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.phase import select_phase
 from dflash_diag.analysis.restarts import resolve_restarts
-from dflash_diag.analysis.trend import TrendConfig, compute_trends, compute_trends_reference
-from dflash_diag.analysis.verdict import MAX_POINTS, _points, _points_reference, judge
+from dflash_diag.analysis.trend import TrendConfig, compute_trends
+from dflash_diag.analysis.verdict import MAX_POINTS, _points, judge
 from dflash_diag.analysis.windows import (
     Window,
     WindowTable,
@@ -27,6 +27,11 @@ from dflash_diag.analysis.windows import (
 )
 from dflash_diag.errors import DiagError
 from tests.diag.wild_harness import ROOT, load_expectations
+from tests.diag.window_references import (
+    compute_trends_reference,
+    loss_spikes_reference,
+    points_reference,
+)
 
 WILD = ROOT / "shared" / "wild"
 SPECIAL = [None, math.nan, math.inf, -math.inf]
@@ -124,7 +129,7 @@ def test_verdict_points_on_columns_match_the_loop(count):
     windows = _random_windows(random.Random(count), count, p_special=0.1)
     table = WindowTable.from_windows(windows)
     for metric in ("acc", "loss"):
-        assert _same(_points(table, metric), _points_reference(windows, metric)), metric
+        assert _same(_points(table, metric), points_reference(windows, metric)), metric
 
 
 def test_judge_gives_the_same_verdict_from_objects_and_columns():
@@ -188,7 +193,7 @@ def test_the_stages_on_columns_match_the_loop_on_real_logs():
                     compute_trends(table, config), compute_trends_reference(windows, config)
                 ), item
             for metric in ("acc", "loss"):
-                assert _same(_points(table, metric), _points_reference(windows, metric)), item
+                assert _same(_points(table, metric), points_reference(windows, metric)), item
             checked += 1
     assert checked >= 100
 

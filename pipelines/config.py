@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -202,23 +203,10 @@ class TrainConfig:
                     f"warmup_steps ({self.warmup_steps}) exceeds the schedule's "
                     f"{self.schedule_total_steps} steps"
                 )
-        if self.schedule not in SCHEDULE_KINDS:
-            raise ValueError(
-                f"schedule must be one of {', '.join(SCHEDULE_KINDS)}, got {self.schedule!r}"
-            )
-        if self.resume_schedule not in RESUME_SCHEDULE_MODES:
-            raise ValueError(
-                f"resume_schedule must be one of {', '.join(RESUME_SCHEDULE_MODES)}, "
-                f"got {self.resume_schedule!r}"
-            )
-        if self.eval_split not in EVAL_SPLITS:
-            raise ValueError(
-                f"eval_split must be one of {', '.join(EVAL_SPLITS)}, got {self.eval_split!r}"
-            )
-        if self.walk_source not in WALK_SOURCES:
-            raise ValueError(
-                f"walk_source must be one of {', '.join(WALK_SOURCES)}, got {self.walk_source!r}"
-            )
+        _one_of(self, "schedule", SCHEDULE_KINDS)
+        _one_of(self, "resume_schedule", RESUME_SCHEDULE_MODES)
+        _one_of(self, "eval_split", EVAL_SPLITS)
+        _one_of(self, "walk_source", WALK_SOURCES)
         if self.epochs is not None:
             e = self.epochs
             if (
@@ -338,6 +326,12 @@ def _positive_ints(cfg: Any, *names: str) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+def _one_of(cfg: Any, name: str, choices: Sequence[str]) -> None:
+    v = getattr(cfg, name)
+    if v not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {v!r}")
 
 
 def _non_negative_ints(cfg: Any, *names: str) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from dflash_diag.cli import app
@@ -90,6 +92,29 @@ def test_the_command_collects_cycles_in_a_large_young_generation():
         "print(before, gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] >= 10_000)"
     )
     assert _run(code).strip().splitlines()[-1] == "(700, 10, 10) True True"
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_the_command_runs_blas_on_one_thread_unless_the_user_says(given, expected):
+    # set before numpy is imported (OpenBLAS reads it once, at load); a user's own setting wins
+    code = (
+        "import os, sys\n"
+        "from dflash_diag.cli import main\n"
+        "loaded = 'numpy' in sys.modules\n"
+        "sys.argv = ['dflash-diag', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(loaded, os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    ).stdout
+    assert out.strip().splitlines()[-1] == f"False {expected}"
 
 
 def test_help_lists_converge():

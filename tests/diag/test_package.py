@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import dflash_diag.cli
 from dflash_diag.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +116,25 @@ def test_the_command_runs_blas_on_one_thread_unless_the_user_says(given, expecte
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
     ).stdout
     assert out.strip().splitlines()[-1] == f"False {expected}"
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("command", ["converge", "compare", "watch"])
+def test_help_paragraphs_are_wrapped_once(command, columns):
+    # typer keeps a docstring's line breaks after its first paragraph; the help re-joins them
+    # so the terminal's wrapping is the only one (compare's paragraph came out ragged)
+    from dflash_diag.cli import help_text
+
+    out = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": str(columns)}).stdout
+    lines = [line.strip() for line in out.splitlines()]
+    for paragraph in help_text(getattr(dflash_diag.cli, command)).split("\n\n")[1:]:
+        words = paragraph.split()
+        start = next(i for i, line in enumerate(lines) if line.startswith(" ".join(words[:3])))
+        shown: list[str] = []
+        while len(" ".join(shown).split()) < len(words):
+            shown.append(lines[start + len(shown)])
+        assert " ".join(shown).split() == words
+        assert all(len(line) > columns - 20 for line in shown[:-1]), shown
 
 
 def test_help_lists_converge():

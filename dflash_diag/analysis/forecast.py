@@ -138,7 +138,12 @@ def _finite_lr_pairs(
     if len(xs) != len(ys):
         raise ValueError(f"{len(xs)} lr steps but {len(ys)} lrs")
     keep = np.isfinite(ys) & (ys >= 0)
-    xs, ys = xs[keep], ys[keep]
+    if not keep.all():  # a copy only where some lr is left out (a million records: 16 MB)
+        xs, ys = xs[keep], ys[keep]
+    del keep
+    if xs.size < 2 or bool((xs[1:] > xs[:-1]).all()):
+        # distinct steps in order (a log's records): the sort would keep every pair in place
+        return xs, ys
     order = np.lexsort((ys, xs))
     return xs[order], ys[order]
 

@@ -60,6 +60,17 @@ def _csv_text(value: Any) -> str:
     return "" if value is None else float.__repr__(float(value))
 
 
+def row_column(rows: Sequence[Any], name: str, *, trend: bool = False) -> list[Any]:
+    """The field ``name`` of every row of a window table (``row.window.<name>``, or
+    ``row.trend.<name>`` with ``trend``) as Python values: read from the columns when the rows
+    keep them (a diagnosis' :class:`~dflash_diag.analysis.window_rows.WindowRows`), so no row
+    object is built, else from each row."""
+    column = getattr(rows, "column", None)
+    if column is not None:
+        return list(column(name))
+    return [getattr(row.trend if trend else row.window, name) for row in rows]
+
+
 def integer_column(values: Sequence[Any], encode: Callable[[Any], str]) -> pl.Series:
     """The JSON text of each value of a column of ints (anything else: as ``encode`` writes it)."""
     import polars as pl

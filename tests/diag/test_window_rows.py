@@ -130,6 +130,9 @@ def test_clean_columns_give_what_the_masked_query_gives():
         for size, start in ((7, 0), (50, 13), (11, -5)):
             fast = _aggregate(frame, size, start)
             assert fast.height > 0
+            # records before the start step count in no window (the filter, where it is needed)
+            assert fast["_n"].sum() == frame.filter(pl.col("step") >= start).height
+            assert fast["_window"].min() >= 0
             assert fast.equals(_aggregate(frame, size, start, elide_empty=False)), trial
 
 

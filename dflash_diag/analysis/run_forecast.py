@@ -194,11 +194,11 @@ def _lr_points(
 
 
 def _float_column(frame: pl.DataFrame, name: str) -> np.ndarray:
-    """Column ``name`` as float64 numpy (null: NaN), as polars' cast to Float64 gives it."""
-    column = frame[name]
-    if column.dtype != pl.Float64:
-        column = column.cast(pl.Float64)
-    return column.to_numpy()
+    """Column ``name`` as float64 numpy (null: NaN), as polars' cast to Float64 gives it: a view
+    of a float column, numpy's conversion of another (freed when the forecast is done, where
+    polars' allocator would keep a cast's pages)."""
+    values = frame[name].to_numpy()
+    return values if values.dtype == np.float64 else values.astype(np.float64)
 
 
 def _window_lrs(table: WindowTable) -> tuple[np.ndarray, np.ndarray]:

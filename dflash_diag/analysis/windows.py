@@ -391,13 +391,62 @@ def _distinct_gaps(steps: pl.Series) -> pl.Series:
     return steps.unique().sort().diff().drop_nulls()
 
 
+#: Steps per piece of :func:`_gap_counts` on steps in order: the differences of one piece at a
+#: time (half a MiB) instead of a column of them (8 MB a million steps, and the filtered copy).
+_GAP_PIECE = 1 << 16
+#: Gaps below this are tallied by ``bincount`` (a log's logging interval); larger ones by a sort.
+_GAP_TALLY = 1 << 14
+
+
+def _gap_counts(steps: pl.Series) -> tuple[list[int], list[int]]:
+    """The distinct differences between consecutive distinct steps, ascending, and how often
+    each occurs: what :func:`_distinct_gaps` holds, as a tally."""
+    present = steps.drop_nulls() if steps.null_count() else steps
+    if not (present.dtype.is_integer() and present.is_sorted()):
+        values, counts = np.unique(_distinct_gaps(present).to_numpy(), return_counts=True)
+        return values.tolist(), counts.tolist()
+    column = present.to_numpy()
+    tally: dict[int, int] = {}
+    for low in range(0, len(column) - 1, _GAP_PIECE):
+        # the piece overlaps the next by one step: every consecutive pair is differenced once
+        gaps = np.diff(column[low : low + _GAP_PIECE + 1])
+        gaps = gaps[gaps > 0]  # the distinct steps are where the sorted column moves
+        if not gaps.size:
+            continue
+        if int(gaps.max()) < _GAP_TALLY:
+            counts = np.bincount(gaps)
+            values = np.flatnonzero(counts)
+            counts = counts[values]
+        else:
+            values, counts = np.unique(gaps, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            tally[value] = tally.get(value, 0) + count
+    ordered = sorted(tally)
+    return ordered, [tally[value] for value in ordered]
+
+
+def _median_of_tally(values: list[int], counts: list[int]) -> float:
+    """The median of the multiset ``values`` x ``counts`` (values ascending), as polars' median
+    of the column gives it: the middle value, or the mean of the two middle ones."""
+    total = sum(counts)
+    middle: list[int] = []
+    seen = 0
+    for value, count in zip(values, counts, strict=True):
+        seen += count
+        while len(middle) < 2 and seen > ((total - 1) // 2 if not middle else total // 2):
+            middle.append(value)
+        if len(middle) == 2:
+            break
+    return (float(middle[0]) + float(middle[1])) / 2.0
+
+
 def logging_interval(steps: pl.Series) -> int | None:
     """The median positive step difference between consecutive distinct steps (None with fewer
     than two)."""
-    gaps = _distinct_gaps(steps)
-    if gaps.len() == 0:
+    values, counts = _gap_counts(steps)
+    if not values:
         return None
-    return max(1, int(cast(float, gaps.median())))
+    return max(1, int(_median_of_tally(values, counts)))
 
 
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
@@ -417,15 +466,14 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
         if "step" in frame.columns and frame.height
         else pl.Series("step", [], pl.Int64)
     )
-    gaps = _distinct_gaps(steps)
-    if gaps.len() == 0:
+    values, counts = _gap_counts(steps)
+    if not values:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
-    interval = max(
-        1, int(cast(float, gaps.median()))
-    )  # logging_interval's, from the gaps found once
+    # logging_interval's, from the gaps tallied once
+    interval = max(1, int(_median_of_tally(values, counts)))
     if interval == 1:
         return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
-    n = gaps.len() + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
+    n = sum(counts) + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
     k = AUTO_RECORDS
     while k > 1 and n // k < AUTO_MIN_WINDOWS:
         k -= 1

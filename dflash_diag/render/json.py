@@ -68,10 +68,11 @@ def window_json(row: WindowRow) -> dict[str, Any]:
     }
 
 
-def windows_text(rows: Sequence[WindowRow], separator: str) -> str:
+def windows_text(rows: Sequence[WindowRow], separator: str, prefix: str = "") -> str:
     """The compact JSON text of every window (as ``_COMPACT.encode(window_json(row))`` writes
-    it, byte for byte), joined by ``separator``: a column per field, no dict per window (and,
-    for a diagnosis' rows, no row object: the columns are read as they are)."""
+    it, byte for byte), each after ``prefix``, joined by ``separator``: a column per field, no
+    dict per window (and, for a diagnosis' rows, no row object: the columns are read as they
+    are)."""
     encode = _COMPACT.encode
 
     def window(name: str) -> list[Any]:
@@ -94,6 +95,7 @@ def windows_text(rows: Sequence[WindowRow], separator: str) -> str:
         ],
         encode,
         separator,
+        prefix,
     )
 
 
@@ -332,14 +334,14 @@ def render_json(report: ConvergeReport) -> str:
         if key == "windows":
             if value:
                 lines.append(f"  {dump(key)}: [")
-                lines.append("    " + windows_text(value, ",\n    "))
+                lines.append(windows_text(value, ",\n", prefix="    "))
                 lines.append(f"  ]{comma}")
             else:
                 lines.append(f"  {dump(key)}: []{comma}")
         else:
             lines.append(f"  {dump(key)}: {dump(value)}{comma}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    lines += ["}", ""]  # the text ends with a newline: joined once, not copied to add it
+    return "\n".join(lines)
 
 
 def regime_comparison_json(c: RegimeComparison) -> dict[str, Any]:

@@ -93,15 +93,21 @@ def string_column(values: Sequence[Any], encode: Callable[[Any], str]) -> pl.Ser
 
 
 def joined_objects(
-    columns: Sequence[tuple[str, pl.Series]], encode: Callable[[Any], str], separator: str
+    columns: Sequence[tuple[str, pl.Series]],
+    encode: Callable[[Any], str],
+    separator: str,
+    prefix: str = "",
 ) -> str:
     """One compact JSON object per row (``{"key": value, ...}``, the encoder's separators) from
-    ``(key, JSON texts of the column)`` pairs in key order, the rows joined by ``separator``."""
+    ``(key, JSON texts of the column)`` pairs in key order, each row after ``prefix``, the rows
+    joined by ``separator`` (a prefix here, not added to the text: no copy of a text of many
+    MB)."""
     import polars as pl
 
     parts: list[pl.Expr] = []
     for i, (key, _) in enumerate(columns):
-        parts += [pl.lit(("{" if i == 0 else ", ") + encode(key) + ": "), pl.col(f"_{i}")]
+        opening = prefix + "{" if i == 0 else ", "
+        parts += [pl.lit(opening + encode(key) + ": "), pl.col(f"_{i}")]
     parts.append(pl.lit("}"))
     frame = pl.DataFrame({f"_{i}": column for i, (_, column) in enumerate(columns)})
     rows = frame.select(pl.concat_str(parts).str.join(separator)).item()

@@ -189,3 +189,29 @@ def test_seconds_per_step_skips_columns_of_nulls_only():
     )
     timed = frame.with_columns(pl.Series("time", [0.0, 3.0, 6.0]))
     assert seconds_per_step(timed) == (3.0, "time")
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 16])
+def test_gap_tally_across_pieces_gives_the_median_and_count_of_the_gaps(monkeypatch, piece):
+    """choose_window's gap tally, a piece of steps at a time (pieces of 1-7 steps here, so
+    every boundary case is crossed), small gaps by bincount and large ones by a sort: the
+    median gap and the distinct step count of the definition (unique, sort, diff)."""
+    from dflash_diag.analysis import windows
+
+    monkeypatch.setattr(windows, "_GAP_PIECE", piece)
+    rng = random.Random(piece)
+    for _ in range(400):
+        spread = rng.choice([3, 50, 40_000])
+        steps = [rng.randint(0, spread) for _ in range(rng.randint(0, 30))]
+        if rng.random() < 0.7:
+            steps.sort()
+        if steps and rng.random() < 0.2:
+            steps[rng.randrange(len(steps))] = None
+        series = pl.Series("step", steps, dtype=pl.Int64)
+        distinct = series.drop_nulls().unique().sort()
+        gaps = distinct.diff().drop_nulls()
+        want = None if distinct.len() < 2 else max(1, int(gaps.median()))
+        assert windows.logging_interval(series) == want, steps
+        values, counts = windows._gap_counts(series)
+        assert sum(counts) == gaps.len(), steps
+        assert values == sorted(set(gaps.to_list())), steps

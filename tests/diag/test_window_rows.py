@@ -215,3 +215,37 @@ def test_gap_tally_across_pieces_gives_the_median_and_count_of_the_gaps(monkeypa
         values, counts = windows._gap_counts(series)
         assert sum(counts) == gaps.len(), steps
         assert values == sorted(set(gaps.to_list())), steps
+
+
+def _measured_reference(windows, evals) -> list:
+    # the loop the bisection replaced: per window, the latest eval at or before its last step
+    from dflash_diag.analysis.estimators import measurements
+
+    points = [(e.step, float(e.fields["tau"])) for e in measurements(evals, windows[-1].last_step)]
+    out = []
+    for w in windows:
+        before = [tau for step, tau in points if step <= w.last_step]
+        out.append(before[-1] if before else None)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_measured_series_is_the_latest_eval_at_or_before_each_window(seed):
+    from dflash_diag.analysis.estimators import SeriesInput, estimator_series
+    from dflash_diag.read.records import LogEvent
+
+    rng = random.Random(seed)
+    frame = _frame(900, seed)
+    table = compute_window_table(frame, rng.choice([7, 50, 101]))
+    evals = [
+        LogEvent("eval", 0, 0, step, {"step": step, "tau": rng.choice([rng.uniform(1, 5), 2.0])})
+        for step in [rng.randrange(-20, 1000) for _ in range(rng.randrange(0, 40))]
+    ]
+    evals.append(LogEvent("eval", 0, 0, 30, {"step": 30, "tau": math.nan}))  # not a measurement
+    want = _measured_reference(table.windows(), evals)
+    fresh = compute_window_table(frame, table[0].end - table[0].start + 1)
+    inp = SeriesInput(fresh, frame, lambda rows: rows, evals, 8)
+    assert estimator_series("measured", inp) == want
+    assert fresh._windows is None  # the columns were read, no Window built
+    as_list = SeriesInput(table.windows(), frame, lambda rows: rows, evals, 8)
+    assert estimator_series("measured", as_list) == want

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dflash_diag import LogEvent
 from dflash_diag.analysis.acceptance import (
@@ -147,6 +149,31 @@ def test_an_eval_at_a_windows_last_step_is_that_windows_measured_tau():
     assert estimator_series("measured", inp) == [2.0, 3.0]
 
 
+@given(
+    evals=st.lists(st.tuples(st.integers(0, 60), st.floats(1.0, 9.0)), max_size=25),
+    lasts=st.lists(st.integers(0, 70), min_size=1, max_size=20).map(sorted),
+)
+def test_the_measured_series_is_the_latest_eval_at_or_before_each_window(evals, lasts):
+    """The bisection agrees with a scan of every eval per window, duplicate eval steps (the later
+    record wins) and evals in any file order included."""
+    from dflash_diag.analysis.estimators import SeriesInput, estimator_series, measurements
+
+    events = [_eval(step, tau) for step, tau in evals]
+    inp = SeriesInput(
+        windows=_windows(*((i, last, last) for i, last in enumerate(lasts))),
+        frame=pl.DataFrame({"step": [0]}),
+        load=lambda rows: rows,
+        evals=events,
+        block_size=16,
+    )
+    latest = {e.step: e.fields["tau"] for e in measurements(events, lasts[-1])}
+    expected = []
+    for last in lasts:
+        before = [tau for step, tau in sorted(latest.items()) if step <= last]
+        expected.append(before[-1] if before else None)
+    assert estimator_series("measured", inp) == expected
+
+
 def test_list_series_of_windows_not_starting_at_index_0_stay_aligned():
     """Bug guarded: the list-based series groups records from the first window's start, so
     that windows whose first index is not 0 (``--from-step``, a gap) read their neighbours'."""
@@ -229,3 +256,39 @@ def test_the_64_prompt_evals_of_our_runs_have_an_se_of_at_most_4_percent():
     assert len(ses) >= 26
     assert min(ses) > 0.02
     assert max(ses) < 0.04
+
+
+def test_a_list_series_reads_its_lists_a_batch_of_whole_windows_at_a_time(monkeypatch):
+    """Bug guarded: a tau target's list-based series read back every record's lists at once
+    (1M records: 1 GB). Batches of whole windows give the same series, with the n_blocks
+    weighting decided over every record as before (one record of the last window has none)."""
+    import random
+
+    from dflash_diag.analysis import estimators
+    from dflash_diag.analysis.estimators import SeriesInput, estimator_series
+
+    rng = random.Random(5)
+    steps = list(range(1, 1001))
+    frame = pl.DataFrame(
+        {
+            "step": steps,
+            "acc_pos": [[rng.random() for _ in range(3)] for _ in steps],
+            "n_blocks": [rng.randint(1, 9) if s != 995 else None for s in steps],
+        },
+        schema={"step": pl.Int64, "acc_pos": pl.List(pl.Float64), "n_blocks": pl.Int64},
+    )
+    windows = _windows(*((i, 10 * i + 1, 10 * i + 10) for i in range(100)))
+    loaded: list[int] = []
+
+    def load(rows):
+        loaded.append(rows.height)
+        return rows
+
+    whole = estimator_series("chain", SeriesInput(windows, frame, load, [], 4))
+    assert loaded == [1000]
+    monkeypatch.setattr(estimators, "SERIES_BATCH_ROWS", 64)
+    loaded.clear()
+    assert estimator_series("chain", SeriesInput(windows, frame, load, [], 4)) == whole
+    assert len(loaded) > 10
+    assert all(64 <= n < 74 for n in loaded[:-1])
+    assert sum(loaded) == 1000

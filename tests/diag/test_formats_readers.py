@@ -126,7 +126,7 @@ def test_tensorboard_fast_path_equals_record_by_record(tmp_path, monkeypatch):
     fast = read_tensorboard(tmp_path)
     assert fast.wide  # the fast path did decode runs
     fast_log = to_parsed_log(fast).log
-    monkeypatch.setattr(tensorboard, "_fast_run", lambda *args: (-1, 1))
+    monkeypatch.setattr(tensorboard, "_fast_run", lambda *args, **kwargs: (-1, 1, False))
     slow = read_tensorboard(tmp_path)
     assert fast.long_frame().drop("time").equals(slow.long_frame().drop("time"))
     assert fast_log.metrics.equals(to_parsed_log(slow).log.metrics)

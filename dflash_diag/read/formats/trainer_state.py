@@ -218,7 +218,7 @@ class _Scanner:
             while len(self.text) - self.pos < self.CHUNK and self._fill():
                 pass
             window = self.text[self.pos : self.pos + self.CHUNK]
-            cut = max(window.rfind("},"), window.rfind("}]"), window.rfind("}\n"))
+            cut = _last_item_end(window)
             items = None
             if cut > 0:
                 text = "[" + window[: cut + 1] + "]"
@@ -254,6 +254,20 @@ class _Scanner:
     def end(self) -> None:
         if self.peek():
             raise ValueError(f"extra data at character {self.offset()}")
+
+
+def _last_item_end(window: str) -> int:
+    """Where the window's last ``}`` followed by ``,``, ``]`` or a newline is (-1: none).
+
+    From the end, ``}`` by ``}``: an item's end is near the window's end, where a search for
+    each of the three pairs walked the whole window back for the two that are not there."""
+    end = window.rfind("}")
+    for _ in range(64):
+        if end < 0 or window[end + 1 : end + 2] in (",", "]", "\n"):
+            return end
+        end = window.rfind("}", 0, end)
+    # many closing braces inside values: the three searches bound the work
+    return max(window.rfind("},"), window.rfind("}]"), window.rfind("}\n"))
 
 
 def read_trainer_state(path: str | Path) -> Scalars:

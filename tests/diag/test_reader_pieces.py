@@ -130,3 +130,10 @@ def test_last_item_end_is_the_three_searches_one():
         assert _last_item_end(window) == _three_searches(window), window
     for window in ("}" * 100, "}," + "}" * 100, "x}]" + "}x" * 200, "", "}", "},"):
         assert _last_item_end(window) == _three_searches(window), window
+    # in place: the window text[start:limit] of a longer text, as its copy would give it
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        start = rng.randint(0, len(text))
+        limit = rng.randint(start, len(text))
+        found = _three_searches(text[start:limit])
+        assert _last_item_end(text, start, limit) == (start + found if found >= 0 else -1)

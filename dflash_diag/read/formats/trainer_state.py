@@ -201,15 +201,17 @@ class _Scanner:
             self.expect("]")
             return
 
-    def array_pieces(self, fast: Callable[[str], pl.DataFrame | None] | None = None):
+    def array_pieces(self, fast: Callable[[str, int, int], pl.DataFrame | None] | None = None):
         """The items of the array at the cursor, in lists of about :attr:`CHUNK` characters:
         each piece is cut after an item's closing ``}`` and decoded by one :func:`json.loads`
         (a cut inside a string or a nested value makes no valid array, so a piece that decodes
         is whole items). Where the cut does not decode, the items up to it are read one by one
         (at most twice the work, never a retry per item).
 
-        ``fast`` may read a piece (the text of a JSON array) first: what it returns (a frame,
-        one row per item) stands for the piece's list of items; None: :func:`json.loads`."""
+        ``fast`` may read a piece first (``fast(text, start, end)``: the items are
+        ``text[start:end]``, given in place, not copied out): what it returns (a frame, one row
+        per item) stands for the piece's list of items; None: :func:`json.loads`. The piece's
+        text comes with a list of items only (a frame's consumer has no use for it)."""
         self.expect("[")
         if self.peek() == "]":
             self.pos += 1
@@ -217,21 +219,23 @@ class _Scanner:
         while True:
             while len(self.text) - self.pos < self.CHUNK and self._fill():
                 pass
-            window = self.text[self.pos : self.pos + self.CHUNK]
-            cut = _last_item_end(window)
+            # the window is self.text[start:limit], searched in place (a copy of a MiB each)
+            start, limit = self.pos, min(len(self.text), self.pos + self.CHUNK)
+            end = _last_item_end(self.text, start, limit)
+            cut = end - start if end >= 0 else -1
             items = None
             if cut > 0:
-                text = "[" + window[: cut + 1] + "]"
-                items = fast(text) if fast is not None else None
+                items = fast(self.text, start, end + 1) if fast is not None else None
                 if items is None:
+                    text = "[" + self.text[start : end + 1] + "]"
                     try:
                         items = json.loads(text)
                     except (ValueError, RecursionError):
                         items = None
-                del text
+                    del text
             if items is not None:
                 self.pos += cut + 1
-                yield items, window[: cut + 1]
+                yield items, None if isinstance(items, pl.DataFrame) else self.text[start : end + 1]
                 if not self._next_item():
                     return
                 continue
@@ -256,18 +260,20 @@ class _Scanner:
             raise ValueError(f"extra data at character {self.offset()}")
 
 
-def _last_item_end(window: str) -> int:
-    """Where the window's last ``}`` followed by ``,``, ``]`` or a newline is (-1: none).
+def _last_item_end(text: str, start: int = 0, limit: int | None = None) -> int:
+    """Where the last ``}`` followed by ``,``, ``]`` or a newline within ``text[start:limit]``
+    (both characters in it) is, as an index of ``text`` (-1: none).
 
     From the end, ``}`` by ``}``: an item's end is near the window's end, where a search for
     each of the three pairs walked the whole window back for the two that are not there."""
-    end = window.rfind("}")
+    limit = len(text) if limit is None else limit
+    end = text.rfind("}", start, limit)
     for _ in range(64):
-        if end < 0 or window[end + 1 : end + 2] in (",", "]", "\n"):
+        if end < 0 or (end + 1 < limit and text[end + 1] in ",]\n"):
             return end
-        end = window.rfind("}", 0, end)
+        end = text.rfind("}", start, end)
     # many closing braces inside values: the three searches bound the work
-    return max(window.rfind("},"), window.rfind("}]"), window.rfind("}\n"))
+    return max(text.rfind(pair, start, limit) for pair in ("},", "}]", "}\n"))
 
 
 def read_trainer_state(path: str | Path) -> Scalars:
@@ -348,13 +354,15 @@ class _PolarsPieces:
     def __init__(self) -> None:
         self.names: list[str] = []
 
-    def __call__(self, text: str) -> pl.DataFrame | None:
-        if "true" in text or "false" in text or "train_runtime" in text:
+    def __call__(self, text: str, start: int, end: int) -> pl.DataFrame | None:
+        """The items ``text[start:end]`` (searched and counted in place) as a frame, or None."""
+        if any(text.find(word, start, end) >= 0 for word in ("true", "false", "train_runtime")):
             return None  # bools, the run's closing summary: the dict path's rules
         # (an integer beyond int64 is Int128 to the inference, refused; declared Float64 it is
         # float(int), as the collector reads it; beyond a float, polars refuses the piece)
-        data = text.encode()
-        entries, values = text.count("{"), text.count(":") - text.count("null")
+        data = ("[" + text[start:end] + "]").encode()
+        entries = text.count("{", start, end)
+        values = text.count(":", start, end) - text.count("null", start, end)
         for schema in ([*self.names], None) if self.names else (None,):
             try:
                 frame = pl.read_json(

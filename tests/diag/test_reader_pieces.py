@@ -137,3 +137,62 @@ def test_last_item_end_is_the_three_searches_one():
         limit = rng.randint(start, len(text))
         found = _three_searches(text[start:limit])
         assert _last_item_end(text, start, limit) == (start + found if found >= 0 else -1)
+
+
+def test_tensorboard_record_longer_than_a_chunk_is_read_when_it_may_be_a_scalar(
+    tmp_path, monkeypatch
+):
+    """The chunk is the read's size, not the bound on a record: an event longer than a chunk
+    (a scalar beside a large field) but under LONG_RECORD_BYTES is read, in one read."""
+    import struct
+
+    from .test_formats_readers import _framed, _varint
+
+    raw = b"loss"
+    item = b"\x0a" + _varint(len(raw)) + raw + b"\x15" + struct.pack("<f", 0.5)
+    summary = b"\x0a" + _varint(len(item)) + item
+    padding = b"x" * 50_000  # field 3 (file_version): a string the reader passes over
+    event = (
+        b"\x09"
+        + struct.pack("<d", 1.7e9)
+        + b"\x10"
+        + _varint(250)
+        + b"\x1a"
+        + _varint(len(padding))
+        + padding
+        + b"\x2a"
+        + _varint(len(summary))
+        + summary
+    )
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(_regular_run(50) + _framed(event) + _scalar_event(251, "loss", 0.25))
+    monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**12)
+    sizes = []
+    real_open = type(path).open
+
+    class Counting:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.handle.__exit__(*exc)
+
+        def read(self, size=-1):
+            data = self.handle.read(size)
+            sizes.append(len(data))
+            return data
+
+    monkeypatch.setattr(
+        type(path), "open", lambda self, *a, **k: Counting(real_open(self, *a, **k))
+    )
+    log = to_parsed_log(read_tensorboard(path)).log
+    assert log.metrics["step"].to_list() == list(range(200, 252))
+    assert log.metrics["loss"][-2:].to_list() == [0.5, 0.25]
+    assert max(sizes) < 2 * len(event)  # the long record's rest in one read, not chunk by chunk
+    assert sum(1 for s in sizes if s > 2**12) == 1

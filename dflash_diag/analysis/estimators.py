@@ -13,6 +13,7 @@ whether it read training sequences).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -367,10 +368,13 @@ def _measured_series(inp: SeriesInput) -> list[float | None]:
         for e in measurements(inp.evals, inp.windows[-1].last_step)
         if e.step is not None  # measurements() keeps stepped records only
     ]
+    # measurements() gives unique steps in order: the latest at or before a step is one bisection
+    # away (a scan of every eval per window was 1 s at 19,000 windows and 950 evals)
+    steps = [step for step, _ in points]
     out: list[float | None] = []
     for w in inp.windows:
-        before = [tau for step, tau in points if step <= w.last_step]
-        out.append(before[-1] if before else None)
+        count = bisect_right(steps, w.last_step)
+        out.append(points[count - 1][1] if count else None)
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dflash_diag import LogEvent
 from dflash_diag.analysis.acceptance import (
@@ -145,6 +147,31 @@ def test_an_eval_at_a_windows_last_step_is_that_windows_measured_tau():
         block_size=16,
     )
     assert estimator_series("measured", inp) == [2.0, 3.0]
+
+
+@given(
+    evals=st.lists(st.tuples(st.integers(0, 60), st.floats(1.0, 9.0)), max_size=25),
+    lasts=st.lists(st.integers(0, 70), min_size=1, max_size=20).map(sorted),
+)
+def test_the_measured_series_is_the_latest_eval_at_or_before_each_window(evals, lasts):
+    """The bisection agrees with a scan of every eval per window, duplicate eval steps (the later
+    record wins) and evals in any file order included."""
+    from dflash_diag.analysis.estimators import SeriesInput, estimator_series, measurements
+
+    events = [_eval(step, tau) for step, tau in evals]
+    inp = SeriesInput(
+        windows=_windows(*((i, last, last) for i, last in enumerate(lasts))),
+        frame=pl.DataFrame({"step": [0]}),
+        load=lambda rows: rows,
+        evals=events,
+        block_size=16,
+    )
+    latest = {e.step: e.fields["tau"] for e in measurements(events, lasts[-1])}
+    expected = []
+    for last in lasts:
+        before = [tau for step, tau in sorted(latest.items()) if step <= last]
+        expected.append(before[-1] if before else None)
+    assert estimator_series("measured", inp) == expected
 
 
 def test_list_series_of_windows_not_starting_at_index_0_stay_aligned():

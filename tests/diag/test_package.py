@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+import dflash_diag.cli
 from dflash_diag.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +93,48 @@ def test_the_command_collects_cycles_in_a_large_young_generation():
         "print(before, gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0] >= 10_000)"
     )
     assert _run(code).strip().splitlines()[-1] == "(700, 10, 10) True True"
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_the_command_runs_blas_on_one_thread_unless_the_user_says(given, expected):
+    # set before numpy is imported (OpenBLAS reads it once, at load); a user's own setting wins
+    code = (
+        "import os, sys\n"
+        "from dflash_diag.cli import main\n"
+        "loaded = 'numpy' in sys.modules\n"
+        "sys.argv = ['dflash-diag', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(loaded, os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    ).stdout
+    assert out.strip().splitlines()[-1] == f"False {expected}"
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("command", ["converge", "compare", "watch"])
+def test_help_paragraphs_are_wrapped_once(command, columns):
+    # typer keeps a docstring's line breaks after its first paragraph; the help re-joins them
+    # so the terminal's wrapping is the only one (compare's paragraph came out ragged)
+    from dflash_diag.cli import help_text
+
+    out = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": str(columns)}).stdout
+    lines = [line.strip() for line in out.splitlines()]
+    for paragraph in help_text(getattr(dflash_diag.cli, command)).split("\n\n")[1:]:
+        words = paragraph.split()
+        start = next(i for i, line in enumerate(lines) if line.startswith(" ".join(words[:3])))
+        shown: list[str] = []
+        while len(" ".join(shown).split()) < len(words):
+            shown.append(lines[start + len(shown)])
+        assert " ".join(shown).split() == words
+        assert all(len(line) > columns - 20 for line in shown[:-1]), shown
 
 
 def test_help_lists_converge():

@@ -441,6 +441,8 @@ _EDGE_HISTORIES = {
     "null steps": [{"step": None, "loss": 3.0}, {"loss": 2.0}, {"step": 3, "loss": 1.0}],
     "bools": [{"step": 1, "loss": 3.0, "flag": True}, {"step": True, "loss": 2.0}],
     "bool among numbers": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": False}, {"step": 3}],
+    # a bool in a later piece, under keys declared Float64 (polars would read it as 1.0)
+    "true among numbers": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": True}, {"step": 3}],
     "strings": [{"step": 1, "loss": "3.5"}, {"step": "2", "loss": 2.0, "name": "x"}],
     "nested": [{"step": 1, "loss": 3.0, "train": {"acc": 0.5}}, {"step": 2, "loss": [1, 2]}],
     "dotted": [{"step": 1, "train.acc": 0.1, "train/acc": 0.2, "loss": 1.0}],

@@ -355,14 +355,29 @@ class _PolarsPieces:
         self.names: list[str] = []
 
     def __call__(self, text: str, start: int, end: int) -> pl.DataFrame | None:
-        """The items ``text[start:end]`` (searched and counted in place) as a frame, or None."""
-        if any(text.find(word, start, end) >= 0 for word in ("true", "false", "train_runtime")):
+        """The items ``text[start:end]`` as a frame, or None."""
+        data = ("[" + text[start:end] + "]").encode()
+        # the words and characters of the piece, searched by polars in one pass over its bytes
+        # (six searches of the text: a quarter more CPU; ASCII is the same in text and bytes)
+        found = (
+            pl.Series([data])
+            .cast(pl.String)
+            .to_frame("t")
+            .select(
+                *(pl.col("t").str.contains(w, literal=True).alias(w) for w in _REFUSED_WORDS),
+                *(
+                    pl.col("t").str.count_matches(c, literal=True).alias(c)
+                    for c in ("{", ":", "null")
+                ),
+            )
+            .row(0)
+        )
+        if any(found[: len(_REFUSED_WORDS)]):
             return None  # bools, the run's closing summary: the dict path's rules
         # (an integer beyond int64 is Int128 to the inference, refused; declared Float64 it is
         # float(int), as the collector reads it; beyond a float, polars refuses the piece)
-        data = ("[" + text[start:end] + "]").encode()
-        entries = text.count("{", start, end)
-        values = text.count(":", start, end) - text.count("null", start, end)
+        entries, colons, nulls = found[len(_REFUSED_WORDS) :]
+        values = colons - nulls
         for schema in ([*self.names], None) if self.names else (None,):
             try:
                 frame = pl.read_json(
@@ -382,6 +397,10 @@ class _PolarsPieces:
                 return frame
         return None
 
+
+#: Words of a piece that send it to the dict path: bools (polars reads them as numbers under a
+#: Float64 schema) and the run's closing summary.
+_REFUSED_WORDS = ("true", "false", "train_runtime")
 
 #: Column types of a piece whose values are all numbers (or nulls). An integer beyond any float
 #: makes polars refuse the piece (the collector drops it): the collector reads such a history.

@@ -16,7 +16,9 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
+import numpy as np
 import polars as pl
 
 from dflash_diag.analysis import defaults
@@ -88,19 +90,26 @@ def mean_positions(
 
 
 def position_means_by_group(
-    rows: pl.DataFrame, column: str, group: str, positions: int | None = None
+    rows: pl.DataFrame,
+    column: str,
+    group: str,
+    positions: int | None = None,
+    weight: pl.Expr | None = None,
 ) -> dict[int, list[float]]:
     """Per-position means of a list column for each value of ``group`` (one polars query),
     weighted by ``n_blocks`` where every row has it; NaN/Inf elements are left out.
 
     ``positions``: the first so many positions only (a block of B tokens drafts B - 1: a
-    longer list's tail is no position and must not change tau; None: all).
+    longer list's tail is no position and must not change tau; None: all). ``weight``: the
+    weights decided over a larger frame that ``rows`` is part of (None: over ``rows``).
     """
     if column not in rows.columns or rows.height == 0:
         return {}
     values = pl.col(column) if positions is None else pl.col(column).list.head(positions)
     exploded = (
-        rows.select(pl.col(group), values, _weight(rows).alias("_w"))
+        rows.select(
+            pl.col(group), values, (_weight(rows) if weight is None else weight).alias("_w")
+        )
         .filter(pl.col(column).is_not_null() & (pl.col(column).list.len() > 0))
         .with_columns(pl.int_ranges(pl.col(column).list.len()).alias("_pos"))
         .explode([column, "_pos"])
@@ -409,6 +418,27 @@ def _prefix(ev: Evidence) -> TauEstimate | None:
     )
 
 
+#: Records whose lists a list-based series reads back at a time (whole windows per batch).
+SERIES_BATCH_ROWS = 65_536
+
+
+def _window_batches(rows: pl.DataFrame, size: int) -> list[pl.DataFrame]:
+    """``rows`` (window order, a ``_window`` column) cut into slices of whole windows, each of
+    at least ``size`` rows but the last (one slice when the rows are fewer)."""
+    if rows.height <= size:
+        return [rows]
+    index = rows["_window"].to_numpy()
+    # a slice ends where a window ends, at the first window end after each ``size`` rows
+    ends = np.flatnonzero(index[1:] != index[:-1]) + 1
+    cuts, last = [0], 0
+    for end in ends.tolist():
+        if end - last >= size:
+            cuts.append(end)
+            last = end
+    cuts.append(rows.height)
+    return [rows.slice(a, b - a) for a, b in pairwise(cuts) if b > a]
+
+
 def from_positions(
     name: str, column: str, formula: Callable[[list[float], int], float | None]
 ) -> tuple[Callable[[Evidence], TauEstimate | None], Callable[[SeriesInput], list[float | None]]]:
@@ -425,11 +455,18 @@ def from_positions(
         windows = inp.windows
         size = windows[0].end - windows[0].start + 1
         start = windows[0].start - windows[0].index * size
-        rows = inp.load(
-            inp.frame.filter(pl.col("step").is_between(windows[0].start, windows[-1].end))
-        )
-        rows = rows.with_columns(window_index(start, size))
-        means = position_means_by_group(rows, column, "_window", inp.block_size - 1)
+        span = inp.frame.filter(
+            pl.col("step").is_between(windows[0].start, windows[-1].end)
+        ).with_columns(window_index(start, size))
+        weight = _weight(span)  # decided over every row of the series, batches or not
+        means: dict[int, list[float]] = {}
+        for batch in _window_batches(span, SERIES_BATCH_ROWS):
+            # the lists of a batch of whole windows at a time: a log read without its lists
+            # holds one batch's lists at once, not every record's (1M records: 1 GB)
+            rows = inp.load(batch)
+            means.update(
+                position_means_by_group(rows, column, "_window", inp.block_size - 1, weight)
+            )
         return [
             formula(values, inp.block_size) if values else None
             for values in (means.get(w.index) for w in windows)

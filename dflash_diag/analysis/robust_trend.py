@@ -1,8 +1,9 @@
 """Robust trend statistics in pure Python: Theil-Sen slope and the Mann-Kendall test.
 
 Both are rank-based, so a few wild windows (a NaN burst, a restart) cannot fake or hide a trend,
-and neither assumes normal noise. They are O(n^2) in the number of points, which is why the
-verdict feeds them window means (at most a few hundred), not raw records.
+and neither assumes normal noise. They are O(n^2) in the number of points (a trend of 20,000 windows is 200M pairs: minutes and
+gigabytes), so every caller first bounds its points with :func:`bounded_points`, which merges
+consecutive points into at most :data:`MAX_POINTS` groups, as the verdict merges its windows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,33 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
+
+#: The O(n^2) statistics run on at most this many points; more are merged in groups.
+MAX_POINTS = 300
+
+
+def bounded_points(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    weights: Sequence[float] | None = None,
+    max_points: int = MAX_POINTS,
+) -> tuple[list[float], list[float]]:
+    """At most ``max_points`` ``(x, y)`` points: past it, runs of ``ceil(n / max_points)``
+    consecutive points merged into their means, weighted by ``weights`` (e.g. each window's
+    entries) or plain. Each sum adds left to right, as the verdict's merge does, so the same
+    points give the same groups bit for bit wherever they are merged.
+    """
+    if len(xs) <= max_points:
+        return list(xs), list(ys)
+    size = math.ceil(len(xs) / max_points)
+    w = [1.0] * len(xs) if weights is None else list(weights)
+    gx, gy = [], []
+    for start in range(0, len(xs), size):
+        part = range(start, min(start + size, len(xs)))
+        total = sum(w[i] for i in part)
+        gx.append(sum(xs[i] * w[i] for i in part) / total)
+        gy.append(sum(ys[i] * w[i] for i in part) / total)
+    return gx, gy
 
 
 def theil_sen_slope(x: Sequence[float], y: Sequence[float]) -> float:

@@ -28,7 +28,7 @@ from typing import Any
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import finite_number, plural
-from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope
+from dflash_diag.analysis.robust_trend import bounded_points, mann_kendall, theil_sen_slope
 from dflash_diag.read.records import LogEvent
 
 IMPROVING, FLAT, WORSE, NOT_ENOUGH = "improving", "flat", "worse", "not enough data"
@@ -36,8 +36,6 @@ IMPROVING, FLAT, WORSE, NOT_ENOUGH = "improving", "flat", "worse", "not enough d
 MIN_EVALS = 3
 #: Standard errors two points must differ by to be told apart (a two-sided 95% interval).
 Z_95 = 1.96
-#: The O(n^2) statistics run on at most this many evals (more are merged in groups).
-MAX_POINTS = 300
 #: The validation series, in the order they are reported: field, label, higher is better.
 SERIES = (("tau", "measured tau", True), ("acc", "eval acc", True), ("loss", "eval loss", False))
 
@@ -142,17 +140,6 @@ def _fmt(value: float, se: float | None) -> str:
     return f"{value:.4g}" + (f" ± {Z_95 * se:.2g}" if se is not None else "")
 
 
-def _bounded(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
-    """At most :data:`MAX_POINTS` points: consecutive evals merged into groups (their means),
-    as the training verdict merges windows (the statistics are O(n^2))."""
-    if len(xs) <= MAX_POINTS:
-        return xs, ys
-    size = math.ceil(len(xs) / MAX_POINTS)
-    gx = [sum(xs[i : i + size]) / len(xs[i : i + size]) for i in range(0, len(xs), size)]
-    gy = [sum(ys[i : i + size]) / len(ys[i : i + size]) for i in range(0, len(ys), size)]
-    return gx, gy
-
-
 def judge_series(
     points: Sequence[EvalPoint],
     *,
@@ -176,7 +163,7 @@ def judge_series(
     sign = 1.0 if higher_is_better else -1.0
     best_i = max(range(n), key=lambda i: (sign * values[i], -i))
     best, latest = points[best_i], points[-1]
-    xs, ys = _bounded([float(p.step) for p in points], values)
+    xs, ys = bounded_points([float(p.step) for p in points], values)
     slope = theil_sen_slope(xs, ys) * 1000.0
     whole = mann_kendall(ys)
     common: dict[str, Any] = {
@@ -213,7 +200,7 @@ def judge_series(
         # maximum by construction, so a test that includes it finds a fall in pure noise.
         after = values[best_i + 1 :]
         if len(after) >= min_points:
-            test = mann_kendall(_bounded(list(range(len(after))), after)[1])
+            test = mann_kendall(bounded_points(list(range(len(after))), after)[1])
             if test.p_value < alpha and sign * test.s < 0:
                 return ValidationTrend(
                     status=WORSE,

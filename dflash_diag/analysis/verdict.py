@@ -29,14 +29,17 @@ import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import plural
-from dflash_diag.analysis.robust_trend import mann_kendall, theil_sen_slope
+from dflash_diag.analysis.robust_trend import (  # MAX_POINTS: the verdict's bound, re-exported
+    MAX_POINTS,
+    bounded_points,
+    mann_kendall,
+    theil_sen_slope,
+)
 from dflash_diag.analysis.validation import ValidationTrend
 from dflash_diag.analysis.windows import Window, WindowTable
 
 CONVERGING, PLATEAU, DIVERGING, NOT_ENOUGH = "converging", "plateau", "diverging", "not enough data"
 OVERFITTING, BROKEN = "overfitting", "broken"
-#: The O(n^2) statistics run on at most this many points; more windows are merged in groups.
-MAX_POINTS = 300
 
 
 @dataclass(frozen=True)
@@ -291,7 +294,8 @@ def fitted_slope(points: Sequence[tuple[float, float]]) -> float | None:
     kept = [(x, y) for x, y in points if y is not None and math.isfinite(y)]
     if len(kept) < MIN_ETA_POINTS or len({x for x, _ in kept}) < 2:
         return None
-    return theil_sen_slope([x for x, _ in kept], [y for _, y in kept])
+    # a tau target's per-window estimates can be 20,000 points: merged first, as the verdict's
+    return theil_sen_slope(*bounded_points([x for x, _ in kept], [y for _, y in kept]))
 
 
 def eta_toward(

@@ -24,7 +24,7 @@ import polars as pl
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.frame_means import mean_acc, mean_loss, mean_of
 from dflash_diag.analysis.numbers import finite_number
-from dflash_diag.analysis.robust_trend import theil_sen_slope
+from dflash_diag.analysis.robust_trend import bounded_points, theil_sen_slope
 from dflash_diag.analysis.windows import compute_windows
 
 # Header/config keys that name the same setting in different trainers.
@@ -187,15 +187,19 @@ def _dominant_config(rows: pl.DataFrame, configs: Sequence[RunConfig]) -> RunCon
 
 def regime_trend(rows: pl.DataFrame, column: str, window: int = defaults.WINDOW) -> float | None:
     """Robust slope of ``column`` per 1k steps over a regime: Theil-Sen on its window means (the
-    converge command's windows), None with fewer than 3 windows holding a finite value."""
+    converge command's windows, merged into entry-weighted groups past
+    :data:`~dflash_diag.analysis.robust_trend.MAX_POINTS` as the verdict merges them, so one
+    regime's trend is converge's verdict slope), None with fewer than 3 windows holding a
+    finite value."""
     points = [
-        ((w.first_step + w.last_step) / 2, value)
+        ((w.first_step + w.last_step) / 2, value, w.n)
         for w in compute_windows(rows, window)
         if (value := getattr(w, column)) is not None and math.isfinite(value)
     ]
     if len(points) < 3:
         return None
-    return 1000.0 * theil_sen_slope([p[0] for p in points], [p[1] for p in points])
+    xs, ys = bounded_points([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
+    return 1000.0 * theil_sen_slope(xs, ys)
 
 
 def find_regimes(

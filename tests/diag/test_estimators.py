@@ -256,3 +256,39 @@ def test_the_64_prompt_evals_of_our_runs_have_an_se_of_at_most_4_percent():
     assert len(ses) >= 26
     assert min(ses) > 0.02
     assert max(ses) < 0.04
+
+
+def test_a_list_series_reads_its_lists_a_batch_of_whole_windows_at_a_time(monkeypatch):
+    """Bug guarded: a tau target's list-based series read back every record's lists at once
+    (1M records: 1 GB). Batches of whole windows give the same series, with the n_blocks
+    weighting decided over every record as before (one record of the last window has none)."""
+    import random
+
+    from dflash_diag.analysis import estimators
+    from dflash_diag.analysis.estimators import SeriesInput, estimator_series
+
+    rng = random.Random(5)
+    steps = list(range(1, 1001))
+    frame = pl.DataFrame(
+        {
+            "step": steps,
+            "acc_pos": [[rng.random() for _ in range(3)] for _ in steps],
+            "n_blocks": [rng.randint(1, 9) if s != 995 else None for s in steps],
+        },
+        schema={"step": pl.Int64, "acc_pos": pl.List(pl.Float64), "n_blocks": pl.Int64},
+    )
+    windows = _windows(*((i, 10 * i + 1, 10 * i + 10) for i in range(100)))
+    loaded: list[int] = []
+
+    def load(rows):
+        loaded.append(rows.height)
+        return rows
+
+    whole = estimator_series("chain", SeriesInput(windows, frame, load, [], 4))
+    assert loaded == [1000]
+    monkeypatch.setattr(estimators, "SERIES_BATCH_ROWS", 64)
+    loaded.clear()
+    assert estimator_series("chain", SeriesInput(windows, frame, load, [], 4)) == whole
+    assert len(loaded) > 10
+    assert all(64 <= n < 74 for n in loaded[:-1])
+    assert sum(loaded) == 1000

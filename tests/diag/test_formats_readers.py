@@ -543,3 +543,40 @@ def test_mlflow_rows_skip_the_sort_only_when_in_logging_order():
         elif frame.null_count().sum_horizontal().item() == 0:
             assert not ordered.equals(frame), rows
     assert said_ordered > 50
+
+
+def test_a_sparse_metrics_csv_reads_as_the_whole_table_unpivoted(tmp_path):
+    """The reader builds its long table a column at a time (an unpivot of every cell held 10x
+    the values of a sparse Lightning file); the rows and their order are the unpivot's."""
+    import random
+
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from dflash_diag.read.formats.csv_metrics import read_metrics_csv
+
+    rng = random.Random(11)
+    names = ["epoch", "step", "train_loss_step", "val_loss", "lr-Adam", "odd"]
+    lines = [",".join(names)]
+    for step in range(0, 600, 3):
+        cells = [str(step // 100), str(step)]
+        for _ in names[2:]:
+            pick = rng.random()
+            cells.append("" if pick < 0.6 else "nan" if pick < 0.65 else f"{rng.random():.6f}")
+        lines.append(",".join(cells))
+    path = tmp_path / "metrics.csv"
+    path.write_text("\n".join(lines) + "\n")
+    table = pl.read_csv(path, infer_schema=False).with_row_index("row")
+    values = [c for c in names if c != "step"]
+    expected = (
+        table.select(
+            pl.col("row").cast(pl.Int64),
+            pl.col("step").cast(pl.Float64).cast(pl.Int64),
+            *(pl.col(c).cast(pl.Float64, strict=False) for c in values),
+        )
+        .unpivot(index=["row", "step"], on=values, variable_name="key", value_name="value")
+        .filter(pl.col("value").is_not_null())
+    )
+    got = read_metrics_csv(path).frame.select("row", "step", "key", "value")
+    assert got.height == expected.height > 100
+    assert_frame_equal(got, expected, check_dtypes=False)

@@ -33,7 +33,7 @@ import bisect
 import importlib
 import json
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
@@ -520,7 +520,26 @@ class _LineIndex:
 
     def line(self, index: int) -> bytes:
         """Line ``index`` (0-based) of the buffer, without its newline."""
-        position = self.start(index)
+        return self._line_at(self.start(index))
+
+    def lines(self, indices: Iterable[int]) -> Iterator[bytes]:
+        """The lines at ``indices`` (ascending), each found from the one before when it is near:
+        a log with an eval every few steps has thousands of event lines per chunk, and finding
+        each from its block's start walked half a block's newlines per line (100k evals: 20 s)."""
+        position, at = 0, 0  # ``position`` is where line ``at`` begins
+        for index in indices:
+            if index < at or index - at > self.NEAR or index > self.newlines:
+                position, at = self.start(index), index
+            else:
+                for _ in range(index - at):
+                    position = self.body.find(b"\n", position) + 1
+                at = index
+            yield self._line_at(position)
+
+    #: Lines walked forward newline by newline before the block index is used instead.
+    NEAR = 64
+
+    def _line_at(self, position: int) -> bytes:
         end = self.body.find(b"\n", position)
         return self.body[position : end if end >= 0 else len(self.body)]
 
@@ -665,8 +684,9 @@ def _events_from_lines(
     """Decode the event rows of a clean buffer, found by their line numbers."""
     to_canonical = {log: canonical for canonical, log in fields.items()}
     events = []
-    for line_no in event_lines:
-        event = _decode_event(lines.line(line_no - first_line_no), to_canonical, source, line_no)
+    raws = lines.lines(line_no - first_line_no for line_no in event_lines)
+    for line_no, raw in zip(event_lines, raws, strict=True):
+        event = _decode_event(raw, to_canonical, source, line_no)
         if event is not None:
             events.append(event)
     return events

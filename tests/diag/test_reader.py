@@ -378,3 +378,20 @@ def test_line_index_finds_every_line_like_a_split(lines, trailing_newline, block
     index = type("SmallBlocks", (_LineIndex,), {"BLOCK": block})(body)
     assert index.newlines == _count_newlines(body) == body.count(b"\n")
     assert [index.line(i) for i in range(len(split))] == split
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(max_size=20).map(lambda b: b.replace(b"\n", b"")), max_size=300),
+    st.lists(st.integers(0, 320), max_size=80).map(sorted),
+    st.sampled_from([1, 3, 16, 2**16]),
+    st.sampled_from([0, 2, 64]),
+)
+def test_line_index_finds_many_lines_in_one_walk_like_one_by_one(lines, wanted, block, near):
+    """The walk from line to line (the event lines of an eval-dense log) gives each line as the
+    lookup of that line alone: near and far gaps, repeats, past the last line."""
+    from dflash_diag.read.jsonl import _LineIndex
+
+    body = b"\n".join(lines) + b"\n"
+    index = type("Small", (_LineIndex,), {"BLOCK": block, "NEAR": near})(body)
+    assert list(index.lines(wanted)) == [index.line(i) for i in wanted]

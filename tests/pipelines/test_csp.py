@@ -161,6 +161,20 @@ def test_fill_is_time_weighted():
     assert ch.sample_fill() == pytest.approx(2 / 4)
 
 
+def test_fill_stays_a_fraction_when_the_count_runs_one_past_the_capacity():
+    """Bug guarded: the count moves after the queue's own put/get, so two puts racing a get in
+    other threads can count capacity + 1 for a moment; the logged fill was then above 1 and the
+    log's schema check refused the record (seen once on a loaded machine)."""
+    clock = FakeClock()
+    ch = Channel("c", 2, clock=clock)
+    ch.sample_fill()
+    ch.put("x")
+    ch.put("y")
+    ch._record(+1)  # what the race leaves: a third put counted before the get's decrement
+    clock.t = 1.0
+    assert ch.sample_fill() == 1.0
+
+
 def test_busy_fraction_excludes_time_blocked():
     # A consumer that waits on an empty channel is idle; a producer that sleeps is busy.
     ch = Channel("c", 1)

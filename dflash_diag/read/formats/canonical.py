@@ -143,6 +143,21 @@ class RowCollector:
         if len(self.values) >= self.PIECE_VALUES:
             self._pack()
 
+    def add_numbers(self, values: Mapping[str, float], step: int) -> None:
+        """Add one flat record of floats at an int step: what :meth:`add` makes of it, without
+        its per-value checks (a text reader's records are floats already)."""
+        row = self.n_records
+        self.n_records += 1
+        step_at = step_value(step)
+        count = len(values)
+        self.rows.extend([row] * count)
+        self.steps.extend([step_at] * count)
+        self.keys.extend(values)
+        self.values.extend(values.values())
+        self.times.extend([None] * count)
+        if len(self.values) >= self.PIECE_VALUES:
+            self._pack()
+
     def _pack(self) -> None:
         self._pieces.append(
             pl.DataFrame(

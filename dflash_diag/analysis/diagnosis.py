@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+import numpy as np
 import polars as pl
 
 from dflash_diag.analysis import defaults
@@ -50,7 +51,7 @@ from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forec
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.target_eta import verdict_with_eta
-from dflash_diag.analysis.trend import Trend, TrendConfig, compute_trends
+from dflash_diag.analysis.trend import TrendConfig, trend_columns
 from dflash_diag.analysis.validation import judge_validation
 from dflash_diag.analysis.verdict import (
     DIVERGING,
@@ -61,6 +62,7 @@ from dflash_diag.analysis.verdict import (
     judge,
     with_health,
 )
+from dflash_diag.analysis.window_rows import WindowRow, WindowRows
 from dflash_diag.analysis.windows import (
     Window,
     WindowChoice,
@@ -124,21 +126,15 @@ class DiagnosisConfig:
         Phase(self.phase)  # raises ValueError for an unknown phase
 
 
-@dataclass(frozen=True)
-class WindowRow:
-    """A window with its trend against the previous one."""
-
-    window: Window
-    trend: Trend
-
-
 @dataclass(kw_only=True)
 class Diagnosis:
     """Everything the commands show about one log (or one regime of it).
 
     Attributes:
         selection: which records were analysed and why.
-        windows: windows with trends, in step order.
+        windows: windows with trends, in step order (:func:`diagnose_frame` gives a
+            :class:`~dflash_diag.analysis.window_rows.WindowRows`: the rows are built as they are
+            read, from the columns :attr:`window_table` holds).
         schedule: lr schedule position at the last step.
         acceptance: accuracy, every tau estimate, the primary one, target progress.
         verdict: trend verdict and the ETA in the target's units.
@@ -158,7 +154,7 @@ class Diagnosis:
     """
 
     selection: Selection
-    windows: list[WindowRow]
+    windows: Sequence[WindowRow]
     schedule: SchedulePosition
     acceptance: Acceptance
     verdict: Verdict
@@ -171,6 +167,13 @@ class Diagnosis:
     drafter: DrafterEvidence = field(default_factory=lambda: DrafterEvidence(True, "assumed"))
     window: WindowChoice | None = None
     forecast: RunForecast | None = None
+
+    @property
+    def window_table(self) -> WindowTable:
+        """The windows as columns (:class:`~dflash_diag.analysis.windows.WindowTable`)."""
+        if isinstance(self.windows, WindowRows):
+            return self.windows.table
+        return WindowTable.from_windows([row.window for row in self.windows])
 
 
 def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
@@ -345,8 +348,9 @@ def diagnose_frame(
     frame, screening = screen_records(frame)
     choice = window_choice or choose_window(frame, config.window)
     config = replace(config, window=choice.size)
-    # The per-window stages (trends, spikes, the verdict's points) read the windows' columns;
-    # the Window objects are built once, for what reads them one by one.
+    # The per-window stages (trends, spikes, the verdict's points, the forecast's lr points) and
+    # the JSON and CSV outputs read the windows' columns; a Window object is built only for a
+    # window read alone (the newest, a spike's), or for all when something iterates them.
     table = compute_window_table(frame, choice.size, start=origin)
     # The verdict judges every window (watch: its pruned ones too); the rest shows the newest.
     judged = (
@@ -356,10 +360,9 @@ def diagnose_frame(
     )
     if history is not None:
         table = table.tail(history)
-    windows = table.windows()
-    if not windows:
+    if not table:
         raise DiagError("nothing to analyse: no metric records in the selected range")
-    trends = compute_trends(table, config.trend)
+    trends = trend_columns(table, config.trend)
     last_step = int(cast(int, frame["step"].max()))
     schedule = schedule_position(
         frame,
@@ -372,8 +375,9 @@ def diagnose_frame(
     # Evals count from the start of the selection (the origin), not of the windows judged: watch
     # judges its recent windows, but an eval before them is still the latest measurement.
     first_step = origin if origin is not None else int(cast(int, frame["step"].min()))
-    last = windows[-1]
-    acc_window = next((w for w in reversed(windows) if w.acc is not None), None)
+    last = table.window(-1)
+    newest_acc = table.newest_given("acc")
+    acc_window = table.window(newest_acc) if newest_acc is not None else None
     if acc_window is not None:
         acc_basis = (
             f"mean of the last window, steps {window_label(acc_window, last_step)}, "
@@ -381,7 +385,6 @@ def diagnose_frame(
         )
     else:
         acc_basis = "no accuracy in the log"
-    by_window: dict[int, Window] = {}  # filled on the first estimate asked for
     held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
 
     def walk_to(step: int | None) -> Walk | None:
@@ -401,12 +404,13 @@ def diagnose_frame(
         )
 
     def estimates_at(step: int) -> list[TauEstimate]:
-        index = (step - windows[0].start) // choice.size + windows[0].index  # = config.window
-        if not by_window:
-            by_window.update((w.index, w) for w in windows)
-        w = by_window.get(index)
-        if w is None:
+        first = table.window(0)
+        index = (step - first.start) // choice.size + first.index  # = config.window
+        indices = table.array("index")
+        at = int(np.searchsorted(indices, index))  # the windows are in index order
+        if at == len(indices) or indices[at] != index:
             return []
+        w = table.window(at)
         rows = load(window_rows(frame, w))
         where = f"window {window_label(w, last_step)}"
         return estimates_of(
@@ -474,13 +478,13 @@ def diagnose_frame(
     primary_entry = BY_NAME.get(acceptance.estimator) if acceptance.estimator else None
     cheap = primary_entry is not None and not primary_entry.reads_lists and config.forecast.enabled
     tau_series = (
-        estimator_series(acceptance.estimator, windows, frame, load, evals, block_size)
+        estimator_series(acceptance.estimator, table, frame, load, evals, block_size)
         if series or tau_target or cheap
         else []
     )
     if tau_goal is not None:
         points, basis = estimator_points(
-            acceptance.estimator, windows, tau_series, evals, first_step, last_step
+            acceptance.estimator, table, tau_series, evals, first_step, last_step
         )
         verdict = eta_toward(
             verdict,
@@ -496,7 +500,7 @@ def diagnose_frame(
             frame,
             header.fields if header else {},
             evals=evals,
-            windows=windows,
+            windows=table,
             tau_series=tau_series,
             acceptance=acceptance,
             config=config.forecast,
@@ -524,7 +528,7 @@ def diagnose_frame(
     )
     resolution = value_resolution(losses.gather_every(max(1, losses.len() // 2000)).to_list())
     for i in loss_spikes(table.array("loss"), factor=config.spike_factor, resolution=resolution):
-        w = windows[i]
+        w = table.window(i)
         alerts.append(
             Alert(
                 "loss_spike",
@@ -541,7 +545,7 @@ def diagnose_frame(
         notes.append(f"drafter log: {drafter.reason}")
     return Diagnosis(
         selection=selection,
-        windows=[WindowRow(w, t) for w, t in zip(windows, trends, strict=True)],
+        windows=WindowRows(table, trends),
         schedule=schedule,
         acceptance=acceptance,
         verdict=verdict,

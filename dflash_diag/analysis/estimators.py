@@ -17,13 +17,14 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import cast
 
 import numpy as np
 import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import plural
-from dflash_diag.analysis.windows import Window, ratio_se, window_index
+from dflash_diag.analysis.windows import Window, WindowTable, ratio_se, window_index
 from dflash_diag.read.records import LogEvent
 
 # -- formulas (pure) -------------------------------------------------------------------------------
@@ -380,9 +381,14 @@ def _measured_series(inp: SeriesInput) -> list[float | None]:
     # measurements() gives unique steps in order: the latest at or before a step is one bisection
     # away (a scan of every eval per window was 1 s at 19,000 windows and 950 evals)
     steps = [step for step, _ in points]
+    last_steps = (
+        inp.windows.column("last_step")
+        if isinstance(inp.windows, WindowTable)  # its column: no Window object built
+        else [w.last_step for w in inp.windows]
+    )
     out: list[float | None] = []
-    for w in inp.windows:
-        count = bisect_right(steps, w.last_step)
+    for last in last_steps:
+        count = bisect_right(steps, cast(int, last))
         out.append(points[count - 1][1] if count else None)
     return out
 

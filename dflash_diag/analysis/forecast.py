@@ -138,7 +138,12 @@ def _finite_lr_pairs(
     if len(xs) != len(ys):
         raise ValueError(f"{len(xs)} lr steps but {len(ys)} lrs")
     keep = np.isfinite(ys) & (ys >= 0)
-    xs, ys = xs[keep], ys[keep]
+    if not keep.all():  # a copy only where some lr is left out (a million records: 16 MB)
+        xs, ys = xs[keep], ys[keep]
+    del keep
+    if xs.size < 2 or bool((xs[1:] > xs[:-1]).all()):
+        # distinct steps in order (a log's records): the sort would keep every pair in place
+        return xs, ys
     order = np.lexsort((ys, xs))
     return xs[order], ys[order]
 
@@ -212,6 +217,10 @@ class Timeline:
         return max(0.0, math.log(max(b, a) / a))
 
 
+#: Records per piece of :func:`binned`'s bin index (half a MiB of floats).
+_BIN_PIECE = 1 << 16
+
+
 def binned(
     steps: Sequence[float] | np.ndarray,
     values: Sequence[float | None] | np.ndarray,
@@ -233,11 +242,14 @@ def binned(
     bins = min(max_bins, xs.size)
     if hi <= lo or bins <= 1:
         return Series((float(xs.mean()),), (float(ys.mean()),), (xs.size,), basis)
-    # ((xs - lo) / (hi - lo) * bins) as int, in place: one temporary instead of four
-    scaled = xs - lo
-    scaled /= hi - lo
-    scaled *= bins
-    index = scaled.astype(int)
+    # ((xs - lo) / (hi - lo) * bins) as int, a piece at a time into the index: the same float
+    # operations on each value, with a temporary of one piece instead of one of every record
+    index = np.empty(xs.size, dtype=int)
+    for low in range(0, xs.size, _BIN_PIECE):
+        scaled = xs[low : low + _BIN_PIECE] - lo
+        scaled /= hi - lo
+        scaled *= bins
+        index[low : low + _BIN_PIECE] = scaled  # truncates toward zero, as astype(int)
     del scaled
     np.minimum(index, bins - 1, out=index)
     counts = np.bincount(index, minlength=bins)

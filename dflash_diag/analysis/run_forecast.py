@@ -30,7 +30,7 @@ from dflash_diag.analysis.forecast import (
 from dflash_diag.analysis.plan import UNPLANNED_HORIZON, RunPlan, plan_of
 from dflash_diag.analysis.schedule import ScheduleHeader
 from dflash_diag.analysis.target_eta import TargetEta, eta_to
-from dflash_diag.analysis.windows import Window
+from dflash_diag.analysis.windows import Window, WindowTable
 from dflash_diag.read.records import LogEvent
 
 #: Metrics forecast, in report order, with their direction (True: higher is better).
@@ -108,9 +108,19 @@ def eval_series(evals: Sequence[LogEvent], name: str, first_step: int, last_step
     )
 
 
+def _as_table(windows: Sequence[Window] | WindowTable) -> WindowTable:
+    return windows if isinstance(windows, WindowTable) else WindowTable.from_windows(windows)
+
+
+def _middles(table: WindowTable) -> np.ndarray:
+    """Each window's middle step, ``(first_step + last_step) / 2.0`` as Python computes it (the
+    integer sum, exact, then one float division: the same bits)."""
+    return (table.array("first_step") + table.array("last_step")) / 2.0
+
+
 def tau_input(
     evals: Sequence[LogEvent],
-    windows: Sequence[Window],
+    windows: Sequence[Window] | WindowTable,
     tau_series: Sequence[float | None],
     estimator: str | None,
     first_step: int,
@@ -126,10 +136,15 @@ def tau_input(
             measured.counts,
             f"{len(measured.steps)} measured evals",
         )
+    # tau_series is empty when the diagnosis did not compute it (nothing to pair then); the
+    # windows' columns, not their objects, are read
+    table = _as_table(windows)
+    count = min(len(table), len(tau_series))
+    middles = _middles(table)[:count].tolist()
+    ns = cast(list[int], table.column("n"))[:count]
     pts = [
-        ((w.first_step + w.last_step) / 2.0, v, w.n)
-        # tau_series is empty when the diagnosis did not compute it (nothing to pair then)
-        for w, v in zip(windows, tau_series, strict=False)
+        (middle, v, n)
+        for middle, v, n in zip(middles, tau_series[:count], ns, strict=True)
         if v is not None and math.isfinite(v)
     ]
     return Series(
@@ -148,22 +163,48 @@ def records_at_the_end(series: Series, first_step: int, last_step: int, end_step
     return max(1.0, per_step * FINAL_SHARE * max(end_step - first_step, 1))
 
 
-def _lr_points(frame: pl.DataFrame, windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray]:
+def _lr_points(
+    frame: pl.DataFrame,
+    windows: Sequence[Window] | WindowTable,
+    steps: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The logged lr as ``(steps, lrs)`` arrays: every record's when the records carry it, else
     each window's mean at its middle step.
 
     The records' own lr, not the windows': a short prefix is one or two windows, whose means
     flatten a warmup and a decay the progress variables must follow (lr summed so far, annealing
     area). Read as columns: a long log has millions of records, and a Python tuple per record
-    cost more than the rest of the forecast.
+    cost more than the rest of the forecast. ``steps``: the step column as float64, when the
+    caller has it.
     """
     if "lr" in frame.columns:
-        rows = frame.select(pl.col("step").cast(pl.Float64), pl.col("lr").cast(pl.Float64))
-        rows = rows.drop_nulls().filter(pl.col("lr").is_finite() & (pl.col("lr") >= 0))
-        if rows.height:
-            return rows["step"].to_numpy(), rows["lr"].to_numpy()
-    pts = [((w.first_step + w.last_step) / 2.0, w.lr) for w in windows if w.lr is not None]
-    return np.array([p[0] for p in pts], dtype=float), np.array([p[1] for p in pts], dtype=float)
+        if steps is None:
+            steps = _float_column(frame, "step")
+        lrs = _float_column(frame, "lr")
+        # numpy's view of the columns, not a filtered frame: no copy of a million records where
+        # every lr counts (a null lr is NaN here, left out as drop_nulls left it out)
+        keep = np.isfinite(lrs) & (lrs >= 0)
+        if frame["step"].null_count():
+            keep &= frame["step"].is_not_null().to_numpy()
+        if not keep.all():
+            steps, lrs = steps[keep], lrs[keep]
+        if steps.size:
+            return steps, lrs
+    return _window_lrs(_as_table(windows))
+
+
+def _float_column(frame: pl.DataFrame, name: str) -> np.ndarray:
+    """Column ``name`` as float64 numpy (null: NaN), as polars' cast to Float64 gives it: a view
+    of a float column, numpy's conversion of another (freed when the forecast is done, where
+    polars' allocator would keep a cast's pages)."""
+    values = frame[name].to_numpy()
+    return values if values.dtype == np.float64 else values.astype(np.float64)
+
+
+def _window_lrs(table: WindowTable) -> tuple[np.ndarray, np.ndarray]:
+    """Each window's mean lr at its middle step, for the windows with one."""
+    given = table.given("lr")
+    return _middles(table)[given], table.array("lr")[given].astype(float)
 
 
 def forecast_run(
@@ -171,7 +212,7 @@ def forecast_run(
     *,
     plan: RunPlan,
     evals: Sequence[LogEvent] = (),
-    windows: Sequence[Window] = (),
+    windows: Sequence[Window] | WindowTable = (),
     tau_series: Sequence[float | None] = (),
     tau_estimator: str | None = None,
     target: tuple[str, float, float | None] | None = None,
@@ -200,14 +241,16 @@ def forecast_run(
         span = max(1, last_step - first_step)
         step, planned = last_step + max(1, round(UNPLANNED_HORIZON * span)), False
         notes.append(f"no planned end: forecast to +{step - last_step:,} steps (give --end-step)")
-    lr_steps, lrs = _lr_points(frame, windows)
+    # the step column as float64 once, for the lr timeline and both binned series
+    steps = _float_column(frame, "step")
+    lr_steps, lrs = _lr_points(frame, windows, steps)
     timeline = Timeline(plan, lr_steps, lrs, max(step, last_step))
+    del lr_steps, lrs
     if timeline.note and (not planned or step > last_step):
         notes.append(timeline.note)
-    steps = frame["step"].to_numpy()
     inputs: dict[str, Series] = {}
     for name in ("loss", "acc"):
-        if name in frame.columns and frame[name].drop_nulls().len():
+        if name in frame.columns and frame[name].null_count() < frame.height:
             inputs[name] = binned(steps, frame[name].to_numpy(), basis="binned train records")
     tau = tau_input(evals, windows, tau_series, tau_estimator, first_step, last_step)
     if tau.steps:
@@ -270,7 +313,7 @@ def forecast_of(
     header: Mapping[str, Any],
     *,
     evals: Sequence[LogEvent],
-    windows: Sequence[Window],
+    windows: Sequence[Window] | WindowTable,
     tau_series: Sequence[float | None],
     acceptance: Acceptance,
     config: ForecastConfig,
@@ -288,19 +331,21 @@ def forecast_of(
         if (sched is None or sched.kind is not None or header.get("script"))
         else "max_steps"
     )
-    lr_points = [((w.first_step + w.last_step) / 2.0, w.lr) for w in windows if w.lr is not None]
+    table = _as_table(windows)
+    lr_steps, lrs = _window_lrs(table)
     plan = plan_of(
         sched,
-        steps=[step for step, _ in lr_points],
-        lrs=[lr for _, lr in lr_points],
+        steps=lr_steps.tolist(),
+        lrs=lrs.tolist(),
         end_step=config.end_step,
         schedule=config.schedule,
         peak_lr=peak_lr,
         recorded_by=recorded_by,
     )
-    loss_window = next((w for w in reversed(windows) if w.loss is not None), None)
+    newest_loss = table.newest_given("loss")
     if config.target_loss is not None:
-        target = ("loss", config.target_loss, loss_window.loss if loss_window else None)
+        loss = table.window(newest_loss).loss if newest_loss is not None else None
+        target = ("loss", config.target_loss, loss)
     elif acceptance.target_kind == "tau" and acceptance.target_tau is not None:
         target = ("tau", acceptance.target_tau, acceptance.tau)
     elif acceptance.acc is not None and acceptance.target_acc is not None:
@@ -311,7 +356,7 @@ def forecast_of(
         frame,
         plan=plan,
         evals=evals,
-        windows=windows,
+        windows=table,
         tau_series=tau_series,
         tau_estimator=acceptance.estimator,
         target=target,

@@ -105,18 +105,61 @@ def _arrows(
     return [None, *deltas.tolist()], [None, *arrow.tolist()]
 
 
+@dataclass(frozen=True)
+class TrendColumns:
+    """The :class:`Trend` of every window as four columns (aligned with the windows): the
+    renderers read them a column at a time, and a :class:`Trend` is built only for a window
+    read alone (:meth:`trend`)."""
+
+    acc_delta: list[float | None]
+    acc_trend: list[str | None]
+    loss_delta: list[float | None]
+    loss_trend: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.acc_delta)
+
+    def trend(self, i: int) -> Trend:
+        """The trend of window ``i`` (negative: from the newest)."""
+        return Trend(self.acc_delta[i], self.acc_trend[i], self.loss_delta[i], self.loss_trend[i])
+
+    def trends(self) -> list[Trend]:
+        """Every window's :class:`Trend`, in window order."""
+        return [
+            Trend(*values)
+            for values in zip(
+                self.acc_delta, self.acc_trend, self.loss_delta, self.loss_trend, strict=True
+            )
+        ]
+
+    def slice(self, start: int, stop: int) -> TrendColumns:
+        """The trends of windows ``start`` to ``stop`` (a list slice's positions)."""
+        return TrendColumns(
+            self.acc_delta[start:stop],
+            self.acc_trend[start:stop],
+            self.loss_delta[start:stop],
+            self.loss_trend[start:stop],
+        )
+
+
+def trend_columns(
+    windows: Sequence[Window] | WindowTable, config: TrendConfig | None = None
+) -> TrendColumns:
+    """:func:`compute_trends` as columns: the arrows are array operations on the windows'
+    columns (the per-window loop cost most of this at 20,000 windows)."""
+    config = config or TrendConfig()
+    table = windows if isinstance(windows, WindowTable) else WindowTable.from_windows(windows)
+    acc_delta, acc_trend = _arrows(table, "acc", "acc_se", config, higher_is_better=True)
+    loss_delta, loss_trend = _arrows(table, "loss", "loss_se", config, higher_is_better=False)
+    return TrendColumns(acc_delta, acc_trend, loss_delta, loss_trend)
+
+
 def compute_trends(
     windows: Sequence[Window] | WindowTable, config: TrendConfig | None = None
 ) -> list[Trend]:
     """One :class:`Trend` per window, each against the window before it.
 
-    ``windows`` may be a :class:`~dflash_diag.analysis.windows.WindowTable`: the arrows are
-    array operations on its columns (the per-window loop cost most of this at 20,000 windows).
+    ``windows`` may be a :class:`~dflash_diag.analysis.windows.WindowTable`
+    (:func:`trend_columns` keeps the columns).
     """
-    config = config or TrendConfig()
-    table = windows if isinstance(windows, WindowTable) else WindowTable.from_windows(windows)
-    acc_delta, acc_trend = _arrows(table, "acc", "acc_se", config, higher_is_better=True)
-    loss_delta, loss_trend = _arrows(table, "loss", "loss_se", config, higher_is_better=False)
-    return [
-        Trend(*values) for values in zip(acc_delta, acc_trend, loss_delta, loss_trend, strict=True)
-    ]
+    return trend_columns(windows, config).trends()

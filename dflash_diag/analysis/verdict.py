@@ -132,15 +132,21 @@ def _group_sums(values: np.ndarray, group: int) -> np.ndarray:
     return total
 
 
+def _has_values(frame: pl.DataFrame, name: str) -> bool:
+    return name in frame.columns and frame[name].null_count() < frame.height
+
+
 def seconds_per_step(frame: pl.DataFrame) -> tuple[float | None, str | None]:
     """Median seconds per step from ``time`` stamps, else from ``n_tokens / tok_per_sec``."""
-    if frame.height >= 2 and "time" in frame.columns:
+    # A column of nulls only (the reader's schema holds every field, another trainer's log
+    # writes no time) gives no rate: skipped, not computed as a million nulls.
+    if frame.height >= 2 and _has_values(frame, "time"):
         rates = frame.select(
             (pl.col("time").diff() / pl.col("step").diff().cast(pl.Float64)).alias("r")
         ).filter(pl.col("r").is_finite() & (pl.col("r") > 0))["r"]
         if len(rates):
             return float(cast(float, rates.median())), "time"
-    if {"n_tokens", "tok_per_sec"} <= set(frame.columns):
+    if _has_values(frame, "n_tokens") and _has_values(frame, "tok_per_sec"):
         rates = frame.select((pl.col("n_tokens") / pl.col("tok_per_sec")).alias("r")).filter(
             pl.col("r").is_finite() & (pl.col("r") > 0)
         )["r"]

@@ -9,9 +9,9 @@ the means and counted per window.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import cast, overload
 
 import numpy as np
 import polars as pl
@@ -141,12 +141,18 @@ def _weighted_mean_parts(value: str, with_sd: bool, weights: bool) -> list[pl.Ex
     return parts
 
 
-def _masked_columns(value: str, weight: str, weights: bool) -> list[pl.Expr]:
+def _finite_values(value: str, clean: set[str]) -> pl.Expr:
+    """``value`` where finite, else null; a column with no NaN or Inf (``clean``) is taken as
+    it is: the same values, without a masked copy of a million rows."""
+    return pl.col(value) if value in clean else _masked(value, _finite(value))
+
+
+def _masked_columns(value: str, weight: str, weights: bool, clean: set[str]) -> list[pl.Expr]:
     if not weights:
-        return [_masked(value, _finite(value)).alias(f"_{value}_ok")]
+        return [_finite_values(value, clean).alias(f"_{value}_ok")]
     has_weight = _positive_weight(value, weight)
     return [
-        _masked(value, _finite(value)).alias(f"_{value}_ok"),
+        _finite_values(value, clean).alias(f"_{value}_ok"),
         _masked(value, has_weight).alias(f"_{value}_w"),
         _masked(weight, has_weight).alias(f"_{value}_wt"),
     ]
@@ -198,6 +204,15 @@ def _with_values(frame: pl.DataFrame, names: Sequence[str]) -> set[str]:
     }
 
 
+def _without_nonfinite(frame: pl.DataFrame, names: Sequence[str]) -> set[str]:
+    """The float columns of ``names`` whose values are all finite or null (no NaN, no Inf)."""
+    return {
+        name
+        for name in names
+        if frame.schema[name] == pl.Float64 and frame[name].is_finite().all(ignore_nulls=True)
+    }
+
+
 def _aggregate(
     frame: pl.DataFrame, size: int, start: int, *, elide_empty: bool = True
 ) -> pl.DataFrame:
@@ -224,11 +239,18 @@ def _aggregate(
     for name in names:
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(name))
-    counted = [name for name in ("loss", "acc", "tau_train", "lr") if name in has]
+    # Columns without NaN or Inf (the usual log) need no masked copy and count no non-finite
+    # value: each such copy is a million-row column of the query's peak memory.
+    clean = _without_nonfinite(frame, sorted(has)) if elide_empty else set()
+    counted = [name for name in ("loss", "acc", "tau_train", "lr") if name in has - clean]
     nonfinite = pl.lit(0, pl.Int64)
     for i, name in enumerate(counted):
         term = (pl.col(name).is_nan() | pl.col(name).is_infinite()).fill_null(False).cast(pl.Int64)
         nonfinite = term if i == 0 else nonfinite + term
+    # no column counted: every window's count is 0, a literal, not a summed column of zeros
+    counts = [nonfinite.alias("_nonfinite")] if counted else []
+    nonfinite_sum = [pl.col("_nonfinite").sum()] if counted else []
+    nonfinite_out = pl.col("_nonfinite") if counted else pl.lit(0, pl.Int64).alias("_nonfinite")
     masked: list[pl.Expr] = []
     parts: list[pl.Expr] = []
     picked: dict[str, tuple[pl.Expr, pl.Expr, pl.Expr | None]] = {}
@@ -241,13 +263,13 @@ def _aggregate(
             picked[value] = (_NULL, pl.lit(False), _NULL if with_se else None)
             continue
         weights = weight in has
-        masked += _masked_columns(value, weight, weights)
+        masked += _masked_columns(value, weight, weights, clean)
         parts += _weighted_mean_parts(value, with_sd=with_se, weights=weights)
         picked[value] = _picked_mean(value, with_se=with_se, weights=weights)
     means = {}
     for name in ("lr", "tok_per_sec"):
         if name in has:
-            masked.append(_masked(name, _finite(name)).alias(f"_{name}_ok"))
+            masked.append(_finite_values(name, clean).alias(f"_{name}_ok"))
             parts.append(pl.col(f"_{name}_ok").mean().alias(f"_{name}_mean"))
             means[name] = pl.col(f"_{name}_mean")
         else:
@@ -292,16 +314,20 @@ def _aggregate(
         # a group-by on a key flagged sorted takes slices instead of hashing a million keys
         # (about half the query's time). The sums then run in row order.
         index = index.set_sorted()
+    steps = frame["step"]
+    lazy = frame.lazy()
+    low = steps.min()
+    if steps.null_count() or (low is not None and cast(int, low) < start):
+        # a filter copies every column it keeps: only where it drops a record
+        lazy = lazy.filter(pl.col("step") >= start)
     return (
-        frame.lazy()
-        .filter(pl.col("step") >= start)
-        .select(index, pl.col("step"), nonfinite.alias("_nonfinite"), *masked)
+        lazy.select(index, pl.col("step"), *counts, *masked)
         .group_by("_window")
         .agg(
             pl.len().alias("_n"),
             pl.col("step").min().alias("_first"),
             pl.col("step").max().alias("_last"),
-            pl.col("_nonfinite").sum(),
+            *nonfinite_sum,
             *parts,
         )
         .sort("_window")
@@ -317,7 +343,7 @@ def _aggregate(
             (acc_weighted | (acc.is_null() & loss_weighted)).alias("_weighted"),
             acc_se.alias("_acc_se"),
             loss_se.alias("_loss_se"),
-            pl.col("_nonfinite").cast(pl.Int64),
+            nonfinite_out.cast(pl.Int64),
             tau.alias("_tau"),
             means["lr"].alias("_lr_mean"),
             means["tok_per_sec"].alias("_tok_per_sec_mean"),
@@ -365,13 +391,62 @@ def _distinct_gaps(steps: pl.Series) -> pl.Series:
     return steps.unique().sort().diff().drop_nulls()
 
 
+#: Steps per piece of :func:`_gap_counts` on steps in order: the differences of one piece at a
+#: time (half a MiB) instead of a column of them (8 MB a million steps, and the filtered copy).
+_GAP_PIECE = 1 << 16
+#: Gaps below this are tallied by ``bincount`` (a log's logging interval); larger ones by a sort.
+_GAP_TALLY = 1 << 14
+
+
+def _gap_counts(steps: pl.Series) -> tuple[list[int], list[int]]:
+    """The distinct differences between consecutive distinct steps, ascending, and how often
+    each occurs: what :func:`_distinct_gaps` holds, as a tally."""
+    present = steps.drop_nulls() if steps.null_count() else steps
+    if not (present.dtype.is_integer() and present.is_sorted()):
+        values, counts = np.unique(_distinct_gaps(present).to_numpy(), return_counts=True)
+        return values.tolist(), counts.tolist()
+    column = present.to_numpy()
+    tally: dict[int, int] = {}
+    for low in range(0, len(column) - 1, _GAP_PIECE):
+        # the piece overlaps the next by one step: every consecutive pair is differenced once
+        gaps = np.diff(column[low : low + _GAP_PIECE + 1])
+        gaps = gaps[gaps > 0]  # the distinct steps are where the sorted column moves
+        if not gaps.size:
+            continue
+        if int(gaps.max()) < _GAP_TALLY:
+            counts = np.bincount(gaps)
+            values = np.flatnonzero(counts)
+            counts = counts[values]
+        else:
+            values, counts = np.unique(gaps, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            tally[value] = tally.get(value, 0) + count
+    ordered = sorted(tally)
+    return ordered, [tally[value] for value in ordered]
+
+
+def _median_of_tally(values: list[int], counts: list[int]) -> float:
+    """The median of the multiset ``values`` x ``counts`` (values ascending), as polars' median
+    of the column gives it: the middle value, or the mean of the two middle ones."""
+    total = sum(counts)
+    middle: list[int] = []
+    seen = 0
+    for value, count in zip(values, counts, strict=True):
+        seen += count
+        while len(middle) < 2 and seen > ((total - 1) // 2 if not middle else total // 2):
+            middle.append(value)
+        if len(middle) == 2:
+            break
+    return (float(middle[0]) + float(middle[1])) / 2.0
+
+
 def logging_interval(steps: pl.Series) -> int | None:
     """The median positive step difference between consecutive distinct steps (None with fewer
     than two)."""
-    gaps = _distinct_gaps(steps)
-    if gaps.len() == 0:
+    values, counts = _gap_counts(steps)
+    if not values:
         return None
-    return max(1, int(cast(float, gaps.median())))
+    return max(1, int(_median_of_tally(values, counts)))
 
 
 def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
@@ -391,15 +466,14 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
         if "step" in frame.columns and frame.height
         else pl.Series("step", [], pl.Int64)
     )
-    gaps = _distinct_gaps(steps)
-    if gaps.len() == 0:
+    values, counts = _gap_counts(steps)
+    if not values:
         return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
-    interval = max(
-        1, int(cast(float, gaps.median()))
-    )  # logging_interval's, from the gaps found once
+    # logging_interval's, from the gaps tallied once
+    interval = max(1, int(_median_of_tally(values, counts)))
     if interval == 1:
         return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
-    n = gaps.len() + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
+    n = sum(counts) + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
     k = AUTO_RECORDS
     while k > 1 and n // k < AUTO_MIN_WINDOWS:
         k -= 1
@@ -452,11 +526,12 @@ def _window_objects(columns: list[list[object]]) -> list[Window]:
     return out
 
 
-class WindowTable:
+class WindowTable(Sequence[Window]):
     """Windows as columns: one array per :class:`Window` field, so a stage that reads every
     window (trend arrows, loss spikes, the verdict's points) is a few array operations instead of
     a Python loop over objects. The :class:`Window` objects are built on first use
-    (:meth:`windows`), once.
+    (:meth:`windows`), once; as a sequence of windows, indexing builds only the window asked
+    for, iterating builds them all.
 
     A float field's array holds NaN where the window's value is None; :meth:`given` tells the two
     apart (a window built by hand may hold a NaN).
@@ -483,11 +558,69 @@ class WindowTable:
     def __len__(self) -> int:
         return self.frame.height
 
+    @overload
+    def __getitem__(self, i: int) -> Window: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Window]: ...
+
+    def __getitem__(self, i: int | slice) -> Window | list[Window]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1 or self._windows is not None:
+                return self.windows()[i]
+            return self.slice(start, stop).windows()
+        return self.window(i)
+
+    def __iter__(self) -> Iterator[Window]:
+        return iter(self.windows())
+
+    def __reversed__(self) -> Iterator[Window]:
+        return reversed(self.windows())
+
     def windows(self) -> list[Window]:
         """The windows as :class:`Window` objects, in step order (built once)."""
         if self._windows is None:
             self._windows = _window_objects([c.to_list() for c in self.frame.get_columns()])
         return self._windows
+
+    def window(self, i: int) -> Window:
+        """Window ``i`` (negative: counted from the newest) as a :class:`Window`, built alone: a
+        stage that reads a few windows (the newest, a spike's) leaves the rest as columns.
+
+        Raises:
+            IndexError: no window ``i``.
+        """
+        if self._windows is not None:
+            return self._windows[i]
+        height = self.frame.height
+        if not -height <= i < height:
+            raise IndexError(f"window {i} of {height}")
+        window = object.__new__(Window)  # as _window_objects builds them: the same object
+        window.__dict__.update(zip(WINDOW_SCHEMA, self.frame.row(i), strict=True))
+        return window
+
+    def column(self, name: str) -> list[object]:
+        """The field ``name`` of every window as Python values (None where None): what
+        ``[getattr(w, name) for w in windows]`` gives, without the objects."""
+        if self._windows is not None:
+            return [getattr(w, name) for w in self._windows]
+        return self.frame[name].to_list()
+
+    def newest_given(self, name: str) -> int | None:
+        """The position of the newest window whose field ``name`` is not None (None: none)."""
+        given = self.given(name)
+        if not given.any():
+            return None
+        return len(given) - 1 - int(np.argmax(given[::-1]))
+
+    def slice(self, start: int, stop: int) -> WindowTable:
+        """Windows ``start`` to ``stop`` (positions, as a list slice with a step of 1 takes
+        them)."""
+        start, stop, _ = slice(start, stop).indices(self.frame.height)
+        stop = max(start, stop)
+        windows = self._windows[start:stop] if self._windows is not None else None
+        return WindowTable(self.frame.slice(start, stop - start), windows)
 
     def array(self, name: str) -> np.ndarray:
         """The field ``name`` of every window as a numpy array (NaN where None)."""

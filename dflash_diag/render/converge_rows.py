@@ -19,6 +19,7 @@ from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
 from dflash_diag.converge.report import ConvergeReport
 from dflash_diag.render.forecast_rows import forecast_line, target_phrase
+from dflash_diag.render.json_columns import row_column
 from dflash_diag.render.number_format import format_lr, format_number, format_percent
 from dflash_diag.render.rank_rows import skew_lines
 from dflash_diag.text import visible
@@ -66,7 +67,7 @@ def window_cells(row: WindowRow, last_step: int | None = None) -> list[str]:
 
 def _with_nonfinite(report: ConvergeReport) -> bool:
     """Whether the tables get a NaN/Inf column (only when some window has such values)."""
-    return any(row.window.nonfinite for row in report.windows)
+    return any(row_column(report.windows, "nonfinite"))
 
 
 def window_table(
@@ -82,7 +83,7 @@ def window_table(
     return headers, cells
 
 
-def shown_rows(report: ConvergeReport, max_rows: int | None) -> tuple[list[WindowRow], int]:
+def shown_rows(report: ConvergeReport, max_rows: int | None) -> tuple[Sequence[WindowRow], int]:
     """The newest ``max_rows`` windows and how many earlier ones are hidden."""
     rows = report.windows
     if max_rows and len(rows) > max_rows:

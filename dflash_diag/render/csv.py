@@ -72,11 +72,22 @@ def _columns_text(report: ConvergeReport) -> str | None:
     a trend field is not a plain label (then the csv module writes the rows, quoting as needed)."""
     import polars as pl
 
-    from dflash_diag.render.json_columns import integer_column, joined_rows, number_column
+    from dflash_diag.render.json_columns import (
+        integer_column,
+        joined_rows,
+        number_column,
+        row_column,
+    )
 
-    windows = [row.window for row in report.windows]
-    trends = [row.trend for row in report.windows]
-    labels = {"loss_trend": [t.loss_trend for t in trends], "trend": [t.acc_trend for t in trends]}
+    rows = report.windows
+
+    def window(name: str) -> list[Any]:
+        return row_column(rows, name)
+
+    labels = {
+        "loss_trend": row_column(rows, "loss_trend", trend=True),
+        "trend": row_column(rows, "acc_trend", trend=True),
+    }
     for values in labels.values():
         kinds = set(map(type, values))
         if not kinds <= {str, type(None)}:
@@ -88,20 +99,20 @@ def _columns_text(report: ConvergeReport) -> str | None:
         return integer_column(values, str)  # the csv module writes str() of a number
 
     columns = {
-        "start": integers([w.start for w in windows]),
-        "end": integers([w.end for w in windows]),
-        "n": integers([w.n for w in windows]),
-        "first_step": integers([w.first_step for w in windows]),
-        "last_step": integers([w.last_step for w in windows]),
-        "nonfinite": integers([w.nonfinite for w in windows]),
-        "loss": number_column([w.loss for w in windows], csv=True),
-        "loss_delta": number_column([t.loss_delta for t in trends], csv=True),
+        "start": integers(window("start")),
+        "end": integers(window("end")),
+        "n": integers(window("n")),
+        "first_step": integers(window("first_step")),
+        "last_step": integers(window("last_step")),
+        "nonfinite": integers(window("nonfinite")),
+        "loss": number_column(window("loss"), csv=True),
+        "loss_delta": number_column(row_column(rows, "loss_delta", trend=True), csv=True),
         "loss_trend": pl.Series([v or "" for v in labels["loss_trend"]], dtype=pl.String),
-        "acc": number_column([w.acc for w in windows], csv=True),
-        "acc_delta": number_column([t.acc_delta for t in trends], csv=True),
+        "acc": number_column(window("acc"), csv=True),
+        "acc_delta": number_column(row_column(rows, "acc_delta", trend=True), csv=True),
         "trend": pl.Series([v or "" for v in labels["trend"]], dtype=pl.String),
-        "weighted": integers([int(w.weighted) for w in windows]),
-        "tau_train": number_column([w.tau_train for w in windows], csv=True),
+        "weighted": integers([int(v) for v in window("weighted")]),
+        "tau_train": number_column(window("tau_train"), csv=True),
     }
     header = ",".join(CSV_COLUMNS) + "\n"
     return header + joined_rows([columns[name] for name in CSV_COLUMNS], ",", "\n")

@@ -15,6 +15,7 @@ from dflash_diag.render.json_columns import (
     integer_column,
     joined_objects,
     number_column,
+    row_column,
     string_column,
 )
 
@@ -67,26 +68,34 @@ def window_json(row: WindowRow) -> dict[str, Any]:
     }
 
 
-def windows_text(rows: Sequence[WindowRow], separator: str) -> str:
+def windows_text(rows: Sequence[WindowRow], separator: str, prefix: str = "") -> str:
     """The compact JSON text of every window (as ``_COMPACT.encode(window_json(row))`` writes
-    it, byte for byte), joined by ``separator``: a column per field, no dict per window."""
-    windows = [row.window for row in rows]
-    trends = [row.trend for row in rows]
+    it, byte for byte), each after ``prefix``, joined by ``separator``: a column per field, no
+    dict per window (and, for a diagnosis' rows, no row object: the columns are read as they
+    are)."""
     encode = _COMPACT.encode
+
+    def window(name: str) -> list[Any]:
+        return row_column(rows, name)
+
+    def trend(name: str) -> list[Any]:
+        return row_column(rows, name, trend=True)
+
     return joined_objects(
         [
-            ("start", integer_column([w.start for w in windows], encode)),
-            ("end", integer_column([w.end for w in windows], encode)),
-            ("n", integer_column([w.n for w in windows], encode)),
-            ("loss", number_column([w.loss for w in windows])),
-            ("acc", number_column([w.acc for w in windows])),
-            ("acc_delta", number_column([t.acc_delta for t in trends])),
-            ("trend", string_column([t.acc_trend for t in trends], encode)),
-            ("loss_delta", number_column([t.loss_delta for t in trends])),
-            ("loss_trend", string_column([t.loss_trend for t in trends], encode)),
+            ("start", integer_column(window("start"), encode)),
+            ("end", integer_column(window("end"), encode)),
+            ("n", integer_column(window("n"), encode)),
+            ("loss", number_column(window("loss"))),
+            ("acc", number_column(window("acc"))),
+            ("acc_delta", number_column(trend("acc_delta"))),
+            ("trend", string_column(trend("acc_trend"), encode)),
+            ("loss_delta", number_column(trend("loss_delta"))),
+            ("loss_trend", string_column(trend("loss_trend"), encode)),
         ],
         encode,
         separator,
+        prefix,
     )
 
 
@@ -236,7 +245,7 @@ def diagnosis_json(d: Diagnosis) -> dict[str, Any]:
 
 
 def _diagnosis_json(
-    d: Diagnosis, windows: Callable[[list[WindowRow]], Any] | None
+    d: Diagnosis, windows: Callable[[Sequence[WindowRow]], Any] | None
 ) -> dict[str, Any]:
     """:func:`diagnosis_json` with ``windows(d.windows)`` as its ``windows`` (None: no key)."""
     out = {} if windows is None else {"windows": windows(d.windows)}
@@ -275,7 +284,7 @@ def converge_json(report: ConvergeReport) -> dict[str, Any]:
 
 
 def _converge_json(
-    report: ConvergeReport, windows: Callable[[list[WindowRow]], Any]
+    report: ConvergeReport, windows: Callable[[Sequence[WindowRow]], Any]
 ) -> dict[str, Any]:
     """:func:`converge_json` with ``windows(report.windows)`` as its ``windows``."""
     out = {"format_version": FORMAT_VERSION, **_diagnosis_json(report, windows)}
@@ -314,8 +323,9 @@ def render_json(report: ConvergeReport) -> str:
     """The JSON contract (:func:`converge_json`): one top-level key per line and one window per
     line, so it reads well and a million-step log's windows still encode fast (an indenting
     encoder falls back to the pure-Python one)."""
-    # the windows kept as rows here: written a column at a time (windows_text), not as dicts
-    data = _converge_json(report, list)
+    # the windows kept as they are here (their columns): written a column at a time by
+    # windows_text, not as dicts
+    data = _converge_json(report, lambda rows: rows)
     dump = _COMPACT.encode
 
     lines = ["{"]
@@ -324,14 +334,14 @@ def render_json(report: ConvergeReport) -> str:
         if key == "windows":
             if value:
                 lines.append(f"  {dump(key)}: [")
-                lines.append("    " + windows_text(value, ",\n    "))
+                lines.append(windows_text(value, ",\n", prefix="    "))
                 lines.append(f"  ]{comma}")
             else:
                 lines.append(f"  {dump(key)}: []{comma}")
         else:
             lines.append(f"  {dump(key)}: {dump(value)}{comma}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    lines += ["}", ""]  # the text ends with a newline: joined once, not copied to add it
+    return "\n".join(lines)
 
 
 def regime_comparison_json(c: RegimeComparison) -> dict[str, Any]:

@@ -60,6 +60,17 @@ def _csv_text(value: Any) -> str:
     return "" if value is None else float.__repr__(float(value))
 
 
+def row_column(rows: Sequence[Any], name: str, *, trend: bool = False) -> list[Any]:
+    """The field ``name`` of every row of a window table (``row.window.<name>``, or
+    ``row.trend.<name>`` with ``trend``) as Python values: read from the columns when the rows
+    keep them (a diagnosis' :class:`~dflash_diag.analysis.window_rows.WindowRows`), so no row
+    object is built, else from each row."""
+    column = getattr(rows, "column", None)
+    if column is not None:
+        return list(column(name))
+    return [getattr(row.trend if trend else row.window, name) for row in rows]
+
+
 def integer_column(values: Sequence[Any], encode: Callable[[Any], str]) -> pl.Series:
     """The JSON text of each value of a column of ints (anything else: as ``encode`` writes it)."""
     import polars as pl
@@ -82,15 +93,21 @@ def string_column(values: Sequence[Any], encode: Callable[[Any], str]) -> pl.Ser
 
 
 def joined_objects(
-    columns: Sequence[tuple[str, pl.Series]], encode: Callable[[Any], str], separator: str
+    columns: Sequence[tuple[str, pl.Series]],
+    encode: Callable[[Any], str],
+    separator: str,
+    prefix: str = "",
 ) -> str:
     """One compact JSON object per row (``{"key": value, ...}``, the encoder's separators) from
-    ``(key, JSON texts of the column)`` pairs in key order, the rows joined by ``separator``."""
+    ``(key, JSON texts of the column)`` pairs in key order, each row after ``prefix``, the rows
+    joined by ``separator`` (a prefix here, not added to the text: no copy of a text of many
+    MB)."""
     import polars as pl
 
     parts: list[pl.Expr] = []
     for i, (key, _) in enumerate(columns):
-        parts += [pl.lit(("{" if i == 0 else ", ") + encode(key) + ": "), pl.col(f"_{i}")]
+        opening = prefix + "{" if i == 0 else ", "
+        parts += [pl.lit(opening + encode(key) + ": "), pl.col(f"_{i}")]
     parts.append(pl.lit("}"))
     frame = pl.DataFrame({f"_{i}": column for i, (_, column) in enumerate(columns)})
     rows = frame.select(pl.concat_str(parts).str.join(separator)).item()

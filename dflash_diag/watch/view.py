@@ -87,7 +87,7 @@ class WatchView:
         """The latest windows with their trends, oldest first (the table's rows)."""
         if self.diagnosis is None:
             return []
-        return self.diagnosis.windows[-self.table_rows :]
+        return list(self.diagnosis.windows[-self.table_rows :])
 
     @property
     def windows(self) -> list[Window]:

@@ -45,6 +45,7 @@ def test_tensorboard_huge_claimed_length_is_a_torn_tail_read_once(tmp_path, monk
     is not held (it used to be re-joined with every chunk to the end: quadratic, and the whole
     file in memory)."""
     monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    monkeypatch.setattr(tensorboard, "LONG_RECORD_BYTES", 2**16)
     good = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 101))
     filler = good * 600  # about 4 MB after the claim: 64 chunks
     (tmp_path / "events.out.tfevents.1.host").write_bytes(VERSION + good + _claim(2**40) + filler)
@@ -58,6 +59,7 @@ def test_tensorboard_record_longer_than_a_chunk_is_passed_over(tmp_path, monkeyp
     """A real record larger than a chunk (an image, a graph) inside the file: skipped without
     being held, and the records after it are read."""
     monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    monkeypatch.setattr(tensorboard, "LONG_RECORD_BYTES", 2**16)
     big = (
         b"\x09"
         + struct.pack("<d", 1.7e9)
@@ -349,6 +351,7 @@ def test_tensorboard_oversize_record_past_the_first_chunk_and_one_torn_at_the_en
     the first chunk, not within its chunk), and a record whose framing (16 bytes) would end past
     the file is a torn tail, not a record passed over (audit survivors 1 and 2)."""
     monkeypatch.setattr(tensorboard, "CHUNK_BYTES", 2**16)
+    monkeypatch.setattr(tensorboard, "LONG_RECORD_BYTES", 2**16)
     big = b"\x09" + struct.pack("<d", 1.7e9) + b"\x22" + b"\x80\x80\x04" + bytes(2**16)
     before = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(1, 4001))  # ~3 chunks
     after = b"".join(_scalar_event(s, "loss", 1.0 / s) for s in range(4001, 4101))

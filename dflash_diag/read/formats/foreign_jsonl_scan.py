@@ -39,6 +39,8 @@ from dflash_diag.read.records import ParseIssues
 #: Bytes per piece read and parsed at a time: polars' parse of a piece takes about 3x it, so
 #: the reader's own transient is tens of MiB whatever the file's size.
 PIECE_BYTES = 8 * 2**20
+#: The end of a piece read first to find where its last line ends (see :func:`_piece_size`).
+_PROBE_BYTES = 64 * 2**10
 #: Text that Python's float() might read (the line reader keeps numeric strings as numbers);
 #: looser than float() (underscores anywhere among digits), so a doubt goes to the line reader.
 _NUMERIC_TEXT = (
@@ -150,13 +152,31 @@ def _pieces(path: Path) -> Iterator[bytes]:
     so a piece is copied at most once, not joined to the previous piece's tail.
     """
     with path.open("rb", buffering=0) as handle:
-        while block := handle.read(PIECE_BYTES):
+        while block := handle.read(_piece_size(handle)):
             while (cut := block.rfind(b"\n") + 1) == 0 and (more := handle.read(PIECE_BYTES)):
                 block += more  # a line longer than a piece
             if 0 < cut < len(block):
                 handle.seek(cut - len(block), os.SEEK_CUR)
                 block = block[:cut]
             yield block
+
+
+def _piece_size(handle: Any) -> int:
+    """How many bytes the next piece reads: up to the last newline of its
+    :data:`PIECE_BYTES`, found in a small read of their end, so that the piece is read as it
+    is parsed and never sliced (a slice copies the piece: 5 ms of CPU per 8 MiB);
+    :data:`PIECE_BYTES` where that end holds no newline (the caller cuts the piece then)."""
+    size = min(_PROBE_BYTES, PIECE_BYTES)
+    probe = os.pread(handle.fileno(), size, handle.tell() + PIECE_BYTES - size)
+    cut = probe.rfind(b"\n") + 1
+    return PIECE_BYTES - size + cut if len(probe) == size and cut else PIECE_BYTES
+
+
+def _colons(piece: bytes) -> int:
+    """The piece's ``:`` bytes (numpy's compare and count: a third of ``bytes.count``'s CPU)."""
+    import numpy as np
+
+    return int(np.count_nonzero(np.frombuffer(piece, dtype=np.uint8) == ord(":")))
 
 
 def _flatten(series: pl.Series, name: str, out: list[pl.Series]) -> None:
@@ -230,7 +250,7 @@ def _scan(path: Path, tree: dict[str, Any]) -> _Scanned | None:
         size = path.stat().st_size
         for piece in _pieces(path):
             frame = pl.read_ndjson(piece, schema=schema)
-            piece_colons = piece.count(b":")
+            piece_colons = _colons(piece)
             piece_found = _found(frame)
             colons += piece_colons
             found += piece_found

@@ -57,8 +57,12 @@ from dflash_diag.read.records import ParseIssues
 FORMAT = "TensorBoard"
 
 _HEADER = struct.Struct("<QI")
-#: Bytes read per chunk: the raw bytes held at once.
-CHUNK_BYTES = 16 * 2**20
+#: Bytes read per chunk: the raw bytes held at once. A MiB: at 16 MiB the chunk, its join with
+#: the bytes left from the chunk before and their copies cost about 25 MiB more peak memory and
+#: 20% more CPU (1M steps of four tags: the strided copies and compares leave the caches).
+CHUNK_BYTES = 2**20
+#: A record longer than this is no scalar event (an image, a whole graph): passed over unread.
+LONG_RECORD_BYTES = 16 * 2**20
 #: Records a file's first record must be like (the version event) to be taken as an event file.
 _FILE_VERSION = b"brain.Event:"
 _NAME = re.compile(r"tfevents")
@@ -142,15 +146,18 @@ class _Columns:
                 ],
                 rechunk=True,  # one chunk, as the other columns (see canonical.contiguous)
             )
-            words = _numbers(bytes(raw.steps), pl.UInt32, count).cast(pl.Int64)
+            # each raw buffer is freed once its column is made (they were all held to the end),
+            # and the step is computed in 32 bits (< 2^28: four 7-bit groups), then widened
+            words = pl.DataFrame({"w": _numbers(_taken(raw.steps), pl.UInt32, count)})
             step = sum(((pl.col("w") // (1 << (8 * k))) % 0x80) * (1 << (7 * k)) for k in range(4))
             data = {
                 "row": rows,
-                "step": pl.DataFrame({"w": words}).select(step.alias("step")).to_series(),
-                "time": _numbers(bytes(raw.times), pl.Float64, count),
+                "step": words.select(step.cast(pl.Int64).alias("step")).to_series(),
             }
+            del words
+            data["time"] = _numbers(_taken(raw.times), pl.Float64, count)
             for tag, values in zip(tags, raw.values, strict=True):
-                data[tag] = _numbers(bytes(values), pl.Float32, count).cast(pl.Float64)
+                data[tag] = _numbers(_taken(values), pl.Float32, count).cast(pl.Float64)
             frames.append(pl.DataFrame(data))
         return frames
 
@@ -206,30 +213,37 @@ def _read_file(file: Path, columns: _Columns, issues: ParseIssues) -> None:
         pending = b""
         offset = 0  # where ``pending`` starts in the file
         tags: dict[bytes, str] = {}
+        want = CHUNK_BYTES
         while True:
             try:
-                block = handle.read(CHUNK_BYTES)
+                block = handle.read(want)
             except OSError as exc:
                 raise DiagError(f"cannot read {file}: {exc}") from None
             buf = pending + block if pending else block
-            consumed, stop = _parse_buffer(buf, columns, issues, tags)
+            # the last bytes of the file as it is now: nothing is left for a next chunk
+            final = not block or handle.tell() >= _size(handle)
+            consumed, stop = _parse_buffer(buf, columns, issues, tags, final=final)
             pending = buf[consumed:]
             offset += consumed
             if stop or not block:
                 break
+            want = CHUNK_BYTES
             if len(pending) >= _HEADER.size:
-                # A record longer than a chunk is no scalar event (an image, a whole graph):
-                # its data is passed over, never held and re-joined with every chunk (a valid
-                # header claiming 2^40 bytes did that to the end of the file). One that would
-                # end beyond the file is a torn tail: nothing after its start can be framed.
+                # A record longer than LONG_RECORD_BYTES is no scalar event: its data is passed
+                # over, never held and re-joined with every chunk (a valid header claiming 2^40
+                # bytes did that to the end of the file). One that would end beyond the file is
+                # a torn tail: nothing after its start can be framed. A shorter one that the
+                # next chunk would not complete is read to its end at once.
                 length = _HEADER.unpack_from(pending, 0)[0]
-                if length + 16 > CHUNK_BYTES:
+                if length + 16 > LONG_RECORD_BYTES:
                     if offset + 16 + length > _size(handle):
                         break
                     issues.lines += 1
                     offset += 16 + length
                     handle.seek(offset)
                     pending = b""
+                elif length + 16 > len(pending) + CHUNK_BYTES:
+                    want = length + 16 - len(pending)
         if pending:
             issues.lines += 1
             issues.torn_tail.append(0)
@@ -244,17 +258,26 @@ def _size(handle) -> int:
 
 
 def _parse_buffer(
-    buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict[bytes, str]
+    buf: bytes, columns: _Columns, issues: ParseIssues, tags: dict[bytes, str], *, final: bool
 ) -> tuple[int, bool]:
-    """Parse the complete records of ``buf``; ``(bytes consumed, stop reading)``."""
+    """Parse the complete records of ``buf``; ``(bytes consumed, stop reading)``.
+
+    Unless the buffer is the file's last, a run of cycles that reaches the buffer's end, or a
+    cycle with too few repeats left before it for a run, ends the parse there: the rest is read
+    with the next chunk, as part of a run, where decoding it here would make a few records one
+    by one at every chunk (long rows whose merge with the wide ones sorts every record). What
+    is left to the next chunk is less than a run: it always ends a chunk further on."""
     pos, end = 0, len(buf)
     cooldown = 0  # records to decode one by one before trying the fast path again
     while pos + 12 <= end:
         if cooldown == 0:
-            run_end, count = _fast_run(buf, pos, columns)
+            run_end, count, to_end = _fast_run(buf, pos, columns, final=final)
             if run_end >= 0:
                 issues.lines += count
                 pos = run_end
+            if to_end and not final:
+                return pos, False
+            if run_end >= 0:
                 continue
             cooldown = count
         cooldown -= 1
@@ -443,12 +466,20 @@ _MAX_CYCLE = 64
 _MIN_REPEATS = 8
 
 
-def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
+def _fast_run(
+    buf: bytes, pos: int, columns: _Columns, *, final: bool = True
+) -> tuple[int, int, bool]:
     """Decode a run of repeated record cycles starting at ``pos``.
 
+    Unless ``final`` (the buffer is the file's last), the buffer's last :data:`_MIN_REPEATS`
+    whole cycles are left undecoded, for the next buffer to start with enough of them for a
+    run (the file's last cycles would otherwise be too few for one, and decoded one by one).
+
     Returns:
-        ``(end, records)`` when a run was decoded, else ``(-1, k)``: decode ``k`` records one by
-        one before trying again (the records before a cycle starts, or a few when none does).
+        ``(end, records, to_end)`` when a run was decoded (``to_end``: it ran to the last whole
+        cycle of the buffer), else ``(-1, k, to_end)``: decode ``k`` records one by one before
+        trying again (the records before a cycle starts, or a few when none does; ``to_end``:
+        a cycle starts here but the buffer ends before it repeats enough for a run).
     """
     end = len(buf)
     shapes: list[_Shape] = []
@@ -460,21 +491,21 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     while len(shapes) <= _MAX_CYCLE:
         shape = _shape_at(buf, at, end)
         if shape is None:
-            return -1, max(1, len(shapes))
+            return -1, max(1, len(shapes)), False
         if shape in seen:
             if seen[shape]:
-                return -1, seen[shape]
+                return -1, seen[shape], False
             break
         seen[shape] = len(shapes)
         shapes.append(shape)
         offsets.append(at - pos)
         at += shape.size
     else:
-        return -1, _MAX_CYCLE
+        return -1, _MAX_CYCLE, False
     period = at - pos
-    repeats = (end - pos) // period
+    repeats = (end - pos) // period - (0 if final else _MIN_REPEATS)
     if repeats < _MIN_REPEATS:
-        return -1, len(shapes)
+        return -1, len(shapes), True  # too few cycles left in the buffer for a run
     # Every byte of a cycle that is not a wall time, a step, a value or a data CRC is the same
     # in every repeat (the lengths, the field tags, the tag names): how many cycles keep them.
     varying: set[int] = set()
@@ -486,7 +517,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     constant = [i for i in range(period) if i not in varying]
     good = _repeats(buf, pos, period, repeats, constant, offsets, shapes)
     if good < _MIN_REPEATS:
-        return -1, len(shapes)
+        return -1, len(shapes), False
     limit = pos + good * period
     first_steps = [
         read_varint(buf, pos + o + sh.step, end)[0] for o, sh in zip(offsets, shapes, strict=True)
@@ -495,7 +526,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     if split and len(set(first_steps[split:])) == 1:
         # The cycle starts inside a step (a chunk or a run ended there): decode the records of
         # that step one by one, so the next cycle starts where a step does.
-        return -1, split
+        return -1, split, False
     first_row = columns.next_row
     n_slots = len(shapes)
     step_columns = [
@@ -519,7 +550,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
         for slot, (offset, shape) in enumerate(zip(offsets, shapes, strict=True)):
             raw.values[slot] += _strided(buf, pos + offset + shape.value, 4, period, good, limit)
         columns.next_row += good * n_slots
-        return limit, good * n_slots
+        return limit, good * n_slots, good == repeats
     # Slots of different steps: decode each slot for all cycles at once, then interleave the
     # slots into row order with strided list assignments (long rows).
     total = good * n_slots
@@ -543,7 +574,7 @@ def _fast_run(buf: bytes, pos: int, columns: _Columns) -> tuple[int, int]:
     columns.values.extend(values)
     columns.times.extend(times)
     columns.next_row += good * n_slots
-    return limit, good * n_slots
+    return limit, good * n_slots, good == repeats
 
 
 def _repeats(
@@ -587,6 +618,13 @@ def _repeats(
 
 #: Cycles compared at once by :func:`_repeats` (a block's copy is this times the period bytes).
 _BLOCK_CYCLES = 2**13
+
+
+def _taken(buffer: bytearray) -> bytes:
+    """The buffer's bytes, the buffer emptied (its memory freed before a column is made)."""
+    data = bytes(buffer)
+    buffer.clear()
+    return data
 
 
 def _numbers(raw: bytes, dtype: pl.DataType, count: int) -> pl.Series:

@@ -28,7 +28,13 @@ from dflash_diag.logschema import METRIC_LISTS, METRIC_NUMBERS
 from dflash_diag.read.aliases import GENERAL, VALIDATION, first_alias
 from dflash_diag.read.formats.checks import count_nonfinite, drop_bad_steps, step_expr, step_value
 from dflash_diag.read.presets import Preset, detect_preset, field_map_preset, normalise_key
-from dflash_diag.read.records import MAX_LIST_ELEMENTS, LogEvent, ParsedLog, ParseIssues
+from dflash_diag.read.records import (
+    MAX_LIST_ELEMENTS,
+    STEP_LIMIT,
+    LogEvent,
+    ParsedLog,
+    ParseIssues,
+)
 
 #: The long frame of scalars that every format reader produces.
 SCALAR_SCHEMA: dict[str, pl.DataType] = {
@@ -140,6 +146,21 @@ class RowCollector:
             self.keys.append(key)
             self.values.append(number)
             self.times.append(time_value)
+        if len(self.values) >= self.PIECE_VALUES:
+            self._pack()
+
+    def add_numbers(self, values: Mapping[str, float], step: int) -> None:
+        """Add one flat record of floats at an int step: what :meth:`add` makes of it, without
+        its per-value checks (a text reader's records are floats already)."""
+        row = self.n_records
+        self.n_records += 1
+        step_at = step if -STEP_LIMIT < step < STEP_LIMIT else step_value(step)
+        count = len(values)
+        self.rows.extend([row] * count)
+        self.steps.extend([step_at] * count)
+        self.keys.extend(values)
+        self.values.extend(values.values())
+        self.times.extend([None] * count)
         if len(self.values) >= self.PIECE_VALUES:
             self._pack()
 

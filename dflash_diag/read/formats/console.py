@@ -15,6 +15,7 @@ Carriage returns (progress bars) end lines too, and ANSI colour codes are remove
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from pathlib import Path
 
@@ -67,12 +68,21 @@ _CONTINUATION = re.compile(r"^ {8,}\S")
 _SOURCE = re.compile(r"\b[\w.-]+\.py:\d+\b")
 
 
+def _clean(line: str) -> str:
+    # the literals each pattern needs tested first: most lines hold neither
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if ".py:" in line:
+        line = _SOURCE.sub("", line)
+    return line.strip()
+
+
 def logical_lines(lines):
     """Physical lines joined where a rich log record wrapped: indented lines after a record's
     head belong to it (its pairs would otherwise lose their step)."""
     pending = None
     for line in lines:
-        plain = _ANSI.sub("", line)
+        plain = _ANSI.sub("", line) if "\x1b" in line else line
         if pending is not None and _CONTINUATION.match(plain):
             pending += " " + plain.strip()
             continue
@@ -131,9 +141,13 @@ class _Parser:
         self.epoch_total: int | None = None
 
     def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
-        line = _SOURCE.sub("", _ANSI.sub("", line)).strip()
+        """The step and metrics of one line, or None (not a progress line)."""
+        line = _clean(line)
         if not line or len(line) > _MAX_LINE:
             return None
+        return self._parse_clean(line)
+
+    def _parse_clean(self, line: str) -> tuple[int, dict[str, float]] | None:
         bar = _BAR.search(line)
         if bar:
             self.bar[int(bar.group(2))] = int(bar.group(1))
@@ -191,7 +205,9 @@ class _Parser:
         epoch_match = _EPOCH.search(line)
         if epoch_match is None:
             return local
-        epoch = int(epoch_match.group(1))
+        return self._advance(int(epoch_match.group(1)), local, total)
+
+    def _advance(self, epoch: int, local: int, total: int | None) -> int:
         if self.epoch is not None and epoch > self.epoch and local <= self.last_local:
             # a new epoch and the counter started again: it counts within the epoch
             self.offset += self.epoch_total or self.epoch_max
@@ -202,6 +218,255 @@ class _Parser:
         self.epoch_max = max(self.epoch_max, local)
         self.epoch_total = total
         return self.offset + local
+
+
+# The shape cache. A log repeats a few line shapes millions of times (a tqdm bar's every update
+# is a line): a line's shape is the line with its ASCII digit runs taken out. Every pattern above
+# sees a digit only as ``\d``/``\w`` (never a count of digits or a digit literal), so which
+# patterns match, and where, in digit-run terms, is the same for every line of one shape: the
+# first line of a shape is parsed the general way once, with the spans of what it read, and the
+# others read their numbers at those spans. What numbers decide (an epoch's counter starting
+# again, two equal values) stays in the replayed state or in checked conditions.
+
+_DIGITS = re.compile(r"([0-9]+)")
+#: Shapes kept (a log of unique lines is parsed the general way once the cache is full).
+MAX_SHAPES = 4096
+
+
+class _Unsure(Exception):
+    """A span ends within a digit run: the shape's parse is not the same for every line."""
+
+
+#: A text span: a digit run's index in the split line, or (head, first part, end part, tail).
+_Span = int | tuple[str, int, int, str]
+
+
+def _text(parts: list[str], span: _Span) -> str:
+    if span.__class__ is int:
+        return parts[span]  # type: ignore[index]
+    head, start, end, tail = span  # type: ignore[misc]
+    return head + "".join(parts[start:end]) + tail
+
+
+class _Shape:
+    """What a line of one shape yields, in spans of its split parts (even: text, odd: digits)."""
+
+    __slots__ = (
+        "bar",
+        "by_epoch",
+        "checked",
+        "epoch",
+        "equal",
+        "fixed",
+        "local",
+        "pairs",
+        "slices",
+        "total",
+    )
+
+    def __init__(self) -> None:
+        #: digit runs read as text (in a key): the shape applies only where they are the same
+        self.fixed: list[tuple[int, str]] = []
+        #: (span, span, equal?): two values whose equality decided the parse
+        self.equal: list[tuple[_Span, _Span, bool]] = []
+        self.bar: tuple[_Span, _Span] | None = None
+        self.pairs: list[tuple[str, _Span]] | None = None  # None: no record
+        self.local: _Span = 0
+        self.total: _Span | None = None
+        self.epoch: _Span | None = None
+        self.by_epoch = False
+        #: the pairs' spans as slices of the parts, where every one is whole parts (the usual)
+        self.slices: list[tuple[str, slice]] | None = None
+        self.checked = False  # whether :meth:`applies` has anything to check
+
+    def finish(self) -> _Shape:
+        """The shape, with its spans made slices where they can be."""
+        self.checked = bool(self.fixed or self.equal)
+        if self.pairs is not None and all(
+            at.__class__ is int or (at[0] == "" and at[3] == "")  # type: ignore[index]
+            for _, at in self.pairs
+        ):
+            self.slices = [
+                (key, slice(at, at + 1) if at.__class__ is int else slice(at[1], at[2]))  # type: ignore[index, operator]
+                for key, at in self.pairs
+            ]
+        return self
+
+    def applies(self, parts: list[str]) -> bool:
+        """Whether a line of this shape parses as the learnt one."""
+        for index, digits in self.fixed:
+            if parts[index] != digits:
+                return False
+        for first, second, equal in self.equal:
+            if (float(_text(parts, first)) == float(_text(parts, second))) != equal:
+                return False
+        return True
+
+    def apply(self, parser: _Parser, parts: list[str]) -> tuple[int, dict[str, float]] | None:
+        """The line's record, the parser's state moved on as the general parse moves it."""
+        if self.bar is not None:
+            count, total = self.bar
+            parser.bar[int(_text(parts, total))] = int(_text(parts, count))
+        if self.pairs is None:
+            return None
+        if self.slices is not None:
+            join = "".join
+            values = {key: float(join(parts[at])) for key, at in self.slices}
+        else:
+            values = {key: float(_text(parts, span)) for key, span in self.pairs}
+        local = int(_text(parts, self.local))
+        if self.by_epoch or self.epoch is None:
+            return local, values
+        total = None if self.total is None else int(_text(parts, self.total))
+        return parser._advance(int(_text(parts, self.epoch)), local, total), values
+
+
+def _learn(line: str, parts: list[str]) -> _Shape | None:
+    """The shape of a cleaned line (split into ``parts``), or None: parse it the general way."""
+    if _DICT_LINE.search(line) or _BARE_DICT.search(line):
+        return None  # a dict literal's reading depends on its digits (``01`` is no literal)
+    bounds = [0]
+    for part in parts:
+        bounds.append(bounds[-1] + len(part))
+
+    def span(start: int, end: int) -> _Span:
+        first = bisect.bisect_right(bounds, start) - 1
+        last = bisect.bisect_left(bounds, end) - 1
+        if (first % 2 and start != bounds[first]) or (last % 2 and end != bounds[last + 1]):
+            raise _Unsure
+        if first == last:
+            return first if first % 2 else (line[start:end], 0, 0, "")
+        head = tail = ""
+        if first % 2 == 0:
+            head, first = line[start : bounds[first + 1]], first + 1
+        end_part = last + 1
+        if last % 2 == 0:
+            tail, end_part = line[bounds[last] : end], last
+        return (
+            first
+            if not head and not tail and end_part == first + 1
+            else (head, first, end_part, tail)
+        )
+
+    shape = _Shape()
+
+    def fix(start: int, end: int) -> None:
+        for index in range(1, len(parts), 2):
+            if bounds[index] < end and bounds[index + 1] > start:
+                shape.fixed.append((index, parts[index]))
+
+    try:
+        bar = _BAR.search(line)
+        if bar:
+            shape.bar = (span(*bar.span(1)), span(*bar.span(2)))
+        step_match = _STEP.search(line) or _BATCH.search(line)
+        shape.by_epoch = step_match is None
+        if step_match is None:
+            step_match = _EPOCH.search(line) or _LEADING.match(line)
+            if step_match is None:
+                return shape.finish()
+        pairs: dict[str, tuple[float, _Span]] = {}
+        for match in _PAIR.finditer(line):
+            fix(*match.span(1))
+            if match.group(1).lower() in _STEP_KEYS:
+                continue
+            pairs[match.group(1).lower()] = (float(match.group(2)), span(*match.span(2)))
+        for match in _SPACED.finditer(line):
+            kind, key, value = match.groups()
+            name, number, at = key.lower(), float(value), span(*match.span(3))
+            if kind:
+                if name in pairs:
+                    equal = pairs[name][0] == number
+                    if pairs[name][1] != at:
+                        shape.equal.append((pairs[name][1], at, equal))
+                    if equal:
+                        del pairs[name]
+                pairs[f"{_kind(kind)}/{name}"] = (number, at)
+            else:
+                pairs.setdefault(name, (number, at))
+        pairs.pop("epoch_step", None)
+        if not pairs:
+            return shape.finish()
+        prefix = _PREFIX.match(line)
+        if prefix:
+            kind = _kind(prefix.group(1))
+            pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
+        shape.pairs = [(key, at) for key, (_, at) in pairs.items()]
+        shape.local = span(*step_match.span(1))
+        if shape.by_epoch:
+            return shape.finish()
+        if step_match.group(2):
+            shape.total = span(*step_match.span(2))
+        epoch = _EPOCH.search(line)
+        if epoch:
+            shape.epoch = span(*epoch.span(1))
+    except _Unsure:
+        return None
+    return shape.finish()
+
+
+_UNSEEN = object()
+
+
+class _ShapeParser(_Parser):
+    """:class:`_Parser` with the shape cache: the same records and state, line for line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: dict[tuple[str, ...], _Shape | None] = {}
+
+    def _state(self) -> tuple:
+        return (
+            dict(self.bar),
+            self.n_dicts,
+            self.epoch,
+            self.offset,
+            self.last_local,
+            self.epoch_max,
+            self.epoch_total,
+        )
+
+    def _restore(self, state: tuple) -> None:
+        (
+            bar,
+            self.n_dicts,
+            self.epoch,
+            self.offset,
+            self.last_local,
+            self.epoch_max,
+            self.epoch_total,
+        ) = state
+        self.bar = dict(bar)
+
+    def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
+        # without an escape the ANSI pattern removes nothing, so the source test is exact
+        line = _clean(line) if "\x1b" in line or ".py:" in line else line.strip()
+        if not line or len(line) > _MAX_LINE:
+            return None
+        parts = _DIGITS.split(line)
+        key = tuple(parts[::2])
+        shape = self.shapes.get(key, _UNSEEN)
+        if shape.__class__ is _Shape:
+            if shape.checked and not shape.applies(parts):  # type: ignore[union-attr]
+                return self._parse_clean(line)
+            return shape.apply(self, parts)  # type: ignore[union-attr]
+        if shape is _UNSEEN and len(self.shapes) < MAX_SHAPES:
+            return self._first(key, line, parts)
+        return self._parse_clean(line)
+
+    def _first(self, key: tuple[str, ...], line: str, parts: list[str]):
+        """A new shape: learnt, and kept only where its replay gives the general parse's record
+        and state on this very line (a check on the learning, once a shape)."""
+        shape = _learn(line, parts)
+        before = self._state()
+        replayed = shape.apply(self, parts) if shape is not None and shape.applies(parts) else None
+        after = self._state()
+        self._restore(before)
+        parsed = self._parse_clean(line)
+        if shape is not None and (repr(replayed) != repr(parsed) or after != self._state()):
+            shape = None
+        self.shapes[key] = shape
+        return parsed
 
 
 #: A W&B run's ``files/`` folder keeps the run's console as ``output.log``.
@@ -227,7 +492,7 @@ def read_console(path: str | Path) -> Scalars:
         path = found
     collector = RowCollector()
     issues = ParseIssues()
-    parser = _Parser()
+    parser = _ShapeParser()
     try:
         with path.open("rb") as handle:
             pending = b""
@@ -243,13 +508,12 @@ def read_console(path: str | Path) -> Scalars:
                     raw.decode("utf-8", "replace")
                     for raw in (lines if block else [*lines, pending])
                 )
+                parse, add = parser.parse, collector.add_numbers
                 for text in logical_lines(texts):
-                    parsed = parser.parse(text)
-                    if parsed is None:
-                        continue
-                    issues.lines += 1
-                    step, values = parsed
-                    collector.add(values, step=step)
+                    parsed = parse(text)
+                    if parsed is not None:
+                        issues.lines += 1
+                        add(parsed[1], parsed[0])
                 if not block:
                     break
     except OSError as exc:

@@ -1,9 +1,10 @@
-"""Robust trend statistics in pure Python: Theil-Sen slope and the Mann-Kendall test.
+"""Robust trend statistics (Theil-Sen slope, Mann-Kendall test) and the bound on their points.
 
 Both are rank-based, so a few wild windows (a NaN burst, a restart) cannot fake or hide a trend,
-and neither assumes normal noise. They are O(n^2) in the number of points (a trend of 20,000 windows is 200M pairs: minutes and
-gigabytes), so every caller first bounds its points with :func:`bounded_points`, which merges
-consecutive points into at most :data:`MAX_POINTS` groups, as the verdict merges its windows.
+and neither assumes normal noise. They are O(n^2) in the number of points (a trend of 20,000
+windows is 200M pairs: minutes and gigabytes), so every caller first bounds its points with
+:func:`bounded_points` (:func:`merge_points` for the group sizes too), which merges consecutive
+points into at most :data:`MAX_POINTS` entry-weighted groups.
 """
 
 from __future__ import annotations
@@ -14,8 +15,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
+import numpy as np
+
 #: The O(n^2) statistics run on at most this many points; more are merged in groups.
 MAX_POINTS = 300
+
+
+def merge_points(
+    xs: np.ndarray, ys: np.ndarray, weights: np.ndarray, max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, y, weight)`` of at most ``max_points`` points: past it, runs of
+    ``ceil(n / max_points)`` consecutive points merged into their ``weights``-weighted means and
+    summed weights. The weighted sums add left to right from 0, as Python's ``sum`` does (numpy's
+    own sum adds pairwise: other last bits), so a merge gives the same bits wherever it is made;
+    the weights are entry counts, whose sums are exact in any order."""
+    if len(xs) <= max_points:
+        return xs, ys, weights
+    group = math.ceil(len(xs) / max_points)
+    total = np.add.reduceat(weights, np.arange(0, len(weights), group))  # the weights' own type
+    return _group_sums(xs * weights, group) / total, _group_sums(ys * weights, group) / total, total
+
+
+def _group_sums(values: np.ndarray, group: int) -> np.ndarray:
+    """The sums of consecutive runs of ``group`` values, each added left to right from 0; the
+    last run is padded with zeros, which change no sum."""
+    rows = -(-len(values) // group)
+    padded = np.zeros(rows * group)
+    padded[: len(values)] = values
+    grid = padded.reshape(rows, group)
+    total = np.zeros(rows)
+    for column in range(group):
+        total += grid[:, column]
+    return total
 
 
 def bounded_points(
@@ -24,22 +55,15 @@ def bounded_points(
     weights: Sequence[float] | None = None,
     max_points: int = MAX_POINTS,
 ) -> tuple[list[float], list[float]]:
-    """At most ``max_points`` ``(x, y)`` points: past it, runs of ``ceil(n / max_points)``
-    consecutive points merged into their means, weighted by ``weights`` (e.g. each window's
-    entries) or plain. Each sum adds left to right, as the verdict's merge does, so the same
-    points give the same groups bit for bit wherever they are merged.
-    """
+    """:func:`merge_points` of plain sequences, weighted by ``weights`` (e.g. each window's
+    entries) or plain: at most ``max_points`` ``(x, y)`` points."""
     if len(xs) <= max_points:
         return list(xs), list(ys)
-    size = math.ceil(len(xs) / max_points)
-    w = [1.0] * len(xs) if weights is None else list(weights)
-    gx, gy = [], []
-    for start in range(0, len(xs), size):
-        part = range(start, min(start + size, len(xs)))
-        total = sum(w[i] for i in part)
-        gx.append(sum(xs[i] * w[i] for i in part) / total)
-        gy.append(sum(ys[i] * w[i] for i in part) / total)
-    return gx, gy
+    w = np.ones(len(xs)) if weights is None else np.asarray(weights, dtype=float)
+    gx, gy, _ = merge_points(
+        np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), w, max_points
+    )
+    return gx.tolist(), gy.tolist()
 
 
 def theil_sen_slope(x: Sequence[float], y: Sequence[float]) -> float:

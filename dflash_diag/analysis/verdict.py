@@ -29,10 +29,11 @@ import polars as pl
 
 from dflash_diag.analysis import defaults
 from dflash_diag.analysis.numbers import plural
-from dflash_diag.analysis.robust_trend import (  # MAX_POINTS: the verdict's bound, re-exported
+from dflash_diag.analysis.robust_trend import (
     MAX_POINTS,
     bounded_points,
     mann_kendall,
+    merge_points,
     theil_sen_slope,
 )
 from dflash_diag.analysis.validation import ValidationTrend
@@ -108,28 +109,8 @@ def _points(table: WindowTable, metric: str) -> tuple[list[float], list[float], 
     xs = (table.array("first_step")[kept] + table.array("last_step")[kept]) / 2.0
     ys = values[kept]
     ns = table.array("n")[kept]
-    if len(xs) > MAX_POINTS:
-        # Merge consecutive windows into MAX_POINTS groups (entry-weighted means) to bound O(n^2).
-        group = math.ceil(len(xs) / MAX_POINTS)
-        gn = np.add.reduceat(ns, np.arange(0, len(ns), group))
-        gx = _group_sums(xs * ns, group) / gn
-        gy = _group_sums(ys * ns, group) / gn
-        return gx.tolist(), gy.tolist(), gn.tolist()
-    return xs.tolist(), ys.tolist(), ns.tolist()
-
-
-def _group_sums(values: np.ndarray, group: int) -> np.ndarray:
-    """The sums of consecutive runs of ``group`` values, each added left to right from 0 as
-    Python's ``sum`` adds (numpy's own sum adds pairwise: other last bits). The last run is
-    padded with zeros, which change no sum."""
-    rows = -(-len(values) // group)
-    padded = np.zeros(rows * group)
-    padded[: len(values)] = values
-    grid = padded.reshape(rows, group)
-    total = np.zeros(rows)
-    for column in range(group):
-        total += grid[:, column]
-    return total
+    gx, gy, gn = merge_points(xs, ys, ns, MAX_POINTS)  # entry-weighted groups: bounds O(n^2)
+    return gx.tolist(), gy.tolist(), gn.tolist()
 
 
 def _has_values(frame: pl.DataFrame, name: str) -> bool:

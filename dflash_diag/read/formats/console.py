@@ -17,7 +17,9 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
@@ -125,6 +127,60 @@ def _dict_values(text: str) -> dict[str, float] | None:
     return values or None
 
 
+def _step_match(line: str) -> tuple[re.Match[str], bool] | None:
+    """The step's match and whether it is an epoch-only log's (the epoch is the step), or None."""
+    step_match = _STEP.search(line) or _BATCH.search(line)
+    if step_match is not None:
+        return step_match, False
+    # an epoch-only log (``Epoch 1/35, Train Loss: 1.63``): the epoch is the step; else a
+    # counter leading the line (``[ (3 ) Loss: 0.03, ...``, ``12: loss=...``)
+    step_match = _EPOCH.search(line) or _LEADING.match(line)
+    return None if step_match is None else (step_match, True)
+
+
+def _no_span(start: int, end: int) -> None:
+    return None
+
+
+def _pairs(
+    line: str,
+    span: Callable[[int, int], Any],
+    key_digits: Callable[[int, int], None] | None = None,
+    decided: Callable[[Any, Any, bool], None] | None = None,
+) -> dict[str, tuple[float, Any]]:
+    """A progress line's metrics, each with ``span(start, end)`` of its number: the one reading
+    of the rules for the general parse (spans unused) and the shape cache's learning, which is
+    told the key texts (``key_digits``) and the equalities that decided a name (``decided``)."""
+    pairs: dict[str, tuple[float, Any]] = {}
+    for match in _PAIR.finditer(line):
+        if key_digits is not None:
+            key_digits(*match.span(1))
+        key = match.group(1).lower()
+        if key in _STEP_KEYS:
+            continue
+        pairs[key] = (float(match.group(2)), span(*match.span(2)))
+    for match in _SPACED.finditer(line):
+        kind, key, value = match.groups()
+        name, number, at = key.lower(), float(value), span(*match.span(3))
+        if kind:
+            # "Train Loss: 1.6, Test Acc: 59.9": the qualifier belongs to the name
+            if name in pairs:
+                equal = pairs[name][0] == number
+                if decided is not None:
+                    decided(pairs[name][1], at, equal)
+                if equal:
+                    del pairs[name]
+            pairs[f"{_kind(kind)}/{name}"] = (number, at)
+        else:
+            pairs.setdefault(name, (number, at))
+    pairs.pop("epoch_step", None)
+    prefix = _PREFIX.match(line) if pairs else None
+    if prefix:
+        kind = _kind(prefix.group(1))
+        pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
+    return pairs
+
+
 class _Parser:
     """Line by line, with what the lines before told: the training bar's count (HF's dict lines
     carry no step) and the epoch, so an epoch-local counter (``Step 10/6501`` from 1 again at
@@ -166,35 +222,13 @@ class _Parser:
                 self.n_dicts += 1
                 step = self.bar[max(self.bar)] if self.bar else self.n_dicts
                 return step, values
-        step_match = _STEP.search(line) or _BATCH.search(line)
-        by_epoch = step_match is None
-        if by_epoch:
-            # an epoch-only log (``Epoch 1/35, Train Loss: 1.63``): the epoch is the step; else
-            # a counter leading the line (``[ (3 ) Loss: 0.03, ...``, ``12: loss=...``)
-            step_match = _EPOCH.search(line) or _LEADING.match(line)
-            if step_match is None:
-                return None
-        pairs = {}
-        for key, value in _PAIR.findall(line):
-            if key.lower() in _STEP_KEYS:
-                continue
-            pairs[key.lower()] = float(value)
-        for kind, key, value in _SPACED.findall(line):
-            name, number = key.lower(), float(value)
-            if kind:
-                # "Train Loss: 1.6, Test Acc: 59.9": the qualifier belongs to the name
-                if pairs.get(name) == number:
-                    del pairs[name]
-                pairs[f"{_kind(kind)}/{name}"] = number
-            else:
-                pairs.setdefault(name, number)
-        pairs.pop("epoch_step", None)
+        found = _step_match(line)
+        if found is None:
+            return None
+        step_match, by_epoch = found
+        pairs = {key: number for key, (number, _) in _pairs(line, _no_span).items()}
         if not pairs:
             return None
-        prefix = _PREFIX.match(line)
-        if prefix:
-            kind = _kind(prefix.group(1))
-            pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
         local = int(step_match.group(1))
         if by_epoch:
             return local, pairs
@@ -359,38 +393,18 @@ def _learn(line: str, parts: list[str]) -> _Shape | None:
         bar = _BAR.search(line)
         if bar:
             shape.bar = (span(*bar.span(1)), span(*bar.span(2)))
-        step_match = _STEP.search(line) or _BATCH.search(line)
-        shape.by_epoch = step_match is None
-        if step_match is None:
-            step_match = _EPOCH.search(line) or _LEADING.match(line)
-            if step_match is None:
-                return shape.finish()
-        pairs: dict[str, tuple[float, _Span]] = {}
-        for match in _PAIR.finditer(line):
-            fix(*match.span(1))
-            if match.group(1).lower() in _STEP_KEYS:
-                continue
-            pairs[match.group(1).lower()] = (float(match.group(2)), span(*match.span(2)))
-        for match in _SPACED.finditer(line):
-            kind, key, value = match.groups()
-            name, number, at = key.lower(), float(value), span(*match.span(3))
-            if kind:
-                if name in pairs:
-                    equal = pairs[name][0] == number
-                    if pairs[name][1] != at:
-                        shape.equal.append((pairs[name][1], at, equal))
-                    if equal:
-                        del pairs[name]
-                pairs[f"{_kind(kind)}/{name}"] = (number, at)
-            else:
-                pairs.setdefault(name, (number, at))
-        pairs.pop("epoch_step", None)
+        found = _step_match(line)
+        if found is None:
+            return shape.finish()
+        step_match, shape.by_epoch = found
+
+        def decided(first: _Span, second: _Span, equal: bool) -> None:
+            if first != second:
+                shape.equal.append((first, second, equal))
+
+        pairs = _pairs(line, span, fix, decided)
         if not pairs:
             return shape.finish()
-        prefix = _PREFIX.match(line)
-        if prefix:
-            kind = _kind(prefix.group(1))
-            pairs = {k if "/" in k else f"{kind}/{k}": v for k, v in pairs.items()}
         shape.pairs = [(key, at) for key, (_, at) in pairs.items()]
         shape.local = span(*step_match.span(1))
         if shape.by_epoch:

@@ -164,6 +164,14 @@ class RowCollector:
         if len(self.values) >= self.PIECE_VALUES:
             self._pack()
 
+    def add_long(self, piece: pl.DataFrame, n_records: int) -> None:
+        """Add ``n_records`` records already laid out as the long frame (a reader's column-wise
+        path), their rows numbered from :attr:`n_records` on."""
+        if self.rows:
+            self._pack()
+        self._pieces.append(piece)
+        self.n_records += n_records
+
     def _pack(self) -> None:
         self._pieces.append(
             pl.DataFrame(

@@ -23,7 +23,8 @@ from typing import Any
 
 from dflash_diag.errors import DiagError
 from dflash_diag.read.formats.canonical import RowCollector, Scalars
-from dflash_diag.read.records import ParseIssues
+from dflash_diag.read.formats.checks import step_value
+from dflash_diag.read.records import STEP_LIMIT, ParseIssues
 
 FORMAT = "console text"
 #: Bytes read per chunk.
@@ -195,6 +196,29 @@ class _Parser:
         self.last_local = -1
         self.epoch_max = 0
         self.epoch_total: int | None = None
+
+    def _state(self) -> tuple:
+        return (
+            dict(self.bar),
+            self.n_dicts,
+            self.epoch,
+            self.offset,
+            self.last_local,
+            self.epoch_max,
+            self.epoch_total,
+        )
+
+    def _restore(self, state: tuple) -> None:
+        (
+            bar,
+            self.n_dicts,
+            self.epoch,
+            self.offset,
+            self.last_local,
+            self.epoch_max,
+            self.epoch_total,
+        ) = state
+        self.bar = dict(bar)
 
     def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
         """The step and metrics of one line, or None (not a progress line)."""
@@ -429,29 +453,6 @@ class _ShapeParser(_Parser):
         super().__init__()
         self.shapes: dict[tuple[str, ...], _Shape | None] = {}
 
-    def _state(self) -> tuple:
-        return (
-            dict(self.bar),
-            self.n_dicts,
-            self.epoch,
-            self.offset,
-            self.last_local,
-            self.epoch_max,
-            self.epoch_total,
-        )
-
-    def _restore(self, state: tuple) -> None:
-        (
-            bar,
-            self.n_dicts,
-            self.epoch,
-            self.offset,
-            self.last_local,
-            self.epoch_max,
-            self.epoch_total,
-        ) = state
-        self.bar = dict(bar)
-
     def parse(self, line: str) -> tuple[int, dict[str, float]] | None:
         # without an escape the ANSI pattern removes nothing, so the source test is exact
         line = _clean(line) if "\x1b" in line or ".py:" in line else line.strip()
@@ -492,6 +493,184 @@ def find_console_file(folder: Path) -> Path | None:
     return next((folder / name for name in CONSOLE_FILES if (folder / name).is_file()), None)
 
 
+# The column-wise reading (``console_columns``) of large blocks. Lines of a shape whose reading
+# depends on the line alone are read together, per shape; every other line (a tqdm count, an
+# epoch counter, a dict literal, colour codes, a shape seen once) goes through the parser one by
+# one and in order, so the parser's state moves as it always did: the lines read together
+# neither read it nor move it.
+
+#: Blocks of fewer bytes are read line by line (the column-wise reading's fixed cost, and
+#: numpy's import, are not worth it for the few thousand lines of most console logs). Either
+#: way the records are the same.
+COLUMN_MIN_BYTES = 2**18
+#: A new shape is learnt for the column-wise reading once it occurs this often in a block.
+_LEARN_COUNT = 2
+#: A shape tried on the whole block before its lines' shapes are computed: it read at least
+#: this share of the block before (the dominant shape of a progress log).
+_LEADING_SHARE = 0.2
+#: Characters Python's ``str.strip`` takes that are ASCII (a cleaned line with another
+#: character at an end goes the line by line way: Unicode's whitespace lists differ).
+_ASCII_SPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+#: A line that may be a rich record's head (``[16:10:05] INFO``: digits, which Python's ``\d``
+#: may find beyond ASCII, then a colon): its block's logical lines are joined in Python.
+_MAYBE_HEAD = r"^\[?(?:[0-9]|[^\x00-\x7f]){1,2}:"
+
+
+def _column_plan(lines: list[str]):
+    """The shape of cleaned lines of one shape key as a ``console_columns.ShapePlan``, or None:
+    its reading reads or moves the parser's state, or is not one the columns compute, or the
+    plan does not read the first of ``lines`` it computes as the general parse does (none of
+    them computed: not known, None)."""
+    from dflash_diag.read.formats import console_columns
+
+    line = lines[0]
+    parts = _DIGITS.split(line)
+    shape = _learn(line, parts)
+    if shape is None or shape.bar is not None or (shape.epoch is not None and not shape.by_epoch):
+        return None
+    plan = console_columns.shape_plan(shape, parts)
+    if plan is None:
+        return None
+    import numpy as np
+    import polars as pl
+
+    for line in lines:
+        rest, columns = console_columns.read_shape(plan, pl.Series([line]), np.zeros(1, np.int64))
+        if rest.size:
+            return None  # the pattern misses a line of its own shape
+        if columns.slow.size:
+            continue  # a value beyond the exact reading: another line tells
+        parser = _Parser()
+        before = parser._state()
+        parsed = parser._parse_clean(line)
+        if parser._state() != before:
+            return None
+        replayed = (
+            None
+            if plan.step is None
+            else (
+                int(columns.steps[0]),
+                dict(zip(plan.names, columns.values[0].tolist(), strict=True)),
+            )
+        )
+        return plan if repr(replayed) == repr(parsed) else None
+    return None
+
+
+def _step_at(step: int) -> int:
+    # the row collector's reading of an int step
+    return step if -STEP_LIMIT < step < STEP_LIMIT else step_value(step)
+
+
+class _ColumnReader:
+    """Blocks of logical lines read column-wise where their shape allows, the rest by ``parser``."""
+
+    def __init__(self, parser: _ShapeParser) -> None:
+        self.parser = parser
+        self.plans: dict[str, Any] = {}  # shape key (digit runs as "0") -> plan or None
+        self.leading: list[Any] = []  # the plans tried on the whole next block first
+
+    def read(self, body: bytes, collector: RowCollector, issues: ParseIssues) -> None:
+        """Read a block of whole lines (its bytes) into ``collector``."""
+        import numpy as np
+        import polars as pl
+
+        from dflash_diag.read.formats import console_columns
+
+        # decoded at once: ``\r`` and ``\n`` are ASCII, so no UTF-8 sequence spans them and
+        # each line decodes as it would alone
+        text = body.decode("utf-8", "replace")
+        if "\r" in text:
+            text = text.replace("\r", "\n")
+        # the tests of a line that a block without such characters needs for none of its lines
+        escapes, sources, ascii_only = "\x1b" in text, ".py:" in text, text.isascii()
+        texts = pl.Series([text], dtype=pl.String).str.split("\n").explode()
+        del text
+        if escapes or texts.str.contains(_MAYBE_HEAD).any():
+            texts = pl.Series(list(logical_lines(texts.to_list())), dtype=pl.String)
+        cleaned = texts.str.strip_chars(_ASCII_SPACE)
+        odd = pl.lit(False)
+        if escapes:
+            odd = odd | pl.col("line").str.contains("\x1b", literal=True)
+        if sources:
+            odd = odd | pl.col("line").str.contains(".py:", literal=True)
+        if not ascii_only:
+            # the ends of a line that Python's strip may take and polars' not
+            odd = odd | pl.col("clean").str.contains(r"^[^\x00-\x7f]|[^\x00-\x7f]$")
+        length = (
+            pl.col("clean").str.len_chars() if not ascii_only else pl.col("clean").str.len_bytes()
+        )
+        flags = pl.DataFrame({"line": texts, "clean": cleaned}).select(
+            # lines the cleaning changes beyond a strip, or whose strip is not surely Python's
+            odd=odd,
+            # cleaned lines that are no progress line whatever the state: empty, too long
+            none=(length == 0) | (length > _MAX_LINE),
+        )
+        odd_at = flags["odd"].to_numpy()
+        none_at = flags["none"].to_numpy()
+        del flags
+        slow = [np.flatnonzero(odd_at)]
+        at = np.flatnonzero(~odd_at & ~none_at)
+        candidates = cleaned.gather(at)
+        found = []
+        for plan in self.leading:
+            if not at.size:
+                break
+            rest, columns = console_columns.read_shape(plan, candidates, at)
+            found.append(columns)
+            if rest.size < at.size:
+                candidates = candidates.gather(np.searchsorted(at, rest))
+                at = rest
+        if at.size:
+            groups = (
+                pl.DataFrame(
+                    {"key": candidates.str.replace_all("[0-9]+", "0"), "i": np.arange(at.size)}
+                )
+                .group_by("key", maintain_order=True)
+                .agg(pl.col("i"))
+            )
+            for key, where in zip(groups["key"], groups["i"], strict=True):
+                where = where.to_numpy()
+                plan = self.plans.get(key, _UNSEEN)
+                if plan is _UNSEEN:
+                    if where.size < _LEARN_COUNT or len(self.plans) >= MAX_SHAPES:
+                        slow.append(at[where])
+                        continue
+                    plan = self.plans[key] = _column_plan(candidates.gather(where[:4]).to_list())
+                if plan is None:
+                    slow.append(at[where])
+                    continue
+                rest, columns = console_columns.read_shape(
+                    plan, candidates.gather(where), at[where]
+                )
+                found.append(columns)
+                slow.append(rest)
+        slow += [columns.slow for columns in found]
+        # the lines the parser reads, in order: the state moves through them as it always did
+        slow_at = np.sort(np.concatenate(slow))
+        slow_lines, slow_records = [], []
+        parse = self.parser.parse
+        for i, line in zip(slow_at.tolist(), texts.gather(slow_at).to_list(), strict=True):
+            parsed = parse(line)
+            if parsed is not None:
+                slow_lines.append(i)
+                slow_records.append(parsed)
+        piece, n_records = console_columns.long_piece(
+            collector.n_records, found, slow_lines, slow_records, _step_at
+        )
+        collector.add_long(piece, n_records)
+        issues.lines += n_records
+        best: dict[int, tuple[int, Any]] = {}
+        for columns in found:
+            n, _ = best.get(id(columns.plan), (0, None))
+            best[id(columns.plan)] = (n + columns.lines.size, columns.plan)
+        self.leading = [
+            plan
+            for n, plan in sorted(best.values(), key=lambda c: -c[0])
+            if n >= _LEADING_SHARE * texts.len()
+        ][:3]
+
+
 def read_console(path: str | Path) -> Scalars:
     """Read the progress lines of a console log (or of the one a run folder keeps).
 
@@ -507,27 +686,35 @@ def read_console(path: str | Path) -> Scalars:
     collector = RowCollector()
     issues = ParseIssues()
     parser = _ShapeParser()
+    columns: _ColumnReader | None = None
     try:
         with path.open("rb") as handle:
             pending = b""
             while True:
                 block = handle.read(CHUNK_BYTES)
                 buffer = pending + block
-                lines = re.split(rb"[\r\n]", buffer)
-                pending = lines.pop() if block else b""
-                if len(pending) > _MAX_LINE:
-                    pending = b""  # a runaway line: not a progress line
+                if block:
+                    cut = max(buffer.rfind(b"\n"), buffer.rfind(b"\r"))
+                    body, pending = (b"", buffer) if cut < 0 else (buffer[:cut], buffer[cut + 1 :])
+                    if len(pending) > _MAX_LINE:
+                        pending = b""  # a runaway line: not a progress line
+                    if cut < 0:
+                        continue
+                else:
+                    body = buffer
                 # a record wrapped across a block boundary loses only its own pairs
-                texts = (
-                    raw.decode("utf-8", "replace")
-                    for raw in (lines if block else [*lines, pending])
-                )
-                parse, add = parser.parse, collector.add_numbers
-                for text in logical_lines(texts):
-                    parsed = parse(text)
-                    if parsed is not None:
-                        issues.lines += 1
-                        add(parsed[1], parsed[0])
+                if len(body) >= COLUMN_MIN_BYTES:
+                    if columns is None:
+                        columns = _ColumnReader(parser)
+                    columns.read(body, collector, issues)
+                else:
+                    texts = (raw.decode("utf-8", "replace") for raw in re.split(rb"[\r\n]", body))
+                    parse, add = parser.parse, collector.add_numbers
+                    for text in logical_lines(texts):
+                        parsed = parse(text)
+                        if parsed is not None:
+                            issues.lines += 1
+                            add(parsed[1], parsed[0])
                 if not block:
                     break
     except OSError as exc:

@@ -588,32 +588,17 @@ class _ColumnReader:
         del text
         if escapes or texts.str.contains(_MAYBE_HEAD).any():
             texts = pl.Series(list(logical_lines(texts.to_list())), dtype=pl.String)
-        cleaned = texts.str.strip_chars(_ASCII_SPACE)
-        odd = pl.lit(False)
-        if escapes:
-            odd = odd | pl.col("line").str.contains("\x1b", literal=True)
-        if sources:
-            odd = odd | pl.col("line").str.contains(".py:", literal=True)
-        if not ascii_only:
-            # the ends of a line that Python's strip may take and polars' not
-            odd = odd | pl.col("clean").str.contains(r"^[^\x00-\x7f]|[^\x00-\x7f]$")
-        length = (
-            pl.col("clean").str.len_chars() if not ascii_only else pl.col("clean").str.len_bytes()
-        )
-        flags = pl.DataFrame({"line": texts, "clean": cleaned}).select(
-            # lines the cleaning changes beyond a strip, or whose strip is not surely Python's
-            odd=odd,
-            # cleaned lines that are no progress line whatever the state: empty, too long
-            none=(length == 0) | (length > _MAX_LINE),
-        )
-        odd_at = flags["odd"].to_numpy()
-        none_at = flags["none"].to_numpy()
-        del flags
-        slow = [np.flatnonzero(odd_at)]
-        at = np.flatnonzero(~odd_at & ~none_at)
-        candidates = cleaned.gather(at)
+        # a line that may be too long after its cleaning: the parser tells (it says None)
+        long = (texts.str.len_bytes() > _MAX_LINE).to_numpy()
+        slow = [np.flatnonzero(long)]
+        at = np.flatnonzero(~long) if slow[0].size else np.arange(texts.len())
+        candidates = texts.gather(at) if slow[0].size else texts
         found = []
-        for plan in self.leading:
+        leading = self.leading or self._probe(candidates)
+        # the shapes that read most of the last block, on the lines as they are: a plan's
+        # pattern takes the ASCII spaces a strip would take, and it matches no line with a
+        # character the cleaning removes (no learnt shape has one) or Unicode space at an end
+        for plan in leading:
             if not at.size:
                 break
             rest, columns = console_columns.read_shape(plan, candidates, at)
@@ -621,6 +606,30 @@ class _ColumnReader:
             if rest.size < at.size:
                 candidates = candidates.gather(np.searchsorted(at, rest))
                 at = rest
+        if at.size:
+            cleaned = candidates.str.strip_chars(_ASCII_SPACE)
+            odd = pl.lit(False)
+            if escapes:
+                odd = odd | pl.col("line").str.contains("\x1b", literal=True)
+            if sources:
+                odd = odd | pl.col("line").str.contains(".py:", literal=True)
+            if not ascii_only:
+                # the ends of a line that Python's strip may take and polars' not
+                odd = odd | pl.col("clean").str.contains(r"^[^\x00-\x7f]|[^\x00-\x7f]$")
+            flags = pl.DataFrame({"line": candidates, "clean": cleaned}).select(
+                # lines the cleaning changes beyond a strip, or whose strip is not surely
+                # Python's: the parser reads them
+                odd=odd,
+                # no progress line whatever the state: empty, too long
+                none=(pl.col("clean").str.len_bytes() == 0)
+                | (pl.col("clean").str.len_chars() > _MAX_LINE),
+            )
+            odd_at, none_at = flags["odd"].to_numpy(), flags["none"].to_numpy()
+            del flags
+            slow.append(at[odd_at])
+            keep = ~odd_at & ~none_at
+            at = at[keep]
+            candidates = cleaned.filter(keep)
         if at.size:
             groups = (
                 pl.DataFrame(
@@ -669,6 +678,26 @@ class _ColumnReader:
             for n, plan in sorted(best.values(), key=lambda c: -c[0])
             if n >= _LEADING_SHARE * texts.len()
         ][:3]
+
+    def _probe(self, lines) -> list[Any]:
+        """The plan of the first line's shape (learnt now if new), tried on the whole block
+        when no shape read most of the last one (a log's first block: its lines' shapes are
+        then computed only for those this plan does not read)."""
+        if not lines.len():
+            return []
+        line = lines[0]
+        if "\x1b" in line or ".py:" in line:
+            return []
+        clean = line.strip()
+        if not clean or clean != line.strip(_ASCII_SPACE):
+            return []
+        key = _DIGITS.sub("0", clean)
+        if key not in self.plans:
+            if len(self.plans) >= MAX_SHAPES:
+                return []
+            self.plans[key] = _column_plan([clean])
+        plan = self.plans[key]
+        return [] if plan is None else [plan]
 
 
 def read_console(path: str | Path) -> Scalars:

@@ -42,6 +42,11 @@ _MANTISSA_LIMIT = 2**53
 _NUMBER_FORM = re.compile(r"([-+]?)(\x00?)(\.?)(\x00?)(?:[eE]([-+]?)(\x00))?")
 
 
+#: A plan's pattern takes what Python's ``str.strip`` takes of a line that is ASCII at its ends.
+_SPACES_START = r"^[ \t\x0b\x0c\x1c-\x1f]*"
+_SPACES_END = r"[ \t\x0b\x0c\x1c-\x1f]*$"
+
+
 def pattern_text(text: str) -> str:
     """``text`` as a literal of polars' (Rust) regex syntax: letters and digits as themselves,
     every other character as ``\\x{..}`` (no escaping rule of either dialect to get wrong)."""
@@ -107,7 +112,8 @@ class ShapePlan:
 
     Attributes:
         pattern: an anchored polars regex matching exactly the lines of the shape (its digit
-            runs read as text in a key written as those digits), capturing ``captured``.
+            runs read as text in a key written as those digits), capturing ``captured``; before
+            a strip too (ASCII spaces at the ends, as Python's strip takes them).
         captured: the digit runs (numbered from 0) the pattern captures, in order.
         step: the digit run of the step (None: the lines yield no record).
         names: the record's keys, in the general parse's order.
@@ -157,14 +163,14 @@ def shape_plan(shape: Any, parts: Sequence[str]) -> ShapePlan | None:
         needed.add(step)
     if needed & set(fixed):
         return None  # a run both read as text and as a number: not a shape learnt here
-    pattern = ["^", pattern_text(parts[0])]
+    pattern = [_SPACES_START, pattern_text(parts[0])]
     for run, index in enumerate(range(1, len(parts), 2)):
         if run in fixed:
             pattern.append(fixed[run])
         else:
             pattern.append("([0-9]+)" if run in needed else "[0-9]+")
         pattern.append(pattern_text(parts[index + 1]))
-    pattern.append("$")
+    pattern.append(_SPACES_END)
     return ShapePlan(
         pattern="".join(pattern),
         captured=tuple(sorted(needed)),
@@ -203,6 +209,12 @@ def read_shape(
         )
         return at[~matched], columns
     names = [f"r{run}" for run in plan.captured]
+    # a fraction's length is its number's scale; other runs are read as integers alone
+    places = {
+        n.fraction
+        for n in (*plan.values, *(x for a, b, _ in plan.equal for x in (a, b)))
+        if n.fraction is not None
+    }
     found = (
         lines.to_frame("line")
         .select(pl.col("line").str.extract_groups(plan.pattern).struct.rename_fields(names))
@@ -211,10 +223,14 @@ def read_shape(
     matched = found[names[0]].is_not_null().to_numpy()
     groups = found.filter(pl.col(names[0]).is_not_null()).select(
         *(pl.col(c).cast(pl.Int64, strict=False).fill_null(-1).alias(c) for c in names),
-        *(pl.col(c).str.len_bytes().cast(pl.Int64).alias("n" + c) for c in names),
+        *(
+            pl.col(c).str.len_bytes().cast(pl.Int64).alias("n" + c)
+            for run, c in zip(plan.captured, names, strict=True)
+            if run in places
+        ),
     )
     runs = {
-        run: (groups[c].to_numpy(), groups["n" + c].to_numpy())
+        run: (groups[c].to_numpy(), groups["n" + c].to_numpy() if run in places else None)
         for run, c in zip(plan.captured, names, strict=True)
     }
     n = groups.height
@@ -237,27 +253,48 @@ def read_shape(
 
 
 def _number(
-    plan: NumberPlan, runs: dict[int, tuple[np.ndarray, np.ndarray]], ok: np.ndarray, n: int
+    plan: NumberPlan,
+    runs: dict[int, tuple[np.ndarray, np.ndarray | None]],
+    ok: np.ndarray,
+    n: int,
 ) -> np.ndarray:
-    """The plan's number on every line (``ok`` cleared where it is not exact here)."""
+    """The plan's number on every line (``ok`` cleared where it is not exact here; every run
+    is an int64 there already)."""
     if plan.constant is not None:
         return np.full(n, plan.constant)
-    zero = np.zeros(n, dtype=np.int64)
-    integer, _ = runs[plan.integer] if plan.integer is not None else (zero, zero)
-    fraction, places = runs[plan.fraction] if plan.fraction is not None else (zero, zero)
-    exponent = runs[plan.exponent][0] if plan.exponent is not None else zero
-    fits = (places <= 18) & (integer >= 0) & (fraction >= 0) & (exponent >= 0) & (exponent < 99)
-    ok &= fits
-    places = np.where(fits, places, 0)
-    exponent = np.where(fits, exponent, 0)
-    ok &= integer < _POW10_INT[18 - places]
-    mantissa = np.where(ok, integer, 0) * _POW10_INT[places] + np.where(ok, fraction, 0)
+    integer = runs[plan.integer][0] if plan.integer is not None else None
+    if plan.fraction is not None:
+        fraction, places = runs[plan.fraction]
+        assert places is not None
+    else:
+        fraction = places = None
+    exponent = runs[plan.exponent][0] if plan.exponent is not None else None
+    if places is not None:
+        # the integer part times 10^places below 10^18 (so no int64 overflow), then the
+        # mantissa at most 2^53
+        ok &= places <= 18
+        places = np.minimum(places, 18)
+        mantissa = fraction
+        if integer is not None:
+            ok &= integer < _POW10_INT[18 - places]
+            mantissa = np.where(ok, integer, 0) * _POW10_INT[places] + fraction
+    else:
+        mantissa = integer
+    assert mantissa is not None
     ok &= mantissa <= _MANTISSA_LIMIT
-    scale = (-exponent if plan.exponent_negative else exponent) - places
-    ok &= (scale >= -22) & (scale <= 22)
-    power = _POW10[np.clip(np.abs(scale), 0, 22)]
-    m = mantissa.astype(np.float64)
-    value = np.where(scale >= 0, m * power, m / power)
+    value = mantissa.astype(np.float64)  # exact: at most 2^53
+    if exponent is None and places is None:
+        pass
+    elif exponent is None:
+        value /= _POW10[np.minimum(places, 22)]  # type: ignore[arg-type]
+        ok &= places <= 22  # type: ignore[operator]
+    else:
+        scale = np.minimum(exponent, 99) * (-1 if plan.exponent_negative else 1)
+        if places is not None:
+            scale = scale - places
+        ok &= (scale >= -22) & (scale <= 22)
+        power = _POW10[np.minimum(np.abs(scale), 22)]
+        value = np.where(scale >= 0, value * power, value / power)
     return -value if plan.negative else value
 
 

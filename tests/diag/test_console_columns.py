@@ -23,7 +23,9 @@ from dflash_diag.read.formats import console, console_columns
 from .test_console_shapes import LINES, needs_corpus, varied_lines
 
 
-def read_both(data: bytes, monkeypatch, chunk: int = 1 << 12) -> tuple[pl.DataFrame, int]:
+def read_both(
+    data: bytes, monkeypatch, chunk: int = 1 << 12, idle: int = 0
+) -> tuple[pl.DataFrame, int]:
     """The log's frame, the same both ways; and how many lines the columns read (records or
     not)."""
     read = 0
@@ -36,6 +38,7 @@ def read_both(data: bytes, monkeypatch, chunk: int = 1 << 12) -> tuple[pl.DataFr
 
     monkeypatch.setattr(console_columns, "long_piece", counting)
     monkeypatch.setattr(console, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(console, "_IDLE_BLOCKS", idle)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "train.log"
         path.write_bytes(data)

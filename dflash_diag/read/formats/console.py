@@ -503,6 +503,11 @@ def find_console_file(folder: Path) -> Path | None:
 #: numpy's import, are not worth it for the few thousand lines of most console logs). Either
 #: way the records are the same.
 COLUMN_MIN_BYTES = 2**18
+#: After a block of which the columns read under :data:`_IDLE_SHARE` of the lines (tqdm bars,
+#: epoch counters, dict literals: lines the parser reads anyway), this many blocks are read
+#: line by line before the columns are tried again (their fixed cost would be spent for nothing).
+_IDLE_BLOCKS = 3
+_IDLE_SHARE = 0.1
 #: A new shape is learnt for the column-wise reading once it occurs this often in a block.
 _LEARN_COUNT = 2
 #: A shape tried on the whole block before its lines' shapes are computed: it read at least
@@ -569,6 +574,14 @@ class _ColumnReader:
         self.parser = parser
         self.plans: dict[str, Any] = {}  # shape key (digit runs as "0") -> plan or None
         self.leading: list[Any] = []  # the plans tried on the whole next block first
+        self.idle = 0  # blocks left to read line by line
+
+    def wanted(self) -> bool:
+        """Whether the next block is read column-wise (else line by line)."""
+        if self.idle:
+            self.idle -= 1
+            return False
+        return True
 
     def read(self, body: bytes, collector: RowCollector, issues: ParseIssues) -> None:
         """Read a block of whole lines (its bytes) into ``collector``."""
@@ -669,6 +682,8 @@ class _ColumnReader:
         )
         collector.add_long(piece, n_records)
         issues.lines += n_records
+        if sum(columns.lines.size for columns in found) < _IDLE_SHARE * texts.len():
+            self.idle = _IDLE_BLOCKS
         best: dict[int, tuple[int, Any]] = {}
         for columns in found:
             n, _ = best.get(id(columns.plan), (0, None))
@@ -732,9 +747,9 @@ def read_console(path: str | Path) -> Scalars:
                 else:
                     body = buffer
                 # a record wrapped across a block boundary loses only its own pairs
-                if len(body) >= COLUMN_MIN_BYTES:
-                    if columns is None:
-                        columns = _ColumnReader(parser)
+                if columns is None and len(body) >= COLUMN_MIN_BYTES:
+                    columns = _ColumnReader(parser)
+                if columns is not None and len(body) >= COLUMN_MIN_BYTES and columns.wanted():
                     columns.read(body, collector, issues)
                 else:
                     texts = (raw.decode("utf-8", "replace") for raw in re.split(rb"[\r\n]", body))

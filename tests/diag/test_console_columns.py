@@ -144,12 +144,27 @@ def test_steps_beyond_2_53_and_undecodable_bytes_go_the_line_way(monkeypatch):
     read_both(b"\n".join(lines * 3) + b"\n", monkeypatch, 64)
 
 
-def test_colour_codes_rich_records_and_sources_in_a_block(monkeypatch):
+def test_colour_codes_and_sources_in_a_block(monkeypatch):
     lines = ["step 1 loss=0.5", "step 2 loss=0.25"] * 4
-    lines += ["\x1b[32mstep 3 loss=0.5\x1b[0m", "step 4 trainer.py:12 loss=0.5"]
-    lines += ["[16:10:05] INFO     step 5", "           loss=0.75 acc=0.5", "step 6 loss=0.5"]
+    lines += ["\x1b[32mstep 3 loss=0.5\x1b[0m", "step 4 trainer.py:12 loss=0.5"] * 2
     lines += ["12: loss=0.5", "12: loss=0.5", "step 7 loss=0.5"] * 3
     read_both(("\n".join(lines) + "\n").encode(), monkeypatch, 1 << 12)
+
+
+def test_a_rich_record_wrapped_onto_the_next_lines_is_one_logical_line(monkeypatch):
+    # no colour code in the block: the record's head alone says its lines are joined
+    head = ["[16:10:05] INFO     step 5 trainer", "           loss=0.75 acc=0.5"]
+    lines = ["step 1 loss=0.5", "step 2 loss=0.25"] * 4 + head * 3 + ["step 6 loss=0.5"] * 3
+    frame, _ = read_both(("\n".join(lines) + "\n").encode(), monkeypatch, 1 << 12)
+    assert frame.filter(pl.col("key") == "acc").height == 3
+
+
+def test_digits_in_keys_are_text_of_the_shape(monkeypatch):
+    lines = [f"step {i} top1_acc: 0.{i}" for i in range(1, 6)]
+    lines += [f"step {i} top5_acc: 0.{i}" for i in range(6, 9)]
+    frame, read = read_both(("\n".join(lines) + "\n").encode(), monkeypatch)
+    assert read >= 5
+    assert frame.filter(pl.col("key") == "top5_acc").height == 3
 
 
 def test_state_lines_between_column_lines_keep_their_order(monkeypatch):

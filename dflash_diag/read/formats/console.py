@@ -10,6 +10,10 @@ Recognised lines (anything else is skipped, as console output mixes logs of ever
   (``train/loss``, ``eval/acc``) so train and eval lines at one step stay apart.
 
 Carriage returns (progress bars) end lines too, and ANSI colour codes are removed.
+
+Lines are parsed one by one with the parser's state (:class:`_Parser`), a line shape's reading
+learnt once (:class:`_ShapeParser`); in blocks of :data:`COLUMN_MIN_BYTES` or more, the lines of
+a shape that needs no state are read together, as columns (:mod:`.console_columns`).
 """
 
 from __future__ import annotations

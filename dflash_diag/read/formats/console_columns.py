@@ -196,8 +196,9 @@ class ShapeColumns:
 def read_shape(
     plan: ShapePlan, lines: pl.Series, at: np.ndarray
 ) -> tuple[np.ndarray, ShapeColumns]:
-    """Match ``plan`` against ``lines`` (the cleaned lines numbered ``at``): the lines it does
-    not match, and the columns of those it does."""
+    """Match ``plan`` against ``lines`` (a block's lines numbered ``at``, cleaned or not: the
+    pattern takes the spaces a strip takes): the numbers of the lines it does not match, and
+    the columns of those it does."""
     if not plan.captured:
         matched = lines.str.contains(plan.pattern).to_numpy()
         columns = ShapeColumns(

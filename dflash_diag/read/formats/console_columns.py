@@ -264,13 +264,12 @@ def _number(
     if plan.constant is not None:
         return np.full(n, plan.constant)
     integer = runs[plan.integer][0] if plan.integer is not None else None
+    fraction: np.ndarray | None = None
+    places: np.ndarray | None = None
     if plan.fraction is not None:
         fraction, places = runs[plan.fraction]
-        assert places is not None
-    else:
-        fraction = places = None
     exponent = runs[plan.exponent][0] if plan.exponent is not None else None
-    if places is not None:
+    if fraction is not None and places is not None:
         # the integer part times 10^places below 10^18 (so no int64 overflow), then the
         # mantissa at most 2^53
         ok &= places <= 18
@@ -280,15 +279,14 @@ def _number(
             ok &= integer < _POW10_INT[18 - places]
             mantissa = np.where(ok, integer, 0) * _POW10_INT[places] + fraction
     else:
+        assert integer is not None  # a number has digits before or after its point
         mantissa = integer
-    assert mantissa is not None
     ok &= mantissa <= _MANTISSA_LIMIT
     value = mantissa.astype(np.float64)  # exact: at most 2^53
     if exponent is None and places is None:
         pass
     elif exponent is None:
-        value /= _POW10[np.minimum(places, 22)]  # type: ignore[arg-type]
-        ok &= places <= 22  # type: ignore[operator]
+        value /= _POW10[places]  # at most 10^18 here
     else:
         scale = np.minimum(exponent, 99) * (-1 if plan.exponent_negative else 1)
         if places is not None:

@@ -711,11 +711,14 @@ class _ColumnReader:
         if not clean or clean != line.strip(_ASCII_SPACE):
             return []
         key = _DIGITS.sub("0", clean)
-        if key not in self.plans:
+        plan = self.plans.get(key, _UNSEEN)
+        if plan is _UNSEEN:
             if len(self.plans) >= MAX_SHAPES:
                 return []
-            self.plans[key] = _column_plan([clean])
-        plan = self.plans[key]
+            plan = _column_plan([clean])
+            if plan is not None:
+                # (a None may be this one line's doing: the shape's other lines will tell)
+                self.plans[key] = plan
         return [] if plan is None else [plan]
 
 

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dflash_diag.read.formats import console, console_columns
+from dflash_diag.read.formats import canonical, console, console_columns
 
 from .test_console_shapes import LINES, needs_corpus, varied_lines
 
 
 def read_both(
-    data: bytes, monkeypatch, chunk: int = 1 << 12, idle: int = 0
+    data: bytes, monkeypatch, chunk: int = 1 << 12, idle: int = 0, piece: int = 7
 ) -> tuple[pl.DataFrame, int]:
     """The log's frame, the same both ways; and how many lines the columns read (records or
     not)."""
@@ -39,6 +39,8 @@ def read_both(
     monkeypatch.setattr(console_columns, "long_piece", counting)
     monkeypatch.setattr(console, "CHUNK_BYTES", chunk)
     monkeypatch.setattr(console, "_IDLE_BLOCKS", idle)
+    # small pieces, so that the collector cuts the columns' frames where it cuts its own
+    monkeypatch.setattr(canonical.RowCollector, "PIECE_VALUES", piece)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "train.log"
         path.write_bytes(data)
@@ -50,6 +52,9 @@ def read_both(
     # repr: NaNs and -0.0 compare too
     assert repr(columns.frame.rows()) == repr(lines.frame.rows())
     assert columns.issues.lines == lines.issues.lines
+    # the same chunks too: polars sums chunk by chunk (a mean's last bits)
+    chunks = [[c.chunk_lengths() for c in f.frame.get_columns()] for f in (columns, lines)]
+    assert chunks[0] == chunks[1]
     return columns.frame, read
 
 
@@ -180,6 +185,16 @@ def test_state_lines_between_column_lines_keep_their_order(monkeypatch):
     frame, read = read_both(("\n".join(lines) + "\n").encode(), monkeypatch, 1 << 10)
     assert read >= 10
     assert frame["row"].is_sorted()
+
+
+def test_blocks_read_line_by_line_after_a_block_of_state_lines(monkeypatch):
+    # a block of epoch counters (read by the parser) makes the next blocks line by line; then
+    # the step lines are read by their columns again, cut into the same pieces
+    lines = [f"Epoch 1 Step {s}/400 loss={s / 8}" for s in range(1, 401)]
+    lines += [f"[step {s}] avg_loss=0.{s} acc=0.5" for s in range(401, 1201)]
+    frame, read = read_both(("\n".join(lines) + "\n").encode(), monkeypatch, 1 << 11, idle=3)
+    assert 0 < read < 800
+    assert frame.height == 400 + 2 * 800
 
 
 def test_a_plan_that_misreads_its_first_line_is_not_kept(monkeypatch):

@@ -130,6 +130,7 @@ class RowCollector:
         self.times: list[float | None] = []
         self.n_records = 0
         self._pieces: list[pl.DataFrame] = []
+        self._tail: pl.DataFrame | None = None  # add_long's records after its last piece
 
     def add(self, record: Mapping[str, Any], step: Any = None, time: Any = None) -> None:
         """Add one record; ``step``/``time`` are the format's own (None: none)."""
@@ -166,11 +167,46 @@ class RowCollector:
 
     def add_long(self, piece: pl.DataFrame, n_records: int) -> None:
         """Add ``n_records`` records already laid out as the long frame (a reader's column-wise
-        path), their rows numbered from :attr:`n_records` on."""
-        if self.rows:
-            self._pack()
-        self._pieces.append(piece)
+        path), their rows numbered from :attr:`n_records` on; once called, records are added
+        this way only.
+
+        The frame is cut into pieces where :meth:`add` would have packed them (after the
+        record that brings a piece to :data:`PIECE_VALUES` values): polars sums a column chunk
+        by chunk, so the same records in other chunks could move a mean in its last bits.
+        """
+        parts = [p for p in (self._tail, self._lists()) if p is not None]
+        if parts:
+            piece = pl.concat([*parts, piece])
+        self._tail = None
+        self.rows, self.steps, self.keys, self.values, self.times = [], [], [], [], []
         self.n_records += n_records
+        rows = piece["row"]
+        # the value count at each record's end
+        ends = (rows != rows.shift(-1)).fill_null(True).arg_true() + 1
+        start = 0
+        while True:
+            i = ends.search_sorted(start + self.PIECE_VALUES)
+            if i == ends.len():
+                break
+            end = int(ends[i])
+            self._pieces.append(piece.slice(start, end - start).rechunk())
+            start = end
+        if start < piece.height:
+            self._tail = piece.slice(start).rechunk()
+
+    def _lists(self) -> pl.DataFrame | None:
+        if not self.rows:
+            return None
+        return pl.DataFrame(
+            {
+                "row": self.rows,
+                "step": self.steps,
+                "key": self.keys,
+                "value": self.values,
+                "time": self.times,
+            },
+            schema=SCALAR_SCHEMA,
+        )
 
     def _pack(self) -> None:
         self._pieces.append(
@@ -189,6 +225,9 @@ class RowCollector:
 
     def frame(self) -> pl.DataFrame:
         """The long frame of everything added."""
+        if self._tail is not None:
+            self._pieces.append(self._tail)
+            self._tail = None
         self._pack()
         pieces, self._pieces = self._pieces, []
         frame = pieces[0] if len(pieces) == 1 else pl.concat(pieces)

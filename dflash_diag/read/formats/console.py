@@ -698,6 +698,24 @@ class _ColumnReader:
             if n >= _LEADING_SHARE * texts.len()
         ][:3]
 
+    def read_lines(self, body: bytes, collector: RowCollector, issues: ParseIssues) -> None:
+        """Read a block of whole lines by the parser alone into ``collector``."""
+        from dflash_diag.read.formats import console_columns
+
+        at, records = [], []
+        parse = self.parser.parse
+        texts = (raw.decode("utf-8", "replace") for raw in re.split(rb"[\r\n]", body))
+        for i, text in enumerate(logical_lines(texts)):
+            parsed = parse(text)
+            if parsed is not None:
+                at.append(i)
+                records.append(parsed)
+        piece, n_records = console_columns.long_piece(
+            collector.n_records, [], at, records, _step_at
+        )
+        collector.add_long(piece, n_records)
+        issues.lines += n_records
+
     def _probe(self, lines) -> list[Any]:
         """The plan of the first line's shape (learnt now if new), tried on the whole block
         when no shape read most of the last one (a log's first block: its lines' shapes are
@@ -758,6 +776,10 @@ def read_console(path: str | Path) -> Scalars:
                     columns = _ColumnReader(parser)
                 if columns is not None and len(body) >= COLUMN_MIN_BYTES and columns.wanted():
                     columns.read(body, collector, issues)
+                elif columns is not None:
+                    # line by line, laid out as the columns' blocks are (the collector's
+                    # pieces cut alike)
+                    columns.read_lines(body, collector, issues)
                 else:
                     texts = (raw.decode("utf-8", "replace") for raw in re.split(rb"[\r\n]", body))
                     parse, add = parser.parse, collector.add_numbers

@@ -35,6 +35,7 @@ import numpy as np
 
 from dflash_diag.analysis.curve_families import FAMILIES, Fit, Progress, fit_family
 from dflash_diag.analysis.plan import RunPlan
+from dflash_diag.analysis.robust_trend import merge_points
 
 #: Fewest points (bins or evals) a forecast is made from: three rolling origins need at least
 #: three points before the first and a tail to predict after the last; with six, the fits at
@@ -66,6 +67,12 @@ _EXCESS_FLOOR = 1e-6
 RECENCY_HALF_LIFE = 0.35
 #: Records are averaged into at most this many bins of equal step width before fitting.
 MAX_BINS = 40
+#: An eval series is fitted on at most this many points; past it, runs of consecutive evals are
+#: merged (:func:`bounded`). Every fit is O(points) per grid value and refit, and evals arrive
+#: one point per record: an eval every 2 steps of a 200k-step run is 100,000 points and seconds
+#: of fitting. The longest eval series of the corpus and of the committed runs has 100 points,
+#: so none of them is merged (their forecasts are unchanged); 1,000 points cost about 0.1 s.
+MAX_EVAL_POINTS = 1000
 #: Points of the forecast path kept for ETA look-ups and plots.
 _PATH_POINTS = 64
 #: What a training metric's forecast is of: its level at the target step, measured as the mean
@@ -258,6 +265,34 @@ def binned(
     mean_y = np.bincount(index, weights=ys, minlength=bins)[keep] / counts[keep]
     return Series(
         tuple(mean_x.tolist()), tuple(mean_y.tolist()), tuple(int(c) for c in counts[keep]), basis
+    )
+
+
+def bounded(series: Series, max_points: int = MAX_EVAL_POINTS) -> Series:
+    """``series`` with at most ``max_points`` points: past it, runs of consecutive points merged
+    into their count-weighted mean step and value, the counts summed
+    (:func:`~dflash_diag.analysis.robust_trend.merge_points`); at or below it, ``series`` itself.
+
+    Weighted by counts, not by the evals' standard errors: the fits treat every record as
+    equally noisy (an eval counts 1, a bin of c records c), so a merged run of k evals is the
+    bin of k records :func:`binned` would make of them, and the fits, the noise estimate and the
+    validation read it as such. Weighting by a tau's standard error would give the merged points
+    a noise model the unmerged ones do not have.
+    """
+    n = len(series.steps)
+    if n <= max_points:
+        return series
+    xs, ys, counts = merge_points(
+        np.asarray(series.steps, dtype=float),
+        np.asarray(series.values, dtype=float),
+        np.asarray(series.counts, dtype=np.int64),
+        max_points,
+    )
+    return Series(
+        tuple(xs.tolist()),
+        tuple(ys.tolist()),
+        tuple(counts.tolist()),
+        f"{series.basis} merged in runs of {math.ceil(n / max_points)}",
     )
 
 
@@ -480,6 +515,7 @@ def forecast_series(
     best: float | None = None,
     worst: float | None = None,
     final_records: float | None = None,
+    max_points: int | None = None,
 ) -> MetricForecast:
     """The forecast of ``series`` at ``target_step`` (see the module docstring).
 
@@ -496,6 +532,10 @@ def forecast_series(
         final_records: how many records the value at ``target_step`` is the mean of (a
             training metric: those of the run's last :data:`FINAL_SHARE` of steps); None: one
             point like the newest (an eval, a per-window estimate). Sets the interval's noise.
+        max_points: past this many points, runs of consecutive points are merged before the
+            fits (:func:`bounded`: an eval series of 100,000 points); the forecast still starts
+            at the newest point as recorded, and its noise is still that of one such point.
+            None: every point is fitted.
     """
     n = len(series.steps)
     last = series.values[-1] if n else None
@@ -512,12 +552,18 @@ def forecast_series(
             higher_is_better=higher_is_better,
             last_value=last,
         )
+    # The newest point as recorded, whether or not the points are merged below: the forecast
+    # starts there, and what it forecasts is one point like it.
+    newest_step, newest_count = float(series.steps[-1]), float(series.counts[-1])
+    if max_points is not None:
+        series = bounded(series, max_points)
+        n = len(series.steps)
     sign = -1.0 if higher_is_better else 1.0
     x = np.array(series.steps, dtype=float)
     z = sign * np.array(series.values, dtype=float)
     counts = np.array(series.counts, dtype=float)
-    scale = float(x[-1])
-    families = _families(timeline, float(x[-1]))
+    scale = newest_step
+    families = _families(timeline, newest_step)
     floor = sign * best if best is not None else None
     x, z, counts = _convex_part(x, z, counts)
     members = _members(families, x)
@@ -550,9 +596,9 @@ def forecast_series(
         )
         rate = error_variance_rate(combined, validated.ahead, validated.weight, point_noise)
     # The noise of what the forecast is of (a mean of final_records records, or one point).
-    truth_records = final_records if final_records is not None else float(counts[-1])
+    truth_records = final_records if final_records is not None else newest_count
     truth_noise = record_noise / max(truth_records, 1.0)
-    start = float(x[-1])
+    start = newest_step
     end = max(float(target_step), start)
     path_steps = np.unique(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))
     at = timeline.progress(path_steps, scale)

@@ -325,6 +325,28 @@ def _convex_part(
     return x[start:], z[start:], counts[start:]
 
 
+def _noise(
+    curves: Sequence[Fit],
+    x: np.ndarray,
+    z: np.ndarray,
+    counts: np.ndarray,
+    records: np.ndarray,
+    timeline: Timeline,
+    scale: float,
+) -> float:
+    """The noise the best-fitting of ``curves`` leaves in the newer half of the points (the
+    early transient is no guide to the noise at the end): the weighted mean of the squared
+    residuals, each times its ``records`` (``counts``: the noise of one record, a point of c
+    records having 1/c of it; ones: the noise of one point)."""
+    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
+    progress = timeline.progress(x[newer], scale)
+    wn = _weights(x, counts)[newer]
+    return min(
+        float(np.average(np.square(z[newer] - fit.predict(progress)) * records[newer], weights=wn))
+        for fit in curves
+    )
+
+
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Per column of ``values`` (members x points), the weighted median of the members."""
     order = np.argsort(values, axis=0)
@@ -555,6 +577,7 @@ def forecast_series(
     # The newest point as recorded, whether or not the points are merged below: the forecast
     # starts there, and what it forecasts is one point like it.
     newest_step, newest_count = float(series.steps[-1]), float(series.counts[-1])
+    raw = series
     if max_points is not None:
         series = bounded(series, max_points)
         n = len(series.steps)
@@ -569,23 +592,25 @@ def forecast_series(
     members = _members(families, x)
     everything = np.ones(len(x), dtype=bool)
     fits = {m: _fit_member(m, everything, x, z, counts, timeline, scale, floor) for m in members}
-    # The noise of one record: the residuals of the best-fitting curve in the newer half (the
-    # early transient is no guide to the noise at the end), a bin of c records having 1/c of it.
-    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
-    progress = timeline.progress(x[newer], scale)
-    residuals = {
-        m: z[newer] - fit.predict(progress)
-        for m, fit in fits.items()
-        if fit is not None and m[0] != "flat"
-    }
-    wn = _weights(x, counts)[newer]
-    record_noise = min(
-        float(np.average(np.square(r) * counts[newer], weights=wn)) for r in residuals.values()
-    )
+    curves = [fit for m, fit in fits.items() if fit is not None and m[0] != "flat"]
+    # The noise of one record (a bin of c records having 1/c of it) and of one point.
+    record_noise = _noise(curves, x, z, counts, counts, timeline, scale)
+    point_noise = record_noise / float(np.average(counts))
+    if series is not raw:
+        # Merged evals: one eval's noise measured on the evals themselves, a merged point's on
+        # the merged points. Consecutive evals of one eval set (the same prompts a few steps
+        # apart) are correlated, so a mean of k of them keeps more than 1/k of an eval's noise:
+        # its squared residual times k would overstate an eval's noise, and the interval.
+        group = math.ceil(len(raw.steps) / max_points)  # merge_points' runs
+        first = (len(series.steps) - len(x)) * group  # the fitted part's first eval
+        raw_x = np.array(raw.steps[first:], dtype=float)
+        raw_counts = np.array(raw.counts[first:], dtype=float)
+        raw_z = sign * np.array(raw.values[first:], dtype=float)
+        record_noise = _noise(curves, raw_x, raw_z, raw_counts, raw_counts, timeline, scale)
+        point_noise = _noise(curves, x, z, counts, np.ones(len(x)), timeline, scale)
     if higher_is_better and floor is not None:
         members = [m for m in members if not _at_the_ceiling(fits[m], floor)]
     validated = _validate(members, x, z, counts, timeline, scale, floor)
-    point_noise = record_noise / float(np.average(counts))
     weights = _member_weights(validated, members, point_noise)
     # How the combination's own validation error grows with look-ahead, its noise removed.
     names = [m for m in weights if m in validated.errors]

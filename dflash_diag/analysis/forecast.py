@@ -596,7 +596,7 @@ def forecast_series(
     # The noise of one record (a bin of c records having 1/c of it) and of one point.
     record_noise = _noise(curves, x, z, counts, counts, timeline, scale)
     point_noise = record_noise / float(np.average(counts))
-    if series is not raw:
+    if series is not raw and max_points is not None:
         # Merged evals: one eval's noise measured on the evals themselves, a merged point's on
         # the merged points. Consecutive evals of one eval set (the same prompts a few steps
         # apart) are correlated, so a mean of k of them keeps more than 1/k of an eval's noise:

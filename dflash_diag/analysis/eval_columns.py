@@ -43,6 +43,8 @@ def finite_values(raw: Sequence[object]) -> np.ndarray:
 def eval_steps(evals: Sequence[LogEvent]) -> tuple[np.ndarray, np.ndarray]:
     """Each record's step as int64 (0 where it has none) and whether it has one."""
     raw = [e.step for e in evals]
+    if None not in raw:  # the usual case: one conversion, no second pass
+        return np.array(raw, dtype=np.int64), np.ones(len(raw), dtype=bool)
     has = np.array([s is not None for s in raw], dtype=bool)
     steps = np.array([0 if s is None else s for s in raw], dtype=np.int64)
     return steps, has

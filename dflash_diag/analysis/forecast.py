@@ -399,17 +399,16 @@ def _fit_member(
     x: np.ndarray,
     z: np.ndarray,
     counts: np.ndarray,
-    timeline: Timeline,
-    scale: float,
+    progress: Progress,
     floor: float | None,
 ) -> Fit | None:
-    """``member`` fitted on the points ``keep`` selects from its start on (None: under 3)."""
+    """``member`` fitted on the points ``keep`` selects from its start on (None: under 3);
+    ``progress``: every point's (the progress of a point is its own, whatever else is fitted)."""
     family, start = member
     use = keep & (np.arange(len(x)) >= start)
     if use.sum() < 3:
         return None
-    progress = timeline.progress(x[use], scale)
-    return fit_family(family, progress, z[use], _weights(x[use], counts[use]), floor)
+    return fit_family(family, progress.at(use), z[use], _weights(x[use], counts[use]), floor)
 
 
 @dataclass(frozen=True)
@@ -433,7 +432,7 @@ def _validate(
     z: np.ndarray,
     counts: np.ndarray,
     timeline: Timeline,
-    scale: float,
+    progress: Progress,
     floor: float | None,
 ) -> _Validated:
     """Every member fitted at every origin of :data:`ORIGINS` and asked for every later point:
@@ -448,9 +447,9 @@ def _validate(
         if inside.sum() < 3 or not later.any():
             continue
         origin = float(x[inside][-1])
-        at = timeline.progress(x[later], scale)
+        at = progress.at(later)
         for m in members:
-            fit = _fit_member(m, inside, x, z, counts, timeline, scale, floor)
+            fit = _fit_member(m, inside, x, z, counts, progress, floor)
             errors[m].append(
                 fit.predict(at) - z[later] if fit is not None else np.full(later.sum(), np.nan)
             )
@@ -591,7 +590,8 @@ def forecast_series(
     x, z, counts = _convex_part(x, z, counts)
     members = _members(families, x)
     everything = np.ones(len(x), dtype=bool)
-    fits = {m: _fit_member(m, everything, x, z, counts, timeline, scale, floor) for m in members}
+    progress = timeline.progress(x, scale)  # each point's, read by every fit
+    fits = {m: _fit_member(m, everything, x, z, counts, progress, floor) for m in members}
     curves = [fit for m, fit in fits.items() if fit is not None and m[0] != "flat"]
     # The noise of one record (a bin of c records having 1/c of it) and of one point.
     record_noise = _noise(curves, x, z, counts, counts, timeline, scale)
@@ -610,7 +610,7 @@ def forecast_series(
         point_noise = _noise(curves, x, z, counts, np.ones(len(x)), timeline, scale)
     if higher_is_better and floor is not None:
         members = [m for m in members if not _at_the_ceiling(fits[m], floor)]
-    validated = _validate(members, x, z, counts, timeline, scale, floor)
+    validated = _validate(members, x, z, counts, timeline, progress, floor)
     weights = _member_weights(validated, members, point_noise)
     # How the combination's own validation error grows with look-ahead, its noise removed.
     names = [m for m in weights if m in validated.errors]

@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Records of the small copy of each shape that measures a process's start-up.
+START_LINES = 100
 
 # The bare scan: polars' NDJSON reader on the scalar columns, and the 50-step group-by.
 POLARS_SCAN = textwrap.dedent("""
@@ -293,6 +295,13 @@ def main() -> None:
                 f"{name}: {args.lines:,} records, {size / 2**20:.1f} MiB, "
                 f"written in {time.perf_counter() - t0:.1f} s"
             )
+        # the same shapes at START_LINES records: what each process costs before the log's
+        # size counts (interpreter, imports, set-up), so that the per-record cost shows apart
+        tiny: dict[str, Path] = {}
+        for name in dict.fromkeys([SHAPES[n].scan_of or n for n in names] + names):
+            (folder / f"{name}_tiny").mkdir()
+            tiny[name] = folder / f"{name}_tiny" / SHAPES[name].file
+            SHAPES[name].write(tiny[name], START_LINES)
         grow: dict[str, tuple[bytes, bytes]] = {}
         if _converge_flags(ROOT):  # this tree has the cache: first run and re-run after 1% growth
             for name in names:
@@ -305,9 +314,8 @@ def main() -> None:
                 full.unlink()
                 cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
                 grow[name] = (data[:cut], data[cut:])
-        readers = ["scan", "converge", "load_log", "first", "rerun"] + (
-            ["converge@REV", "load_log@REV"] if against else []
-        )
+        readers = ["scan", "converge", "load_log", "scan0", "converge0", "load_log0"]
+        readers += ["first", "rerun"] + (["converge@REV", "load_log@REV"] if against else [])
         runs = {n: {r: [] for r in readers} for n in names}
         loads = []
         env = child_env(XDG_CACHE_HOME=str(folder / "cache"))
@@ -330,6 +338,14 @@ def main() -> None:
                 this["scan"].append(run(POLARS_SCAN, [scan_log, spec], env=env))
                 this["converge"].append(run(CONVERGE, [log, "-", *_converge_flags(ROOT)], env=env))
                 this["load_log"].append(run(LOAD_LOG, [log], env=env))
+                small = str(tiny[name])
+                this["scan0"].append(
+                    run(POLARS_SCAN, [str(tiny[shape.scan_of or name]), spec], env=env)
+                )
+                this["converge0"].append(
+                    run(CONVERGE, [small, "-", *_converge_flags(ROOT)], env=env)
+                )
+                this["load_log0"].append(run(LOAD_LOG, [small], env=env))
                 if name in grow:
                     grown = folder / name / f"grow_{round_}.jsonl"
                     grown.write_bytes(grow[name][0])
@@ -388,6 +404,21 @@ def main() -> None:
                 )
             print(line)
         print("targets: x scan <= 1.25 (CPU), RSS/file <= 1.0")
+        print(
+            f"\nstart-up: each process on the shape's first {START_LINES} records (CPU s), and the "
+            "ratios of what the log's size adds (CPU - start-up)"
+        )
+        print(
+            f"{'shape':<14}{'scan s':>8}{'conv s':>8}{'load s':>8}{'conv x scan':>12}{'load x scan':>12}"
+        )
+        for name in names:
+            med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
+            added = med["scan"] - med["scan0"]
+            print(
+                f"{name:<14}{med['scan0']:8.2f}{med['converge0']:8.2f}{med['load_log0']:8.2f}"
+                f"{_ratio(med['converge'] - med['converge0'], added):>12}"
+                f"{_ratio(med['load_log'] - med['load_log0'], added):>12}"
+            )
 
 
 # The re-run's CPU by share, in one process, as the CLI runs it (same reading options, same
@@ -496,6 +527,11 @@ def _split(code: str, log: Path, env: dict[str, str]) -> list[float]:
     if proc.returncode != 0 or line is None:
         raise SystemExit(f"re-run split failed:\n{proc.stderr[-2000:]}")
     return [float(x) for x in line.split()[1:]]
+
+
+def _ratio(part: float, whole: float) -> str:
+    """``part / whole`` as a ratio, or n/a where ``whole`` is within the timer's noise."""
+    return f"{part / whole:.2f}" if whole > 0.02 else "n/a"
 
 
 def _size(path: Path) -> int:

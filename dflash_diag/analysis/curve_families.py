@@ -30,6 +30,7 @@ to fail, and about a tenth of a millisecond per fit.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,21 @@ def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
     return np.power(np.maximum(u, 1e-9), -b)
 
 
+def _index(subset: tuple[int, ...]) -> slice | list[int]:
+    """The columns of ``subset``: a slice where they are consecutive (a view, not a copy)."""
+    if list(subset) == list(range(subset[0], subset[-1] + 1)):
+        return slice(subset[0], subset[-1] + 1)
+    return list(subset)
+
+
+#: Per number of columns, the subsets of ``[1, f, -s2]`` :func:`_profile` solves, in its order,
+#: with their index.
+_SUBSETS = {
+    k: [(s, _index(s)) for s in ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,)) if max(s) < k]
+    for k in (2, 3)
+}
+
+
 def _profile(
     F: np.ndarray, s2: np.ndarray | None, z: np.ndarray, w: np.ndarray, floor: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -151,12 +167,10 @@ def _profile(
     best = np.zeros((G, 3))
     if floor is not None:  # everything at the floor
         best_sse[:] = zz
-    subsets = [s for s in ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,)) if max(s) < k]
-    for subset in subsets:
+    for subset, idx in _SUBSETS[k]:
         if floor is None and 0 not in subset:
             continue  # without a floor the constant is free and always in
-        idx = list(subset)
-        A = gram[:, idx][:, :, idx]
+        A = gram[:, idx][:, :, idx] if isinstance(idx, list) else gram[:, idx, idx]
         b = rhs[:, idx]
         coef, ok = _solve_small(A, b)
         if not ok.any():
@@ -230,7 +244,8 @@ def fit_family(
     """
     if family == "flat":
         return flat_fit(p, z, w)
-    fit = _fit_once(family, p, z, w, floor)
+    coarse = shape(family, _grid(family)[:, None], p)  # the same for the fit and its refits
+    fit = _fit_once(family, p, z, w, floor, coarse)
     for _ in range(ROBUST_REFITS):
         # Huber's weights: a point further than HUBER_K robust standard deviations from the
         # curve counts as if it were that far (its weight falls as 1/|residual|).
@@ -239,22 +254,53 @@ def fit_family(
         if not sigma > 0:
             break
         fit = _fit_once(
-            family, p, z, w * np.minimum(1.0, HUBER_K * sigma / np.abs(scaled).clip(1e-300)), floor
+            family,
+            p,
+            z,
+            w * np.minimum(1.0, HUBER_K * sigma / np.abs(scaled).clip(1e-300)),
+            floor,
+            coarse,
         )
     return fit
 
 
-def _fit_once(family: str, p: Progress, z: np.ndarray, w: np.ndarray, floor: float | None) -> Fit:
-    """One weighted least-squares fit of ``family`` (see :func:`fit_family`)."""
+@functools.cache
+def _grid(family: str) -> np.ndarray:
+    """The coarse grid of ``b``: :data:`_GRID` log-spaced values between the family's bounds
+    (made once: every fit reads the same one)."""
     lo, hi = _B_BOUNDS[family]
     grid = np.geomspace(lo, hi, _GRID)
-    F = shape(family, grid[:, None], p)
+    grid.flags.writeable = False
+    return grid
+
+
+@functools.cache
+def _fine_grid(family: str, i: int) -> np.ndarray:
+    """The fine grid across the neighbours of coarse value ``i``: :data:`_FINE` values."""
+    grid = _grid(family)
+    fine = np.geomspace(grid[max(0, i - 1)], grid[min(_GRID - 1, i + 1)], _FINE)
+    fine.flags.writeable = False
+    return fine
+
+
+def _fit_once(
+    family: str,
+    p: Progress,
+    z: np.ndarray,
+    w: np.ndarray,
+    floor: float | None,
+    coarse: np.ndarray | None = None,
+) -> Fit:
+    """One weighted least-squares fit of ``family`` (see :func:`fit_family`); ``coarse``: the
+    shape on the coarse grid at ``p``, when the caller has it (the refits share it)."""
+    grid = _grid(family)
+    F = shape(family, grid[:, None], p) if coarse is None else coarse
     use_s2 = family == "schedule-law" and float(np.ptp(p.s2)) > 0
     s2 = p.s2 if use_s2 else None
     c, a, C, sse = _profile(F, s2, z, w, floor)
     i = int(np.argmin(sse))
     # A second, finer grid across the best cell's neighbours: b to about 1%, in one more call.
-    fine = np.geomspace(grid[max(0, i - 1)], grid[min(_GRID - 1, i + 1)], _FINE)
+    fine = _fine_grid(family, i)
     c, a, C, sse = _profile(shape(family, fine[:, None], p), s2, z, w, floor)
     j = int(np.argmin(sse))
     return Fit(

@@ -35,6 +35,7 @@ import numpy as np
 
 from dflash_diag.analysis.curve_families import FAMILIES, Fit, Progress, fit_family
 from dflash_diag.analysis.plan import RunPlan
+from dflash_diag.analysis.robust_trend import merge_points
 
 #: Fewest points (bins or evals) a forecast is made from: three rolling origins need at least
 #: three points before the first and a tail to predict after the last; with six, the fits at
@@ -66,6 +67,12 @@ _EXCESS_FLOOR = 1e-6
 RECENCY_HALF_LIFE = 0.35
 #: Records are averaged into at most this many bins of equal step width before fitting.
 MAX_BINS = 40
+#: An eval series is fitted on at most this many points; past it, runs of consecutive evals are
+#: merged (:func:`bounded`). Every fit is O(points) per grid value and refit, and evals arrive
+#: one point per record: an eval every 2 steps of a 200k-step run is 100,000 points and seconds
+#: of fitting. The longest eval series of the corpus and of the committed runs has 100 points,
+#: so none of them is merged (their forecasts are unchanged); 1,000 points cost about 0.1 s.
+MAX_EVAL_POINTS = 1000
 #: Points of the forecast path kept for ETA look-ups and plots.
 _PATH_POINTS = 64
 #: What a training metric's forecast is of: its level at the target step, measured as the mean
@@ -261,6 +268,34 @@ def binned(
     )
 
 
+def bounded(series: Series, max_points: int = MAX_EVAL_POINTS) -> Series:
+    """``series`` with at most ``max_points`` points: past it, runs of consecutive points merged
+    into their count-weighted mean step and value, the counts summed
+    (:func:`~dflash_diag.analysis.robust_trend.merge_points`); at or below it, ``series`` itself.
+
+    Weighted by counts, not by the evals' standard errors: the fits treat every record as
+    equally noisy (an eval counts 1, a bin of c records c), so a merged run of k evals is the
+    bin of k records :func:`binned` would make of them, and the fits, the noise estimate and the
+    validation read it as such. Weighting by a tau's standard error would give the merged points
+    a noise model the unmerged ones do not have.
+    """
+    n = len(series.steps)
+    if n <= max_points:
+        return series
+    xs, ys, counts = merge_points(
+        np.asarray(series.steps, dtype=float),
+        np.asarray(series.values, dtype=float),
+        np.asarray(series.counts, dtype=np.int64),
+        max_points,
+    )
+    return Series(
+        tuple(xs.tolist()),
+        tuple(ys.tolist()),
+        tuple(counts.tolist()),
+        f"{series.basis} merged in runs of {math.ceil(n / max_points)}",
+    )
+
+
 def _weights(steps: np.ndarray, counts: np.ndarray) -> np.ndarray:
     span = max(float(steps[-1] - steps[0]), 1e-9)
     age = (steps[-1] - steps) / span
@@ -288,6 +323,28 @@ def _convex_part(
         slope = np.convolve(slope, np.ones(width) / width, mode="same")
     start = min(int(np.argmax(slope)), len(x) // 2, len(x) - MIN_CONVEX_POINTS)
     return x[start:], z[start:], counts[start:]
+
+
+def _noise(
+    curves: Sequence[Fit],
+    x: np.ndarray,
+    z: np.ndarray,
+    counts: np.ndarray,
+    records: np.ndarray,
+    timeline: Timeline,
+    scale: float,
+) -> float:
+    """The noise the best-fitting of ``curves`` leaves in the newer half of the points (the
+    early transient is no guide to the noise at the end): the weighted mean of the squared
+    residuals, each times its ``records`` (``counts``: the noise of one record, a point of c
+    records having 1/c of it; ones: the noise of one point)."""
+    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
+    progress = timeline.progress(x[newer], scale)
+    wn = _weights(x, counts)[newer]
+    return min(
+        float(np.average(np.square(z[newer] - fit.predict(progress)) * records[newer], weights=wn))
+        for fit in curves
+    )
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -342,17 +399,16 @@ def _fit_member(
     x: np.ndarray,
     z: np.ndarray,
     counts: np.ndarray,
-    timeline: Timeline,
-    scale: float,
+    progress: Progress,
     floor: float | None,
 ) -> Fit | None:
-    """``member`` fitted on the points ``keep`` selects from its start on (None: under 3)."""
+    """``member`` fitted on the points ``keep`` selects from its start on (None: under 3);
+    ``progress``: every point's (the progress of a point is its own, whatever else is fitted)."""
     family, start = member
     use = keep & (np.arange(len(x)) >= start)
     if use.sum() < 3:
         return None
-    progress = timeline.progress(x[use], scale)
-    return fit_family(family, progress, z[use], _weights(x[use], counts[use]), floor)
+    return fit_family(family, progress.at(use), z[use], _weights(x[use], counts[use]), floor)
 
 
 @dataclass(frozen=True)
@@ -376,7 +432,7 @@ def _validate(
     z: np.ndarray,
     counts: np.ndarray,
     timeline: Timeline,
-    scale: float,
+    progress: Progress,
     floor: float | None,
 ) -> _Validated:
     """Every member fitted at every origin of :data:`ORIGINS` and asked for every later point:
@@ -391,9 +447,9 @@ def _validate(
         if inside.sum() < 3 or not later.any():
             continue
         origin = float(x[inside][-1])
-        at = timeline.progress(x[later], scale)
+        at = progress.at(later)
         for m in members:
-            fit = _fit_member(m, inside, x, z, counts, timeline, scale, floor)
+            fit = _fit_member(m, inside, x, z, counts, progress, floor)
             errors[m].append(
                 fit.predict(at) - z[later] if fit is not None else np.full(later.sum(), np.nan)
             )
@@ -480,6 +536,7 @@ def forecast_series(
     best: float | None = None,
     worst: float | None = None,
     final_records: float | None = None,
+    max_points: int | None = None,
 ) -> MetricForecast:
     """The forecast of ``series`` at ``target_step`` (see the module docstring).
 
@@ -496,6 +553,10 @@ def forecast_series(
         final_records: how many records the value at ``target_step`` is the mean of (a
             training metric: those of the run's last :data:`FINAL_SHARE` of steps); None: one
             point like the newest (an eval, a per-window estimate). Sets the interval's noise.
+        max_points: past this many points, runs of consecutive points are merged before the
+            fits (:func:`bounded`: an eval series of 100,000 points); the forecast still starts
+            at the newest point as recorded, and its noise is still that of one such point.
+            None: every point is fitted.
     """
     n = len(series.steps)
     last = series.values[-1] if n else None
@@ -512,34 +573,44 @@ def forecast_series(
             higher_is_better=higher_is_better,
             last_value=last,
         )
+    # The newest point as recorded, whether or not the points are merged below: the forecast
+    # starts there, and what it forecasts is one point like it.
+    newest_step, newest_count = float(series.steps[-1]), float(series.counts[-1])
+    raw = series
+    if max_points is not None:
+        series = bounded(series, max_points)
+        n = len(series.steps)
     sign = -1.0 if higher_is_better else 1.0
     x = np.array(series.steps, dtype=float)
     z = sign * np.array(series.values, dtype=float)
     counts = np.array(series.counts, dtype=float)
-    scale = float(x[-1])
-    families = _families(timeline, float(x[-1]))
+    scale = newest_step
+    families = _families(timeline, newest_step)
     floor = sign * best if best is not None else None
     x, z, counts = _convex_part(x, z, counts)
     members = _members(families, x)
     everything = np.ones(len(x), dtype=bool)
-    fits = {m: _fit_member(m, everything, x, z, counts, timeline, scale, floor) for m in members}
-    # The noise of one record: the residuals of the best-fitting curve in the newer half (the
-    # early transient is no guide to the noise at the end), a bin of c records having 1/c of it.
-    newer = x >= x[0] + 0.5 * (x[-1] - x[0])
-    progress = timeline.progress(x[newer], scale)
-    residuals = {
-        m: z[newer] - fit.predict(progress)
-        for m, fit in fits.items()
-        if fit is not None and m[0] != "flat"
-    }
-    wn = _weights(x, counts)[newer]
-    record_noise = min(
-        float(np.average(np.square(r) * counts[newer], weights=wn)) for r in residuals.values()
-    )
+    progress = timeline.progress(x, scale)  # each point's, read by every fit
+    fits = {m: _fit_member(m, everything, x, z, counts, progress, floor) for m in members}
+    curves = [fit for m, fit in fits.items() if fit is not None and m[0] != "flat"]
+    # The noise of one record (a bin of c records having 1/c of it) and of one point.
+    record_noise = _noise(curves, x, z, counts, counts, timeline, scale)
+    point_noise = record_noise / float(np.average(counts))
+    if series is not raw and max_points is not None:
+        # Merged evals: one eval's noise measured on the evals themselves, a merged point's on
+        # the merged points. Consecutive evals of one eval set (the same prompts a few steps
+        # apart) are correlated, so a mean of k of them keeps more than 1/k of an eval's noise:
+        # its squared residual times k would overstate an eval's noise, and the interval.
+        group = math.ceil(len(raw.steps) / max_points)  # merge_points' runs
+        first = (len(series.steps) - len(x)) * group  # the fitted part's first eval
+        raw_x = np.array(raw.steps[first:], dtype=float)
+        raw_counts = np.array(raw.counts[first:], dtype=float)
+        raw_z = sign * np.array(raw.values[first:], dtype=float)
+        record_noise = _noise(curves, raw_x, raw_z, raw_counts, raw_counts, timeline, scale)
+        point_noise = _noise(curves, x, z, counts, np.ones(len(x)), timeline, scale)
     if higher_is_better and floor is not None:
         members = [m for m in members if not _at_the_ceiling(fits[m], floor)]
-    validated = _validate(members, x, z, counts, timeline, scale, floor)
-    point_noise = record_noise / float(np.average(counts))
+    validated = _validate(members, x, z, counts, timeline, progress, floor)
     weights = _member_weights(validated, members, point_noise)
     # How the combination's own validation error grows with look-ahead, its noise removed.
     names = [m for m in weights if m in validated.errors]
@@ -550,9 +621,9 @@ def forecast_series(
         )
         rate = error_variance_rate(combined, validated.ahead, validated.weight, point_noise)
     # The noise of what the forecast is of (a mean of final_records records, or one point).
-    truth_records = final_records if final_records is not None else float(counts[-1])
+    truth_records = final_records if final_records is not None else newest_count
     truth_noise = record_noise / max(truth_records, 1.0)
-    start = float(x[-1])
+    start = newest_step
     end = max(float(target_step), start)
     path_steps = np.unique(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))
     at = timeline.progress(path_steps, scale)

@@ -18,8 +18,10 @@ import numpy as np
 import polars as pl
 
 from dflash_diag.analysis.acceptance import Acceptance
+from dflash_diag.analysis.eval_columns import eval_steps, field_values, in_range
 from dflash_diag.analysis.forecast import (
     FINAL_SHARE,
+    MAX_EVAL_POINTS,
     MIN_POINTS,
     MetricForecast,
     Series,
@@ -89,22 +91,20 @@ class RunForecast:
 
 
 def eval_series(evals: Sequence[LogEvent], name: str, first_step: int, last_step: int) -> Series:
-    """The eval records' ``name`` values in the analysed range, one point per eval."""
-    pts = [
-        (float(e.step), float(e.fields[name]))
-        for e in evals
-        if e.step is not None
-        and first_step <= e.step <= last_step
-        and isinstance(e.fields.get(name), (int, float))
-        and not isinstance(e.fields.get(name), bool)
-        and math.isfinite(float(e.fields[name]))
-    ]
-    pts.sort()
+    """The eval records' ``name`` values in the analysed range, one point per eval (a step
+    evaluated twice gives two), in step order (then value order)."""
+    # columns, not a Python test per record: a log may hold 100,000 evals
+    steps, has = eval_steps(evals)
+    values = field_values(evals, name)
+    keep = in_range(steps, has, last_step, first_step) & ~np.isnan(values)
+    xs, ys = steps[keep].astype(np.float64), values[keep]
+    order = np.lexsort((ys, xs))  # stable, as the sort of (step, value) pairs was
+    xs, ys = xs[order], ys[order]
     return Series(
-        tuple(p[0] for p in pts),
-        tuple(p[1] for p in pts),
-        tuple(1 for _ in pts),
-        f"{len(pts)} evals",
+        tuple(xs.tolist()),
+        tuple(ys.tolist()),
+        (1,) * len(xs),
+        f"{len(xs)} evals",
     )
 
 
@@ -128,14 +128,27 @@ def tau_input(
 ) -> Series:
     """The tau series to forecast: measured evals when there are enough, else the primary
     estimator's per-window values."""
+    return _tau_input(evals, windows, tau_series, estimator, first_step, last_step)[0]
+
+
+def _tau_input(
+    evals: Sequence[LogEvent],
+    windows: Sequence[Window] | WindowTable,
+    tau_series: Sequence[float | None],
+    estimator: str | None,
+    first_step: int,
+    last_step: int,
+) -> tuple[Series, bool]:
+    """:func:`tau_input`, and whether its points are the evals (one point per eval record)."""
     measured = eval_series(evals, "tau", first_step, last_step)
     if len(measured.steps) >= MIN_POINTS or not any(v is not None for v in tau_series):
-        return Series(
+        series = Series(
             measured.steps,
             measured.values,
             measured.counts,
             f"{len(measured.steps)} measured evals",
         )
+        return series, True
     # tau_series is empty when the diagnosis did not compute it (nothing to pair then); the
     # windows' columns, not their objects, are read
     table = _as_table(windows)
@@ -147,12 +160,13 @@ def tau_input(
         for middle, v, n in zip(middles, tau_series[:count], ns, strict=True)
         if v is not None and math.isfinite(v)
     ]
-    return Series(
+    series = Series(
         tuple(p[0] for p in pts),
         tuple(p[1] for p in pts),
         tuple(p[2] for p in pts),
         f"{len(pts)} per-window {estimator} estimates",
     )
+    return series, False
 
 
 def records_at_the_end(series: Series, first_step: int, last_step: int, end_step: int) -> float:
@@ -252,13 +266,20 @@ def forecast_run(
     for name in ("loss", "acc"):
         if name in frame.columns and frame[name].null_count() < frame.height:
             inputs[name] = binned(steps, frame[name].to_numpy(), basis="binned train records")
-    tau = tau_input(evals, windows, tau_series, tau_estimator, first_step, last_step)
+    # the series whose points are eval records, one each: bounded (MAX_EVAL_POINTS) in the fits
+    from_evals = set()
+    tau, tau_from_evals = _tau_input(
+        evals, windows, tau_series, tau_estimator, first_step, last_step
+    )
     if tau.steps:
         inputs["tau"] = tau
+        if tau_from_evals:
+            from_evals.add("tau")
     for name in ("loss", "acc"):
         series = eval_series(evals, name, first_step, last_step)
         if series.steps:
             inputs[f"eval_{name}"] = series
+            from_evals.add(f"eval_{name}")
     metrics = {
         name: forecast_series(
             name,
@@ -273,6 +294,7 @@ def forecast_run(
                 if name in ("loss", "acc")
                 else None
             ),
+            max_points=MAX_EVAL_POINTS if name in from_evals else None,
         )
         for name, series in inputs.items()
         if series.steps

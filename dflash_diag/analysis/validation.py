@@ -22,11 +22,14 @@ training trend into ``overfitting``, naming the best step.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from dflash_diag.analysis import defaults
+from dflash_diag.analysis.eval_columns import eval_steps, field_values, in_range, latest_per_step
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.robust_trend import bounded_points, mann_kendall, theil_sen_slope
 from dflash_diag.read.records import LogEvent
@@ -112,6 +115,18 @@ def tau_se(fields: dict) -> float | None:
     return None
 
 
+def _eval_column(
+    evals: Sequence[LogEvent], name: str, up_to_step: int | None, from_step: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`eval_series` as columns: the steps, the values and the index in ``evals`` of the
+    record each point comes from (columns, not a Python test per record: a log may hold 100,000
+    evals)."""
+    steps, has = eval_steps(evals)
+    values = field_values(evals, name)
+    index = latest_per_step(steps, in_range(steps, has, up_to_step, from_step) & ~np.isnan(values))
+    return steps[index], values[index], index
+
+
 def eval_series(
     evals: Sequence[LogEvent],
     name: str,
@@ -120,20 +135,21 @@ def eval_series(
 ) -> list[EvalPoint]:
     """The finite values of eval field ``name`` in step order (for a step evaluated twice the
     later record wins), with the tau's standard error where known."""
-    by_step: dict[int, EvalPoint] = {}
-    for event in evals:
-        if event.step is None:
-            continue
-        if (up_to_step is not None and event.step > up_to_step) or (
-            from_step is not None and event.step < from_step
-        ):
-            continue
-        value = finite_number(event.fields.get(name))
-        if value is None:
-            continue
-        se = tau_se(event.fields) if name == "tau" else None
-        by_step[event.step] = EvalPoint(event.step, value, se)
-    return [by_step[s] for s in sorted(by_step)]
+    steps, values, index = _eval_column(evals, name, up_to_step, from_step)
+    return [
+        EvalPoint(step, value, tau_se(evals[i].fields) if name == "tau" else None)
+        for step, value, i in zip(steps.tolist(), values.tolist(), index.tolist(), strict=True)
+    ]
+
+
+def _se_of(
+    evals: Sequence[LogEvent], name: str, index: np.ndarray
+) -> Callable[[int], float | None]:
+    """The standard error of point ``i`` of a column of ``evals`` (:func:`tau_se` of its record
+    for tau, else None), read for the few points a judgement names, not for every eval."""
+    if name != "tau":
+        return lambda i: None
+    return lambda i: tau_se(evals[int(index[i])].fields)
 
 
 def _fmt(value: float, se: float | None) -> str:
@@ -150,8 +166,33 @@ def judge_series(
     min_points: int = defaults.MIN_POINTS,
 ) -> ValidationTrend:
     """Judge one validation series (see the module docstring for the rules)."""
-    n = len(points)
-    if n < MIN_EVALS or len({p.step for p in points}) < 2:
+    return _judge(
+        np.array([p.step for p in points], dtype=np.int64),
+        np.array([p.value for p in points], dtype=np.float64),
+        lambda i: points[i].se,
+        field=field,
+        label=label,
+        higher_is_better=higher_is_better,
+        alpha=alpha,
+        min_points=min_points,
+    )
+
+
+def _judge(
+    steps: np.ndarray,
+    values: np.ndarray,
+    se_of: Callable[[int], float | None],
+    *,
+    field: str,
+    label: str,
+    higher_is_better: bool,
+    alpha: float,
+    min_points: int,
+) -> ValidationTrend:
+    """:func:`judge_series` of a series as columns (step order), ``se_of(i)`` the standard
+    error of point ``i``."""
+    n = len(values)
+    if n < MIN_EVALS or not bool((steps != steps[0]).any()):
         return ValidationTrend(
             field=field,
             label=label,
@@ -159,11 +200,12 @@ def judge_series(
             n_points=n,
             reason=f"{plural(n, 'eval')} with {label}; need {MIN_EVALS}",
         )
-    values = [p.value for p in points]
     sign = 1.0 if higher_is_better else -1.0
-    best_i = max(range(n), key=lambda i: (sign * values[i], -i))
-    best, latest = points[best_i], points[-1]
-    xs, ys = bounded_points([float(p.step) for p in points], values)
+    best_i = int(np.argmax(sign * values))  # the earliest of equal ones
+    best = EvalPoint(int(steps[best_i]), float(values[best_i]), se_of(best_i))
+    latest = EvalPoint(int(steps[-1]), float(values[-1]), se_of(n - 1))
+    values_list = values.tolist()
+    xs, ys = bounded_points(steps.astype(np.float64).tolist(), values_list)
     slope = theil_sen_slope(xs, ys) * 1000.0
     whole = mann_kendall(ys)
     common: dict[str, Any] = {
@@ -198,7 +240,7 @@ def judge_series(
                 )
         # The evals after the best one, not the best itself: every later eval is below a
         # maximum by construction, so a test that includes it finds a fall in pure noise.
-        after = values[best_i + 1 :]
+        after = values_list[best_i + 1 :]
         if len(after) >= min_points:
             test = mann_kendall(bounded_points(list(range(len(after))), after)[1])
             if test.p_value < alpha and sign * test.s < 0:
@@ -255,11 +297,13 @@ def judge_validation(
     for name, label, higher in SERIES:
         if name == "tau" and not with_tau:
             continue
-        points = eval_series(evals, name, up_to_step, from_step)
-        if points:
+        steps, values, index = _eval_column(evals, name, up_to_step, from_step)
+        if len(steps):
             out.append(
-                judge_series(
-                    points,
+                _judge(
+                    steps,
+                    values,
+                    _se_of(evals, name, index),
                     field=name,
                     label=label,
                     higher_is_better=higher,

@@ -120,9 +120,9 @@ def compare(
                 diagnosis=diagnosis,
             )
         if fmt is OutputFormat.JSON:
-            from dflash_diag.render.json import compare_json, dump_json
+            from dflash_diag.render.json import render_compare_json
 
-            typer.echo(dump_json(compare_json(comparisons, alignment, ranks)))
+            typer.echo(render_compare_json(comparisons, alignment, ranks))
             return
         if fmt is OutputFormat.MARKDOWN:
             from dflash_diag.render.markdown import render_compare_markdown

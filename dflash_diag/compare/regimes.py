@@ -114,49 +114,67 @@ def _has(frame: pl.DataFrame, column: str) -> pl.Expr:
     return pl.col(column).is_not_null()
 
 
-def _regime_labels(
-    frame: pl.DataFrame, configs: Sequence[RunConfig]
-) -> tuple[list[str], str | None]:
-    """A label per row and the rule that produced them, trying the rules in the issue's order:
-    the header's script, then the field signature, then the normalisation settings."""
-    header_idx = frame["run"].to_list() if "run" in frame.columns else [None] * frame.height
-
-    def cfg(i: int | None) -> RunConfig | None:  # -1/None: before any header
-        return configs[i] if i is not None and 0 <= i < len(configs) else None
-
-    scripts = [c.script if (c := cfg(i)) is not None else None for i in header_idx]
-    if len({s for s in scripts if s is not None}) >= 2:
-        # Records before any header inherit the first script seen (a header-less start).
-        first = next(s for s in scripts if s is not None)
-        return [s if s is not None else first for s in scripts], "script"
-
-    signature = frame.select(_has(frame, "tok_per_sec").alias("sig"))["sig"].to_list()
-    if len(set(signature)) >= 2:
-        return ["pipeline" if s else "legacy" for s in signature], "fields"
-
-    keys = [c.normalisation_key() if (c := cfg(i)) is not None else None for i in header_idx]
-    if len({k for k in keys if k is not None}) >= 2:
-        labels = []
-        for i in header_idx:
-            c = cfg(i)
-            labels.append(c.label() if c is not None else "no header")
-        return labels, "config"
-
-    only = next((s for s in scripts if s is not None), None) or (
-        "pipeline" if signature and signature[0] else "run"
-    )
-    return [only] * frame.height, None
-
-
-def _runs(labels: Sequence[str]) -> list[tuple[int, int, str]]:
-    """Contiguous (start, stop, label) runs of equal labels."""
+def _label_runs(labels: pl.Series) -> list[tuple[int, int, str]]:
+    """Contiguous (start, stop, label) runs of equal labels, by run-length encoding (a Python
+    loop over a million labels cost about a second)."""
+    encoded = labels.rle()
+    lengths = encoded.struct.field("len").to_list()
+    values = encoded.struct.field("value").to_list()
     out: list[tuple[int, int, str]] = []
     start = 0
-    for i in range(1, len(labels) + 1):
-        if i == len(labels) or labels[i] != labels[start]:
-            out.append((start, i, labels[start]))
-            start = i
+    for length, value in zip(lengths, values, strict=True):
+        out.append((start, start + length, value))
+        start += length
     return out
+
+
+def _by_header(
+    frame: pl.DataFrame, configs: Sequence[RunConfig], label_of: Any
+) -> tuple[pl.Series, list[Any]]:
+    """Each row's ``label_of(config)`` of the header in force (None before any header or for an
+    index no header has), computed once per distinct header index, and those labels in row
+    order of their first row (runs of equal header indices, not rows)."""
+    if "run" not in frame.columns:
+        return pl.repeat(None, frame.height, dtype=pl.String, eager=True), [None]
+    index = frame["run"].cast(pl.Int64).fill_null(-1)
+    per_index = {
+        i: (label_of(configs[i]) if 0 <= i < len(configs) else None)
+        for i in index.unique().to_list()
+    }
+    labels = index.replace_strict(per_index, return_dtype=pl.String)
+    in_order = [per_index[i] for i in index.rle().struct.field("value").to_list()]
+    return labels, in_order
+
+
+def _regime_runs(
+    frame: pl.DataFrame, configs: Sequence[RunConfig]
+) -> tuple[list[tuple[int, int, str]], str | None]:
+    """The (start, stop, label) row runs of the regimes and the rule that produced them, trying
+    the rules in the issue's order: the header's script, then the field signature, then the
+    normalisation settings. Labels are decided per header (a handful), never per row."""
+    scripts, script_order = _by_header(frame, configs, lambda c: c.script)
+    if len({s for s in script_order if s is not None}) >= 2:
+        # Records before any header inherit the first script seen (a header-less start).
+        first = next(s for s in script_order if s is not None)
+        return _label_runs(scripts.fill_null(first)), "script"
+
+    signature = frame.select(_has(frame, "tok_per_sec").alias("sig"))["sig"]
+    if signature.n_unique() >= 2:
+        labels = signature.replace_strict(
+            {True: "pipeline", False: "legacy"}, return_dtype=pl.String
+        )
+        return _label_runs(labels), "fields"
+
+    # the keys are tuples: compared per header, labelled by the header's label
+    _, key_order = _by_header(frame, configs, lambda c: repr(c.normalisation_key()))
+    if len({k for k in key_order if k is not None}) >= 2:
+        labels, _ = _by_header(frame, configs, lambda c: c.label())
+        return _label_runs(labels.fill_null("no header")), "config"
+
+    only = next((s for s in script_order if s is not None), None) or (
+        "pipeline" if signature.len() and signature[0] else "run"
+    )
+    return [(0, frame.height, only)], None
 
 
 def _tokens_per_step(
@@ -222,8 +240,7 @@ def find_regimes(
     if frame.is_empty():
         return [], None
     configs = [RunConfig.from_header(h) for h in headers]
-    labels, split_on = _regime_labels(frame, configs)
-    runs = _runs(labels)
+    runs, split_on = _regime_runs(frame, configs)
     seen: dict[str, int] = {}
     out: list[tuple[Regime, pl.DataFrame]] = []
     for start, stop, label in runs:

@@ -6,9 +6,11 @@ watch draws its live view in :mod:`dflash_diag.watch.render`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.panel import Panel
@@ -100,20 +102,25 @@ def render_rich(
     console.print(Panel(Group(summary), title="summary", expand=False))
 
 
-def _rich_table(
-    title: str,
-    head: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    *,
-    kind: str = "",
-    width: int | None = None,
+@dataclass(frozen=True)
+class _TableSpec:
+    """A compare table before rich lays it out (the plain renderer may draw its rows itself)."""
+
+    title: str
+    head: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    kind: str
+    width: int | None
+
+
+def _table(
+    title: str, head: Sequence[str], rows: Sequence[Sequence[str]], caption: str | None
 ) -> Table:
-    head, rows, dropped = fit_columns(kind, head, rows, width)
     table = Table(
         title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD,
-        caption=dropped_note(dropped, width),
+        caption=caption,
         caption_justify="left",
     )
     for i, name in enumerate(head):
@@ -126,6 +133,11 @@ def _rich_table(
     return table
 
 
+def _rich_table(spec: _TableSpec) -> Table:
+    head, rows, dropped = fit_columns(spec.kind, spec.head, spec.rows, spec.width)
+    return _table(spec.title, head, rows, dropped_note(dropped, spec.width))
+
+
 def render_compare_rich(
     comparisons: Sequence[RegimeComparison],
     alignment: RunAlignment | None = None,
@@ -135,20 +147,27 @@ def render_compare_rich(
     """Rich tables of the regimes, each regime's diagnosis, the boundary explanations and the
     aligned windows (and the per-rank throughput skew when per-rank logs were given), fitted to
     ``width`` columns (see :data:`DROP_ORDER`)."""
-    parts: list[RenderableType] = []
+    parts = _compare_parts(comparisons, alignment, ranks, width)
+    return Group(*(_rich_table(p) if isinstance(p, _TableSpec) else p for p in parts))
+
+
+def _compare_parts(
+    comparisons: Sequence[RegimeComparison],
+    alignment: RunAlignment | None,
+    ranks: RankSkew | None,
+    width: int | None,
+) -> list[RenderableType | _TableSpec]:
+    """The compare report's parts in order: tables as specs, the rest as rich renderables."""
+    parts: list[RenderableType | _TableSpec] = []
     for comparison in [merged(comparisons)]:
         head, rows = regime_rows(comparison)
         split = f" (split on {comparison.split_on})" if comparison.split_on else ""
-        parts.append(_rich_table(f"regimes{split}", head, rows, kind="regimes", width=width))
+        parts.append(_TableSpec(f"regimes{split}", head, rows, "regimes", width))
         head, rows = diagnosis_rows(comparison)
         if rows:
             parts.append(
-                _rich_table(
-                    "diagnosis per regime (as converge computes it)",
-                    head,
-                    rows,
-                    kind="diagnosis",
-                    width=width,
+                _TableSpec(
+                    "diagnosis per regime (as converge computes it)", head, rows, "diagnosis", width
                 )
             )
         for line in forecast_lines(comparison):
@@ -168,19 +187,19 @@ def render_compare_rich(
     if alignment is not None:
         head, rows = alignment_rows(alignment)
         parts.append(
-            _rich_table(
+            _TableSpec(
                 f"two runs, windows of {short_count(alignment.width)} {_unit(alignment)}",
                 head,
                 rows,
-                kind="alignment",
-                width=width,
+                "alignment",
+                width,
             )
         )
         parts.append(Text(legend(alignment), style="dim"))
     if ranks is not None:
         for label, text in skew_lines(ranks):
             parts.append(Text(f"{label}: {text}" if label else text, style="bold" if label else ""))
-    return Group(*parts)
+    return parts
 
 
 def _unit(alignment: RunAlignment) -> str:
@@ -205,6 +224,62 @@ def render_compare_plain(
         soft_wrap=False,
         emoji=False,
     )
+    lines: list[str] = []
+    for part in _compare_parts(comparisons, alignment, ranks, width):
+        lines += (
+            _plain_table(console, part) if isinstance(part, _TableSpec) else _drawn(console, part)
+        )
+    return "".join(line + "\n" for line in lines)
+
+
+def _drawn(console: Console, renderable: RenderableType) -> list[str]:
+    """``renderable`` as rich draws it on ``console``, each line without its trailing padding."""
     with console.capture() as capture:
-        console.print(render_compare_rich(comparisons, alignment, ranks, width=width))
-    return "".join(line.rstrip() + "\n" for line in capture.get().splitlines())
+        console.print(renderable)
+    return [line.rstrip() for line in capture.get().splitlines()]
+
+
+#: A plain table with more rows than this has its rows drawn from a probe of its widest ones
+#: (:func:`_plain_table`): rich lays out about 1,000 rows a second, and a two-run comparison of
+#: 1M-step logs has 14,000 windows (12 s of the 22 s the command took).
+PROBE_ROWS = 64
+
+
+def _plain_table(console: Console, spec: _TableSpec) -> list[str]:
+    """The lines of ``spec``'s table as rich draws it without styles, each without its trailing
+    padding; a long table's rows are drawn here, exactly as rich draws them.
+
+    Rich sizes each column to its widest cell when the table fits (it always does after
+    :func:`fit_columns`, unless one name is wider than the terminal), so a table of the widest
+    row of every column and the header has the full table's layout. When rich's drawing of
+    that probe is one unwrapped line per row, as drawn here, every row is drawn here; otherwise
+    (a column shrunk, a cell folded) rich draws the whole table.
+    """
+    head, rows, dropped = fit_columns(spec.kind, spec.head, spec.rows, spec.width)
+    caption = dropped_note(dropped, spec.width)
+    if len(rows) <= PROBE_ROWS or not all(
+        cell.isprintable() and cell == cell.strip() for row in rows for cell in row
+    ):
+        return _drawn(console, _table(spec.title, head, rows, caption))
+    probe = sorted(
+        {max(range(len(rows)), key=lambda r: cell_len(rows[r][c])) for c in range(len(head))}
+    )
+    widths = [max(cell_len(cell) for cell in column) for column in zip(head, *rows, strict=True)]
+    drawn = [_plain_row(cells, widths) for cells in (head, *(rows[r] for r in probe))]
+    lines = _drawn(console, _table(spec.title, head, [rows[r] for r in probe], caption))
+    for at in range(len(lines) - len(drawn)):
+        # the header, rich's rule under it, then the probe's rows
+        if lines[at] == drawn[0] and lines[at + 2 : at + 1 + len(drawn)] == drawn[1:]:
+            body = [_plain_row(cells, widths) for cells in rows]
+            return [*lines[: at + 2], *body, *lines[at + 1 + len(drawn) :]]
+    return _drawn(console, _table(spec.title, head, rows, caption))
+
+
+def _plain_row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    """One SIMPLE_HEAD row: an edge space, each cell padded one space either side (the first
+    left-justified, the others right), one space between columns, no trailing spaces."""
+    parts = [
+        cell + " " * (w - cell_len(cell)) if i == 0 else " " * (w - cell_len(cell)) + cell
+        for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+    ]
+    return (" " + " ".join(f" {part} " for part in parts)).rstrip()

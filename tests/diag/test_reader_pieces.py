@@ -69,6 +69,32 @@ def test_tensorboard_last_chunk_still_reads_its_partial_cycle(tmp_path, monkeypa
     assert scalars.issues.torn_tail == [0]
 
 
+def test_tensorboard_hundreds_of_tags_per_step_are_read_as_cycles(tmp_path, monkeypatch):
+    """A step of 300 tags (per-layer norms beside the loss) is one cycle: every step is a wide
+    row, and the log is the one a one-by-one decode of every record gives (no cycle looked
+    for). Past 64 tags a cycle was not looked for and every record was decoded one by one
+    (1M events: 15.8 s against 1.3 s)."""
+    tags = ["loss", "learning_rate", *(f"grad_norm/layer_{k}" for k in range(298))]
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(
+        VERSION
+        + b"".join(
+            _scalar_event(step, tag, 1.0 / (step + k))
+            for step in range(200, 240)
+            for k, tag in enumerate(tags)
+        )
+    )
+    scalars = read_tensorboard(path)
+    assert scalars.frame.height == 0
+    assert sum(w.height for w in scalars.wide) == 40
+    monkeypatch.setattr(tensorboard, "_MAX_CYCLE", 0)
+    one_by_one = read_tensorboard(path)
+    assert one_by_one.frame.height == 40 * len(tags)
+    log, reference = to_parsed_log(scalars).log, to_parsed_log(one_by_one).log
+    assert log.metrics.equals(reference.metrics)
+    assert log.issues == reference.issues
+
+
 def _old_pieces(path):
     """The pieces as read-and-cut gave them before (the reference)."""
     with path.open("rb", buffering=0) as handle:

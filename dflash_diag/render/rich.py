@@ -216,7 +216,18 @@ def render_compare_plain(
 ) -> str:
     """The compare report as plain text (no colour or escapes) fitted to ``width`` columns: the
     rich layout rendered without styles, each line without the padding rich puts after it."""
-    console = Console(
+    console = plain_console(width)
+    lines: list[str] = []
+    for part in _compare_parts(comparisons, alignment, ranks, width):
+        lines += (
+            _plain_table(console, part) if isinstance(part, _TableSpec) else _drawn(console, part)
+        )
+    return "".join(line + "\n" for line in lines)
+
+
+def plain_console(width: int) -> Console:
+    """A console that draws ``width`` columns of plain text: no colour, escapes or wrapping."""
+    return Console(
         color_system=None,
         force_terminal=False,
         highlight=False,
@@ -224,12 +235,6 @@ def render_compare_plain(
         soft_wrap=False,
         emoji=False,
     )
-    lines: list[str] = []
-    for part in _compare_parts(comparisons, alignment, ranks, width):
-        lines += (
-            _plain_table(console, part) if isinstance(part, _TableSpec) else _drawn(console, part)
-        )
-    return "".join(line + "\n" for line in lines)
 
 
 def _drawn(console: Console, renderable: RenderableType) -> list[str]:

@@ -7,20 +7,20 @@ import random
 import pytest
 from rich.console import Console
 
-from dflash_diag.render.rich import PROBE_ROWS, _drawn, _plain_table, _rich_table, _TableSpec
+from dflash_diag.render.rich import (
+    PROBE_ROWS,
+    _drawn,
+    _plain_table,
+    _rich_table,
+    _TableSpec,
+    plain_console,
+)
 
 HEAD = ["steps", "n A", "n B", "loss A", "loss B", "Δloss", "acc A", "acc B", "Δacc"]
 
 
 def _console(width: int) -> Console:
-    return Console(
-        color_system=None,
-        force_terminal=False,
-        highlight=False,
-        width=width,
-        soft_wrap=False,
-        emoji=False,
-    )
+    return plain_console(width)
 
 
 def _rows(n: int, seed: int = 0) -> list[list[str]]:

@@ -106,6 +106,20 @@ def contiguous(frame: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
+def long_frame(
+    rows: list[int],
+    steps: list[int | None],
+    keys: list[str],
+    values: list[float | None],
+    times: list[float | None],
+) -> pl.DataFrame:
+    """The long frame (:data:`SCALAR_SCHEMA`) of a reader's value lists, one entry per value."""
+    return pl.DataFrame(
+        {"row": rows, "step": steps, "key": keys, "value": values, "time": times},
+        schema=SCALAR_SCHEMA,
+    )
+
+
 def empty_scalars() -> pl.DataFrame:
     """A long frame with no rows."""
     return pl.DataFrame(schema=SCALAR_SCHEMA)
@@ -195,32 +209,13 @@ class RowCollector:
             self._tail = piece.slice(start).rechunk()
 
     def _lists(self) -> pl.DataFrame | None:
+        """The values added since the last piece, as a long frame (None: none)."""
         if not self.rows:
             return None
-        return pl.DataFrame(
-            {
-                "row": self.rows,
-                "step": self.steps,
-                "key": self.keys,
-                "value": self.values,
-                "time": self.times,
-            },
-            schema=SCALAR_SCHEMA,
-        )
+        return long_frame(self.rows, self.steps, self.keys, self.values, self.times)
 
     def _pack(self) -> None:
-        self._pieces.append(
-            pl.DataFrame(
-                {
-                    "row": self.rows,
-                    "step": self.steps,
-                    "key": self.keys,
-                    "value": self.values,
-                    "time": self.times,
-                },
-                schema=SCALAR_SCHEMA,
-            )
-        )
+        self._pieces.append(long_frame(self.rows, self.steps, self.keys, self.values, self.times))
         self.rows, self.steps, self.keys, self.values, self.times = [], [], [], [], []
 
     def frame(self) -> pl.DataFrame:

@@ -43,7 +43,7 @@ from pathlib import Path
 import polars as pl
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars
+from dflash_diag.read.formats.canonical import SCALAR_SCHEMA, Scalars, long_frame
 from dflash_diag.read.formats.protobuf import (
     WireError,
     as_double,
@@ -164,16 +164,7 @@ class _Columns:
     def flush(self) -> None:
         if self.rows:
             self.pieces.append(
-                pl.DataFrame(
-                    {
-                        "row": self.rows,
-                        "step": self.steps,
-                        "key": self.keys,
-                        "value": self.values,
-                        "time": self.times,
-                    },
-                    schema=SCALAR_SCHEMA,
-                )
+                long_frame(self.rows, self.steps, self.keys, self.values, self.times)
             )
             self.rows, self.steps, self.keys, self.values, self.times = [], [], [], [], []
 

@@ -31,6 +31,7 @@ to fail, and about a tenth of a millisecond per fit.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,19 +116,16 @@ def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
     return np.power(np.maximum(u, 1e-9), -b)
 
 
-def _index(subset: tuple[int, ...]) -> slice | list[int]:
-    """The columns of ``subset``: a slice where they are consecutive (a view, not a copy)."""
-    if list(subset) == list(range(subset[0], subset[-1] + 1)):
-        return slice(subset[0], subset[-1] + 1)
-    return list(subset)
+#: The subsets of the columns ``[1, f, -s2]`` :func:`_profile` solves, in its order (the
+#: order decides ties: the first subset of least error is kept).
+_ORDER = ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,))
 
 
-#: Per number of columns, the subsets of ``[1, f, -s2]`` :func:`_profile` solves, in its order,
-#: with their index.
-_SUBSETS = {
-    k: [(s, _index(s)) for s in ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,)) if max(s) < k]
-    for k in (2, 3)
-}
+@functools.cache
+def _subsets(k: int, floored: bool) -> tuple[tuple[int, ...], ...]:
+    """The subsets of the first ``k`` columns :func:`_profile` solves, in :data:`_ORDER`: those
+    with the constant only, unless ``c`` may sit at a floor."""
+    return tuple(s for s in _ORDER if max(s) < k and (floored or 0 in s))
 
 
 def _profile(
@@ -142,6 +140,11 @@ def _profile(
     solution breaks a sign is infeasible, and each row keeps its feasible subset of least error.
     With at most three columns this enumeration is the exact constrained minimum (the optimum
     of a convex problem lies on the face where the active constraints hold with equality).
+
+    The subsets of one size are solved together (one set of array operations for the three
+    pairs, one for the three single columns): a fit is a few dozen points on a grid of 48 or
+    17 rows, so the cost is the number of numpy calls, not the arithmetic. Every operation is
+    elementwise, as when each subset was solved alone, so the results are the same to the bit.
     """
     shift = floor if floor is not None else 0.0
     z = z - shift
@@ -163,66 +166,86 @@ def _profile(
         gram[:, 2, 2] = w @ (g * g)
         rhs[:, 2] = w @ (g * z)
     zz = float(w @ (z * z))
-    best_sse = np.full(G, np.inf)
-    best = np.zeros((G, 3))
-    if floor is not None:  # everything at the floor
-        best_sse[:] = zz
-    for subset, idx in _SUBSETS[k]:
-        if floor is None and 0 not in subset:
-            continue  # without a floor the constant is free and always in
-        A = gram[:, idx][:, :, idx] if isinstance(idx, list) else gram[:, idx, idx]
-        b = rhs[:, idx]
-        coef, ok = _solve_small(A, b)
-        if not ok.any():
+    subsets = _subsets(k, floor is not None)
+    # Per subset (in order): the full coefficients (c, a, C) and the error, inf where the
+    # solution is singular or breaks a sign; first the "everything at the floor" candidate.
+    full = np.zeros((G, len(subsets) + 1, 3))
+    sse = np.empty((G, len(subsets) + 1))
+    sse[:, 0] = zz if floor is not None else np.inf
+    for size, solve in ((1, _solve_one), (2, _solve_two), (3, _solve_three)):
+        where = [i for i, s in enumerate(subsets, start=1) if len(s) == size]
+        if not where:
             continue
-        sse = zz - np.einsum("gi,gi->g", coef, b)
-        full = np.zeros((G, 3))
-        full[:, idx] = coef
-        feasible = ok & (full[:, 1] >= 0) & (full[:, 2] >= 0)
-        if floor is not None:
-            feasible &= full[:, 0] >= 0
-        take = feasible & (sse < best_sse)
-        best_sse = np.where(take, sse, best_sse)
-        best[take] = full[take]
+        cols = np.array([subsets[i - 1] for i in where])  # (S, size)
+        coef, ok, error = solve(gram, rhs, cols, zz)  # (G, S, size), (G, S), (G, S)
+        for j, i in enumerate(where):
+            full[:, i, cols[j]] = coef[:, j]
+        sse[:, where] = np.where(ok, error, np.inf)
+    feasible = (full[:, :, 1] >= 0) & (full[:, :, 2] >= 0)
+    if floor is not None:
+        feasible &= full[:, :, 0] >= 0
+    # NaN never wins (as a comparison with it is false); argmin keeps the first of equal errors
+    sse[~feasible | np.isnan(sse)] = np.inf
+    pick = np.argmin(sse, axis=1)
+    rows = np.arange(G)
+    best, best_sse = full[rows, pick], sse[rows, pick]
     assert np.isfinite(best_sse).all()  # the constant (or the floor) is always feasible
     return best[:, 0] + shift, best[:, 1], best[:, 2], np.maximum(best_sse, 0.0)
 
 
-def _solve_small(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Solve the ``(G, k, k)`` systems ``A x = b`` for k <= 3 by Cramer's rule, all rows at
-    once (a numpy call per system would cost more than the arithmetic); ``ok`` marks the rows
-    whose determinant is not negligible."""
-    k = A.shape[1]
-    if k == 1:
-        det = A[:, 0, 0]
-        ok = np.abs(det) > 1e-300
-        return np.where(ok, b[:, 0] / np.where(ok, det, 1.0), 0.0)[:, None], ok
-    if k == 2:
-        a, c, d = A[:, 0, 0], A[:, 0, 1], A[:, 1, 1]
-        det = a * d - c * c
-        ok = np.abs(det) > 1e-12 * np.maximum(np.abs(a * d), 1e-300)
-        safe = np.where(ok, det, 1.0)
-        x0 = (b[:, 0] * d - c * b[:, 1]) / safe
-        x1 = (a * b[:, 1] - c * b[:, 0]) / safe
-        return np.where(ok[:, None], np.stack([x0, x1], axis=1), 0.0), ok
+def _solve_one(
+    gram: np.ndarray, rhs: np.ndarray, cols: np.ndarray, zz: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The one-column subsets ``cols`` (S, 1) of every row: ``(coef, ok, sse)``, ``ok`` marking
+    the rows whose determinant is not negligible (the others get 0)."""
+    i = cols[:, 0]
+    det, b = gram[:, i, i], rhs[:, i]
+    ok = np.abs(det) > 1e-300
+    x = np.where(ok, b / np.where(ok, det, 1.0), 0.0)
+    return x[:, :, None], ok, zz - x * b
 
-    def det3(M):
-        return (
-            M[:, 0, 0] * (M[:, 1, 1] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 1])
-            - M[:, 0, 1] * (M[:, 1, 0] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 0])
-            + M[:, 0, 2] * (M[:, 1, 0] * M[:, 2, 1] - M[:, 1, 1] * M[:, 2, 0])
-        )
 
-    det = det3(A)
-    scale = np.abs(A).max(axis=(1, 2)) ** 3
+def _solve_two(
+    gram: np.ndarray, rhs: np.ndarray, cols: np.ndarray, zz: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two-column subsets ``cols`` (S, 2) of every row by Cramer's rule: ``(coef, ok,
+    sse)``."""
+    i, j = cols[:, 0], cols[:, 1]
+    a, c, d = gram[:, i, i], gram[:, i, j], gram[:, j, j]
+    b0, b1 = rhs[:, i], rhs[:, j]
+    det = a * d - c * c
+    ok = np.abs(det) > 1e-12 * np.maximum(np.abs(a * d), 1e-300)
+    safe = np.where(ok, det, 1.0)
+    x0 = np.where(ok, (b0 * d - c * b1) / safe, 0.0)
+    x1 = np.where(ok, (a * b1 - c * b0) / safe, 0.0)
+    return np.stack([x0, x1], axis=2), ok, zz - (x0 * b0 + x1 * b1)
+
+
+def _det3(M: np.ndarray) -> np.ndarray:
+    return (
+        M[:, 0, 0] * (M[:, 1, 1] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 1])
+        - M[:, 0, 1] * (M[:, 1, 0] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 0])
+        + M[:, 0, 2] * (M[:, 1, 0] * M[:, 2, 1] - M[:, 1, 1] * M[:, 2, 0])
+    )
+
+
+def _solve_three(
+    gram: np.ndarray, rhs: np.ndarray, cols: np.ndarray, zz: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three-column subset (all of them) of every row by Cramer's rule: ``(coef, ok,
+    sse)``."""
+    assert cols.tolist() == [[0, 1, 2]]
+    det = _det3(gram)
+    scale = np.abs(gram).max(axis=(1, 2)) ** 3
     ok = np.abs(det) > 1e-12 * np.maximum(scale, 1e-300)
     safe = np.where(ok, det, 1.0)
-    out = np.empty((A.shape[0], 3))
+    out = np.empty((gram.shape[0], 3))
     for j in range(3):
-        Aj = A.copy()
-        Aj[:, :, j] = b
-        out[:, j] = det3(Aj) / safe
-    return np.where(ok[:, None], out, 0.0), ok
+        Aj = gram.copy()
+        Aj[:, :, j] = rhs
+        out[:, j] = _det3(Aj) / safe
+    coef = np.where(ok[:, None], out, 0.0)
+    return coef[:, None, :], ok[:, None], (zz - np.einsum("gi,gi->g", coef, rhs))[:, None]
 
 
 def fit_family(
@@ -250,7 +273,7 @@ def fit_family(
         # Huber's weights: a point further than HUBER_K robust standard deviations from the
         # curve counts as if it were that far (its weight falls as 1/|residual|).
         scaled = (z - fit.unfloored(p)) * np.sqrt(w)
-        sigma = 1.4826 * float(np.median(np.abs(scaled)))  # the MAD of a normal's residuals
+        sigma = 1.4826 * _median(np.abs(scaled))  # the MAD of a normal's residuals
         if not sigma > 0:
             break
         fit = _fit_once(
@@ -262,6 +285,18 @@ def fit_family(
             coarse,
         )
     return fit
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of a 1-D array, as ``np.median`` gives it (NaN if any value is): without its
+    NaN check, whose first call imports ``numpy.ma`` (15 ms of a 0.5 s command)."""
+    ordered = np.sort(values)
+    if not len(ordered) or np.isnan(ordered[-1]):  # NaN sorts last
+        return math.nan
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[mid])
+    return float((ordered[mid - 1] + ordered[mid]) / 2)
 
 
 @functools.cache

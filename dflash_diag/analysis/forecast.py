@@ -521,6 +521,13 @@ def _at_the_ceiling(fit: Fit | None, ceiling: float) -> bool:
     return fit is not None and fit.family != "flat" and fit.c <= ceiling + 1e-9
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct ``values`` in order, as ``np.unique`` gives them: without its check for a
+    masked array, whose first call imports ``numpy.ma`` (15 ms of a 0.5 s command)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 def _label(member: Member, x: np.ndarray) -> str:
     family, start = member
     return family if start == 0 else f"{family} from step {x[start]:.0f}"
@@ -625,7 +632,7 @@ def forecast_series(
     truth_noise = record_noise / max(truth_records, 1.0)
     start = newest_step
     end = max(float(target_step), start)
-    path_steps = np.unique(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))
+    path_steps = _distinct(np.concatenate([np.linspace(start, end, _PATH_POINTS), [end]]))
     at = timeline.progress(path_steps, scale)
     names = list(weights)
     preds = {}

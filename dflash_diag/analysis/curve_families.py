@@ -121,11 +121,46 @@ def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
 _ORDER = ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,))
 
 
+@dataclass(frozen=True)
+class _Group:
+    """The subsets of one size :func:`_profile` solves together.
+
+    Attributes:
+        size: columns per subset.
+        cols: each subset's columns, ``(S, size)``.
+        where: each subset's candidate index (0 is "everything at the floor").
+        flat_where, flat_cols: where each coefficient goes among the candidates' ``(c, a, C)``
+            (subset by subset, column by column).
+    """
+
+    size: int
+    cols: np.ndarray
+    where: np.ndarray
+    flat_where: np.ndarray
+    flat_cols: np.ndarray
+
+
 @functools.cache
-def _subsets(k: int, floored: bool) -> tuple[tuple[int, ...], ...]:
-    """The subsets of the first ``k`` columns :func:`_profile` solves, in :data:`_ORDER`: those
-    with the constant only, unless ``c`` may sit at a floor."""
-    return tuple(s for s in _ORDER if max(s) < k and (floored or 0 in s))
+def _groups(k: int, floored: bool) -> tuple[int, tuple[_Group, ...]]:
+    """The subsets of the first ``k`` columns :func:`_profile` solves, in :data:`_ORDER` (those
+    with the constant only, unless ``c`` may sit at a floor), grouped by size: their number and
+    the groups."""
+    subsets = [s for s in _ORDER if max(s) < k and (floored or 0 in s)]
+    groups = []
+    for size in (1, 2, 3):
+        where = [i for i, s in enumerate(subsets, start=1) if len(s) == size]
+        if where:
+            cols = np.array([subsets[i - 1] for i in where])
+            groups.append(
+                _Group(
+                    size=size,
+                    cols=cols,
+                    where=np.array(where),
+                    flat_where=np.repeat(where, size),
+                    flat_cols=cols.ravel(),
+                )
+            )
+    return len(subsets), tuple(groups)
 
 
 def _profile(
@@ -166,26 +201,21 @@ def _profile(
         gram[:, 2, 2] = w @ (g * g)
         rhs[:, 2] = w @ (g * z)
     zz = float(w @ (z * z))
-    subsets = _subsets(k, floor is not None)
-    # Per subset (in order): the full coefficients (c, a, C) and the error, inf where the
-    # solution is singular or breaks a sign; first the "everything at the floor" candidate.
-    full = np.zeros((G, len(subsets) + 1, 3))
-    sse = np.empty((G, len(subsets) + 1))
+    count, groups = _groups(k, floor is not None)
+    # Per candidate: the full coefficients (c, a, C) and the error, inf where the solution is
+    # singular; candidate 0 is "everything at the floor", then the subsets in order.
+    full = np.zeros((G, count + 1, 3))
+    sse = np.empty((G, count + 1))
     sse[:, 0] = zz if floor is not None else np.inf
-    for size, solve in ((1, _solve_one), (2, _solve_two), (3, _solve_three)):
-        where = [i for i, s in enumerate(subsets, start=1) if len(s) == size]
-        if not where:
-            continue
-        cols = np.array([subsets[i - 1] for i in where])  # (S, size)
-        coef, ok, error = solve(gram, rhs, cols, zz)  # (G, S, size), (G, S), (G, S)
-        for j, i in enumerate(where):
-            full[:, i, cols[j]] = coef[:, j]
-        sse[:, where] = np.where(ok, error, np.inf)
-    feasible = (full[:, :, 1] >= 0) & (full[:, :, 2] >= 0)
-    if floor is not None:
-        feasible &= full[:, :, 0] >= 0
-    # NaN never wins (as a comparison with it is false); argmin keeps the first of equal errors
-    sse[~feasible | np.isnan(sse)] = np.inf
+    for group in groups:
+        coef, error = _SOLVERS[group.size](gram, rhs, group.cols, zz)  # (G, S, size), (G, S)
+        full[:, group.flat_where, group.flat_cols] = coef.reshape(G, -1)
+        sse[:, group.where] = error
+    # c may sit below 0 (at the floor) only when floored; a NaN fails every comparison
+    feasible = (full if floor is not None else full[:, :, 1:]) >= 0
+    feasible = feasible.all(axis=2) & (sse < np.inf)
+    # argmin keeps the first candidate of least error, as a strict comparison in order would
+    sse = np.where(feasible, sse, np.inf)
     pick = np.argmin(sse, axis=1)
     rows = np.arange(G)
     best, best_sse = full[rows, pick], sse[rows, pick]
@@ -195,21 +225,21 @@ def _profile(
 
 def _solve_one(
     gram: np.ndarray, rhs: np.ndarray, cols: np.ndarray, zz: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The one-column subsets ``cols`` (S, 1) of every row: ``(coef, ok, sse)``, ``ok`` marking
-    the rows whose determinant is not negligible (the others get 0)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The one-column subsets ``cols`` (S, 1) of every row: the coefficients and the error (inf
+    where the determinant is negligible)."""
     i = cols[:, 0]
     det, b = gram[:, i, i], rhs[:, i]
     ok = np.abs(det) > 1e-300
     x = np.where(ok, b / np.where(ok, det, 1.0), 0.0)
-    return x[:, :, None], ok, zz - x * b
+    return x[:, :, None], np.where(ok, zz - x * b, np.inf)
 
 
 def _solve_two(
     gram: np.ndarray, rhs: np.ndarray, cols: np.ndarray, zz: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The two-column subsets ``cols`` (S, 2) of every row by Cramer's rule: ``(coef, ok,
-    sse)``."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two-column subsets ``cols`` (S, 2) of every row by Cramer's rule: the coefficients
+    and the error (inf where the determinant is negligible)."""
     i, j = cols[:, 0], cols[:, 1]
     a, c, d = gram[:, i, i], gram[:, i, j], gram[:, j, j]
     b0, b1 = rhs[:, i], rhs[:, j]
@@ -218,34 +248,39 @@ def _solve_two(
     safe = np.where(ok, det, 1.0)
     x0 = np.where(ok, (b0 * d - c * b1) / safe, 0.0)
     x1 = np.where(ok, (a * b1 - c * b0) / safe, 0.0)
-    return np.stack([x0, x1], axis=2), ok, zz - (x0 * b0 + x1 * b1)
+    return np.stack([x0, x1], axis=2), np.where(ok, zz - (x0 * b0 + x1 * b1), np.inf)
 
 
 def _det3(M: np.ndarray) -> np.ndarray:
     return (
-        M[:, 0, 0] * (M[:, 1, 1] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 1])
-        - M[:, 0, 1] * (M[:, 1, 0] * M[:, 2, 2] - M[:, 1, 2] * M[:, 2, 0])
-        + M[:, 0, 2] * (M[:, 1, 0] * M[:, 2, 1] - M[:, 1, 1] * M[:, 2, 0])
+        M[..., 0, 0] * (M[..., 1, 1] * M[..., 2, 2] - M[..., 1, 2] * M[..., 2, 1])
+        - M[..., 0, 1] * (M[..., 1, 0] * M[..., 2, 2] - M[..., 1, 2] * M[..., 2, 0])
+        + M[..., 0, 2] * (M[..., 1, 0] * M[..., 2, 1] - M[..., 1, 1] * M[..., 2, 0])
     )
 
 
 def _solve_three(
     gram: np.ndarray, rhs: np.ndarray, cols: np.ndarray, zz: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three-column subset (all of them) of every row by Cramer's rule: ``(coef, ok,
-    sse)``."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The three-column subset (all of them) of every row by Cramer's rule: the coefficients
+    and the error (inf where the determinant is negligible)."""
     assert cols.tolist() == [[0, 1, 2]]
-    det = _det3(gram)
+    # the matrix and its three copies with a column replaced by the right-hand side: their
+    # determinants in one evaluation
+    M = np.empty((4, *gram.shape))
+    M[:] = gram
+    for j in range(3):
+        M[j + 1, :, :, j] = rhs
+    det, *numerators = _det3(M)
     scale = np.abs(gram).max(axis=(1, 2)) ** 3
     ok = np.abs(det) > 1e-12 * np.maximum(scale, 1e-300)
     safe = np.where(ok, det, 1.0)
-    out = np.empty((gram.shape[0], 3))
-    for j in range(3):
-        Aj = gram.copy()
-        Aj[:, :, j] = rhs
-        out[:, j] = _det3(Aj) / safe
-    coef = np.where(ok[:, None], out, 0.0)
-    return coef[:, None, :], ok[:, None], (zz - np.einsum("gi,gi->g", coef, rhs))[:, None]
+    coef = np.where(ok[:, None], np.stack(numerators, axis=1) / safe[:, None], 0.0)
+    error = np.where(ok, zz - np.einsum("gi,gi->g", coef, rhs), np.inf)
+    return coef[:, None, :], error[:, None]
+
+
+_SOLVERS = {1: _solve_one, 2: _solve_two, 3: _solve_three}
 
 
 def fit_family(

@@ -304,21 +304,22 @@ def fit_family(
         return flat_fit(p, z, w)
     coarse = shape(family, _grid(family)[:, None], p)  # the same for the fit and its refits
     fit = _fit_once(family, p, z, w, floor, coarse)
+    fitted_with = w
+    root_w = np.sqrt(w)
     for _ in range(ROBUST_REFITS):
         # Huber's weights: a point further than HUBER_K robust standard deviations from the
         # curve counts as if it were that far (its weight falls as 1/|residual|).
-        scaled = (z - fit.unfloored(p)) * np.sqrt(w)
+        scaled = (z - fit.unfloored(p)) * root_w
         sigma = 1.4826 * _median(np.abs(scaled))  # the MAD of a normal's residuals
         if not sigma > 0:
             break
-        fit = _fit_once(
-            family,
-            p,
-            z,
-            w * np.minimum(1.0, HUBER_K * sigma / np.abs(scaled).clip(1e-300)),
-            floor,
-            coarse,
-        )
+        weights = w * np.minimum(1.0, HUBER_K * sigma / np.abs(scaled).clip(1e-300))
+        if np.array_equal(weights, fitted_with):
+            # no point beyond the bound (or the same ones as before): the same weights give the
+            # same fit, and the same weights again (one refit in seven on the committed runs)
+            break
+        fit = _fit_once(family, p, z, weights, floor, coarse)
+        fitted_with = weights
     return fit
 
 

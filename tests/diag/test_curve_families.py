@@ -9,7 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
-from dflash_diag.analysis.curve_families import _median, _profile
+from dflash_diag.analysis import curve_families
+from dflash_diag.analysis.curve_families import Progress, _median, _profile, fit_family
 
 
 def _reference(F, s2, z, w, floor):
@@ -80,3 +81,19 @@ def test_a_series_beyond_the_floor_is_fitted_at_the_floor():
     np.testing.assert_equal(a, [0.0, 0.0])
     np.testing.assert_equal(C, [0.0, 0.0])
     np.testing.assert_equal(sse, [2.0, 2.0])
+
+
+def test_a_fit_with_no_point_beyond_hubers_bound_is_not_refitted(monkeypatch):
+    # residuals of one size: every Huber weight is 1, so a refit would repeat the fit
+    step = np.arange(1.0, 13.0)
+    p = Progress(step=step, s1=step, s2=np.zeros(12), scale=12.0)
+    z = 1.0 + 2.0 * (step / 12.0) ** -0.5 + 0.01 * np.tile([1.0, -1.0], 6)
+    w = np.ones(12)
+    calls = []
+    real = curve_families._fit_once
+    monkeypatch.setattr(
+        curve_families, "_fit_once", lambda *args: calls.append(args) or real(*args)
+    )
+    fit = fit_family("power-steps", p, z, w)
+    assert len(calls) == 1
+    assert fit == real("power-steps", p, z, w, None)

@@ -117,7 +117,8 @@ def shape(family: str, b: float | np.ndarray, p: Progress) -> np.ndarray:
 
 
 #: The subsets of the columns ``[1, f, -s2]`` :func:`_profile` solves, in its order (the
-#: order decides ties: the first subset of least error is kept).
+#: order decides ties: the first subset of least error is kept; :func:`_profile_two` keeps the
+#: same order among those without ``-s2``).
 _ORDER = ((0, 1, 2), (0, 1), (0, 2), (0,), (1, 2), (1,), (2,))
 
 
@@ -141,11 +142,10 @@ class _Group:
 
 
 @functools.cache
-def _groups(k: int, floored: bool) -> tuple[int, tuple[_Group, ...]]:
-    """The subsets of the first ``k`` columns :func:`_profile` solves, in :data:`_ORDER` (those
-    with the constant only, unless ``c`` may sit at a floor), grouped by size: their number and
-    the groups."""
-    subsets = [s for s in _ORDER if max(s) < k and (floored or 0 in s)]
+def _groups(floored: bool) -> tuple[int, tuple[_Group, ...]]:
+    """The subsets :func:`_profile` solves, in :data:`_ORDER` (those with the constant only,
+    unless ``c`` may sit at a floor), grouped by size: their number and the groups."""
+    subsets = [s for s in _ORDER if floored or 0 in s]
     groups = []
     for size in (1, 2, 3):
         where = [i for i, s in enumerate(subsets, start=1) if len(s) == size]
@@ -180,28 +180,29 @@ def _profile(
     pairs, one for the three single columns): a fit is a few dozen points on a grid of 48 or
     17 rows, so the cost is the number of numpy calls, not the arithmetic. Every operation is
     elementwise, as when each subset was solved alone, so the results are the same to the bit.
+    Without ``s2`` (three fits in four) :func:`_profile_two` solves the two columns.
     """
+    if s2 is None:
+        return _profile_two(F, z, w, floor)
     shift = floor if floor is not None else 0.0
     z = z - shift
     G = F.shape[0]
-    k = 3 if s2 is not None else 2
     # The normal equations of [1, f, -s2] for every row at once: a few matrix-vector products.
-    gram = np.empty((G, k, k))
-    rhs = np.empty((G, k))
+    gram = np.empty((G, 3, 3))
+    rhs = np.empty((G, 3))
     wf = F * w
     gram[:, 0, 0] = w.sum()
     gram[:, 0, 1] = gram[:, 1, 0] = wf.sum(axis=1)
     gram[:, 1, 1] = np.einsum("gn,gn->g", wf, F)
     rhs[:, 0] = w @ z
     rhs[:, 1] = wf @ z
-    if s2 is not None:
-        g = -s2
-        gram[:, 0, 2] = gram[:, 2, 0] = w @ g
-        gram[:, 1, 2] = gram[:, 2, 1] = wf @ g
-        gram[:, 2, 2] = w @ (g * g)
-        rhs[:, 2] = w @ (g * z)
+    g = -s2
+    gram[:, 0, 2] = gram[:, 2, 0] = w @ g
+    gram[:, 1, 2] = gram[:, 2, 1] = wf @ g
+    gram[:, 2, 2] = w @ (g * g)
+    rhs[:, 2] = w @ (g * z)
     zz = float(w @ (z * z))
-    count, groups = _groups(k, floor is not None)
+    count, groups = _groups(floor is not None)
     # Per candidate: the full coefficients (c, a, C) and the error, inf where the solution is
     # singular; candidate 0 is "everything at the floor", then the subsets in order.
     full = np.zeros((G, count + 1, 3))
@@ -221,6 +222,65 @@ def _profile(
     best, best_sse = full[rows, pick], sse[rows, pick]
     assert np.isfinite(best_sse).all()  # the constant (or the floor) is always feasible
     return best[:, 0] + shift, best[:, 1], best[:, 2], np.maximum(best_sse, 0.0)
+
+
+def _profile_two(
+    F: np.ndarray, z: np.ndarray, w: np.ndarray, floor: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_profile` without the annealing column (every family but ``schedule-law``, three
+    fits in four): the same arithmetic on the same values, the column of ones' entries of the
+    normal equations kept as the scalars they are (the same in every row) instead of a
+    ``(G, 2, 2)`` matrix, which halves the calls of a fit."""
+    shift = floor if floor is not None else 0.0
+    z = z - shift
+    G = F.shape[0]
+    wf = F * w
+    # the normal equations [[g00, g01], [g01, g11]] (c, a) = (r0, r1), g00 and r0 scalars
+    g00, r0 = w.sum(), w @ z
+    g01 = wf.sum(axis=1)
+    g11 = np.einsum("gn,gn->g", wf, F)
+    r1 = wf @ z
+    zz = float(w @ (z * z))
+    # (c, a) together, by Cramer's rule
+    det = g00 * g11 - g01 * g01
+    ok = np.abs(det) > 1e-12 * np.maximum(np.abs(g00 * g11), 1e-300)
+    safe = np.where(ok, det, 1.0)
+    c_both = np.where(ok, (r0 * g11 - g01 * r1) / safe, 0.0)
+    a_both = np.where(ok, (g00 * r1 - g01 * r0) / safe, 0.0)
+    sse_both = np.where(ok, zz - (c_both * r0 + a_both * r1), np.inf)
+    # c alone (a = 0): the same in every row
+    c_alone = r0 / g00 if abs(g00) > 1e-300 else math.nan
+    sse_alone = zz - c_alone * r0
+    # a NaN fails every comparison: a NaN error is never kept (nor a first one, below)
+    both_fits = (a_both >= 0) & (sse_both < np.inf)
+    best_c: np.ndarray | float
+    best_a: np.ndarray | float
+    best_sse: np.ndarray | float
+    candidates: list[tuple[np.ndarray | float, np.ndarray | float, np.ndarray | float]]
+    if floor is None:
+        best_c, best_a = c_both, a_both
+        best_sse = np.where(both_fits, sse_both, np.inf)
+        candidates = [(c_alone, 0.0, sse_alone)]
+    else:
+        both_fits &= c_both >= 0
+        best_c, best_a, best_sse = 0.0, 0.0, zz  # everything at the floor
+        # a alone (c at the floor)
+        a_ok = np.abs(g11) > 1e-300
+        a_alone = np.where(a_ok, r1 / np.where(a_ok, g11, 1.0), 0.0)
+        sse_a = np.where(a_ok, zz - a_alone * r1, np.inf)
+        candidates = [
+            (c_both, a_both, np.where(both_fits, sse_both, np.inf)),
+            (c_alone, 0.0, sse_alone if c_alone >= 0 else np.inf),
+            (0.0, a_alone, np.where(a_alone >= 0, sse_a, np.inf)),
+        ]
+    # each row keeps the first candidate of least error (a strict comparison, in order)
+    for c, a, sse in candidates:
+        take = sse < best_sse
+        best_c, best_a = np.where(take, c, best_c), np.where(take, a, best_a)
+        best_sse = np.where(take, sse, best_sse)
+    assert np.isfinite(best_sse).all()  # the constant (or the floor) is always feasible
+    # arrays: every row took a candidate's array or compared with one
+    return np.asarray(best_c) + shift, np.asarray(best_a), np.zeros(G), np.maximum(best_sse, 0.0)
 
 
 def _solve_one(

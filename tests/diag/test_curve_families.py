@@ -97,3 +97,11 @@ def test_a_fit_with_no_point_beyond_hubers_bound_is_not_refitted(monkeypatch):
     fit = fit_family("power-steps", p, z, w)
     assert len(calls) == 1
     assert fit == real("power-steps", p, z, w, None)
+
+
+def test_of_equal_errors_the_first_subset_in_order_is_kept():
+    # f is the column of ones: the pair is singular, and "c alone" and "a alone" fit the
+    # same mean with the same error; the constant comes first
+    c, a, _, _ = _profile(np.ones((1, 4)), None, np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4), 0.0)
+    assert c[0] == 2.5
+    assert a[0] == 0.0

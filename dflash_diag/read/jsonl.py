@@ -50,6 +50,7 @@ from dflash_diag.read.files import (
     open_input,
     read_input,
 )
+from dflash_diag.read.files import count_newlines as _count_newlines
 from dflash_diag.read.nonfinite_tokens import (
     replace_nonfinite_tokens,
     restore_nonfinite,
@@ -483,12 +484,6 @@ def _read(chunk: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
         return None
 
 
-def _count_newlines(data: bytes) -> int:
-    """``data.count(b"\\n")``, about 2.5x faster: ``bytes.replace`` finds a one-byte pattern with
-    ``memchr`` (vectorised), ``bytes.count`` with a plain byte loop."""
-    return len(data) - len(data.replace(b"\n", b""))
-
-
 class _LineIndex:
     """Newline counts of a buffer per block: its line count, and any line's bytes without
     splitting the whole buffer into a million ``bytes`` objects (which costs more than the
@@ -546,7 +541,7 @@ class _LineIndex:
 
 def _line_numbers(chunk: bytes, first: int, rows: int) -> pl.Series:
     """Line numbers of the ``rows`` records polars read from ``chunk`` (it skips blank lines)."""
-    n_lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") or not chunk else 1)
+    n_lines = _count_newlines(chunk) + (0 if chunk.endswith(b"\n") or not chunk else 1)
     if n_lines == rows:
         return pl.int_range(first, first + rows, dtype=pl.Int64, eager=True).alias("_line")
     numbers = [first + i for i, line in enumerate(chunk.split(b"\n")) if line.strip()]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE
+from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE, count_newlines
 from dflash_diag.text import visible
 
 # How many leading bytes are remembered to notice a file rewritten in place to the same or a
@@ -59,12 +59,6 @@ class TailChunk:
     def n_lines(self) -> int:
         """Number of complete lines in the chunk."""
         return self.newlines if self.newlines is not None else count_newlines(self.data)
-
-
-def count_newlines(data: bytes) -> int:
-    """``data.count(b"\\n")``, about 2.5x faster on a chunk of megabytes: ``bytes.replace``
-    finds a one-byte pattern with ``memchr``, ``bytes.count`` with a plain byte loop."""
-    return len(data) - len(data.replace(b"\n", b""))
 
 
 class LogTail:

@@ -77,6 +77,7 @@ __all__ = [
     "fetch_lists",
     "join_sequential",
     "open_input",
+    "parse_clean_records",
     "parse_records",
     "parse_stream",
     "read_input",
@@ -141,6 +142,44 @@ def parse_records(
         lists=lists,
     )
     return _assemble([piece], source=source, fields=fields, extra=extra, lists=lists)
+
+
+def parse_clean_records(
+    data: bytes,
+    *,
+    first_line_no: int = 1,
+    fields: Mapping[str, str] | None = None,
+    lists: bool = True,
+) -> ParsedLog | None:
+    """:func:`parse_records` of ``data`` when polars reads all of it at once, else None.
+
+    None says some line needed a closer look (a malformed line, a bare ``NaN``, a value polars
+    rejects, a torn last line): the caller then parses ``data`` with :func:`parse_records`.
+    ``watch`` reads a large backlog without the lists this way only where no line of it can
+    have needed Python's decoding, whose coercions differ with the schema.
+    """
+    schema, _ = read_schema(fields, None, lists)
+    body_end = _complete_end(data, final=True)
+    if body_end != len(data):
+        return None
+    frame = _read(data, schema)
+    if frame is None:
+        return None
+    parsed: Future[pl.DataFrame | None] = Future()
+    parsed.set_result(frame)
+    piece = _parse_piece(
+        data,
+        first_line_no=first_line_no,
+        strict=False,
+        final=True,
+        source=0,
+        fields=fields,
+        extra=None,
+        lists=lists,
+        body_end=body_end,
+        parsed=parsed,
+    )
+    return _assemble([piece], source=0, fields=fields, extra=None, lists=lists)
 
 
 @dataclass

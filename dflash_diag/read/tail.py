@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_diag.errors import DiagError
-from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE
+from dflash_diag.read.files import MAX_LINE_BYTES, OVERLONG_LINE, count_newlines
 from dflash_diag.text import visible
 
 # How many leading bytes are remembered to notice a file rewritten in place to the same or a
@@ -44,6 +44,11 @@ class TailChunk:
             byte and anything derived from earlier chunks is stale.
         missing: True when the path does not exist right now.
         pending_bytes: bytes of an unfinished last line held back for the next call.
+        newlines: the newlines in ``data``, counted once by `LogTail.read_new` (None: counted
+            when asked).
+        start: the file offset of ``data``'s first byte, where ``data`` is the file's bytes
+            (None where an overlong line's marker stands for some of them), so its lines can be
+            read again.
     """
 
     data: bytes
@@ -51,11 +56,13 @@ class TailChunk:
     reset: bool = False
     missing: bool = False
     pending_bytes: int = 0
+    newlines: int | None = None
+    start: int | None = None
 
     @property
     def n_lines(self) -> int:
         """Number of complete lines in the chunk."""
-        return self.data.count(b"\n")
+        return self.newlines if self.newlines is not None else count_newlines(self.data)
 
 
 class LogTail:
@@ -158,6 +165,7 @@ class LogTail:
         finally:
             os.close(fd)
 
+        start: int | None = self.offset - len(self._pending)  # where ``buf`` begins in the file
         self.offset += len(fresh)
         marker = b""
         if self._skipping:
@@ -167,6 +175,7 @@ class LogTail:
             else:
                 self._skipping, fresh = False, fresh[newline + 1 :]
                 marker = OVERLONG_LINE + b"\n"
+            start = None
         buf = self._pending + fresh if self._pending else fresh
         cut = buf.rfind(b"\n") + 1  # 0 when no newline: everything stays pending
         newline = buf.find(b"\n")
@@ -176,8 +185,16 @@ class LogTail:
         elif newline > MAX_LINE_BYTES:  # a held-back line that ended too long
             buf = OVERLONG_LINE + buf[newline:]
             cut = buf.rfind(b"\n") + 1
+            start = None
         data, self._pending = marker + buf[:cut], buf[cut:]
         first = self.line_no
-        if data:
-            self.line_no += data.count(b"\n")
-        return TailChunk(data, first, reset=reset, pending_bytes=len(self._pending))
+        newlines = count_newlines(data)
+        self.line_no += newlines
+        return TailChunk(
+            data,
+            first,
+            reset=reset,
+            pending_bytes=len(self._pending),
+            newlines=newlines,
+            start=start if data else None,
+        )

@@ -174,3 +174,13 @@ def test_any_append_pattern_hands_out_each_complete_line_once(tmp_path_factory, 
                 break
     assert got == b"".join(line + b"\n" for line in lines)
     assert tail.pending_bytes == len(b"torn")
+
+
+def test_newlines_are_counted_across_the_counting_blocks():
+    from dflash_diag.read.files import _COUNT_BLOCK, count_newlines
+
+    block = _COUNT_BLOCK
+    cases = [b"", b"\n", b"a", b"\n" * block, b"x\n" * block + b"\n", b"a" * (3 * block + 1)]
+    cases.append(b"".join(b"%d\n" % i if i % 7 else b"%d" % i for i in range(200_000)))
+    for data in cases:
+        assert count_newlines(data) == data.count(b"\n")

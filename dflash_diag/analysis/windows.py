@@ -107,6 +107,28 @@ def window_index(start: int, size: int) -> pl.Expr:
     return ((pl.col("step") - start) // size).alias("_window")
 
 
+#: Steps per piece of :func:`window_keys`.
+_KEY_PIECE = 1 << 16
+
+
+def window_keys(steps: pl.Series, size: int, start: int) -> pl.Series | None:
+    """:func:`window_index` of ``steps`` (all at or after ``start``, no null) as a ``_window``
+    column, Int32 where every key fits: computed a piece at a time into one array that polars
+    takes without a copy. The expression's ``step - start`` and its quotient are two million-row
+    Int64 columns, which polars' allocator keeps after the query (+15 MiB of converge's peak at a
+    million records); this is one of 4 MB. None for steps that are not Int64 (the expression
+    then)."""
+    if steps.dtype != pl.Int64 or steps.null_count():
+        return None
+    high = steps.max()
+    top = (cast(int, high) - start) // size if high is not None else 0
+    keys = np.empty(len(steps), dtype=np.int32 if top < 2**31 else np.int64)
+    for low in range(0, len(steps), _KEY_PIECE):
+        piece = steps.slice(low, _KEY_PIECE).to_numpy()  # a view where the piece is in one chunk
+        np.floor_divide(piece - start, size, out=keys[low : low + len(piece)], casting="unsafe")
+    return pl.Series("_window", keys)
+
+
 def _masked(value: str, mask: pl.Expr) -> pl.Expr:
     """``value`` where ``mask`` holds, else null: the group-by then runs plain (fast) aggregations
     instead of a filter per group."""
@@ -308,18 +330,25 @@ def _aggregate(
     tau, _, _ = picked["tau_train"]
     assert acc_se is not None
     assert loss_se is not None
-    index = window_index(start, size)
-    if frame["step"].is_sorted():
-        # Records in step order (resolve_restarts' output): each window is one run of rows, and
-        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
-        # (about half the query's time). The sums then run in row order.
-        index = index.set_sorted()
     steps = frame["step"]
-    lazy = frame.lazy()
+    # Records in step order (resolve_restarts' output): each window is one run of rows, and a
+    # group-by on a key flagged sorted takes slices instead of hashing a million keys (about
+    # half the query's time). The sums then run in row order.
+    in_order = steps.is_sorted()
     low = steps.min()
-    if steps.null_count() or (low is not None and cast(int, low) < start):
-        # a filter copies every column it keeps: only where it drops a record
-        lazy = lazy.filter(pl.col("step") >= start)
+    keys = None
+    if not steps.null_count() and (low is None or cast(int, low) >= start):
+        keys = window_keys(steps, size, start)
+    if keys is not None:
+        lazy = frame.hstack([keys.set_sorted() if in_order else keys]).lazy()
+        index = pl.col("_window")
+    else:
+        index = window_index(start, size)
+        index = index.set_sorted() if in_order else index
+        lazy = frame.lazy()
+        if steps.null_count() or (low is not None and cast(int, low) < start):
+            # a filter copies every column it keeps: only where it drops a record
+            lazy = lazy.filter(pl.col("step") >= start)
     return (
         lazy.select(index, pl.col("step"), *counts, *masked)
         .group_by("_window")
@@ -333,7 +362,8 @@ def _aggregate(
         .sort("_window")
         .select(
             pl.col("_window").cast(pl.Int64),
-            (pl.col("_window") * size + start).cast(pl.Int64).alias("_start"),
+            # cast first: window_keys' key may be Int32, and the start of a window past 2^31 not
+            (pl.col("_window").cast(pl.Int64) * size + start).alias("_start"),
             pl.col("_n").cast(pl.Int64),
             pl.col("_first").cast(pl.Int64),
             pl.col("_last").cast(pl.Int64),

@@ -1,0 +1,262 @@
+"""The analysis' per-record passes computed a piece at a time (numpy, bounded memory) give what
+the polars queries they replace give, bit for bit: the seconds per step (verdict), the
+file-order and restart test (restarts), the window keys (windows). Each is run with tiny pieces
+so that every piece boundary is crossed, on random columns with nulls, NaN, infinities, ties,
+repeats and falls."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from dflash_diag.analysis import restarts, verdict, windows
+from dflash_diag.analysis.restarts import resolve_restarts
+from dflash_diag.analysis.verdict import polars_median, positive_rates, seconds_per_step
+from dflash_diag.analysis.windows import _aggregate, window_index, window_keys
+
+
+@pytest.fixture(autouse=True)
+def _tiny_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict, "_RATE_PIECE", 7)
+    monkeypatch.setattr(restarts, "_RISE_PIECE", 5)
+    monkeypatch.setattr(windows, "_KEY_PIECE", 6)
+
+
+def _rates_reference(frame: pl.DataFrame, top: str, bottom: str, differences: bool) -> pl.Series:
+    # the polars query seconds_per_step ran before
+    quotient = (
+        pl.col(top).diff() / pl.col(bottom).diff().cast(pl.Float64)
+        if differences
+        else pl.col(top) / pl.col(bottom)
+    )
+    return frame.select(quotient.alias("r")).filter(pl.col("r").is_finite() & (pl.col("r") > 0))[
+        "r"
+    ]
+
+
+def _seconds_reference(frame: pl.DataFrame) -> tuple[float | None, str | None]:
+    def has(name: str) -> bool:
+        return name in frame.columns and frame[name].null_count() < frame.height
+
+    if frame.height >= 2 and has("time"):
+        rates = _rates_reference(frame, "time", "step", True)
+        if len(rates):
+            return float(rates.median()), "time"  # type: ignore[arg-type]
+    if has("n_tokens") and has("tok_per_sec"):
+        rates = _rates_reference(frame, "n_tokens", "tok_per_sec", False)
+        if len(rates):
+            return float(rates.median()), "tok_per_sec"  # type: ignore[arg-type]
+    return None, None
+
+
+def _value(rng: random.Random, odd: bool) -> float | None:
+    pool = [
+        None,
+        0.0,
+        -1.5,
+        2.0,
+        2.0,
+        rng.uniform(-3, 9),
+        rng.uniform(0, 1e-3),
+        rng.uniform(0, 5e9),
+    ]
+    if odd:
+        pool += [math.nan, math.inf, -math.inf]
+    return rng.choice(pool)
+
+
+def _random_frame(rng: random.Random, n: int) -> pl.DataFrame:
+    step = sorted(rng.sample(range(4 * n + 5), n)) if rng.random() < 0.6 else None
+    if step is None:
+        step = [rng.randrange(-3, 3 * n) for _ in range(n)]  # repeats and falls
+    odd = rng.random() < 0.5
+    time = [(_value(rng, odd) if rng.random() < 0.2 else i * rng.uniform(0.5, 2.5)) for i in step]
+    if rng.random() < 0.5:
+        time = sorted(t for t in time if t is not None and not math.isnan(t)) + [None] * sum(
+            1 for t in time if t is None or math.isnan(t)
+        )
+    return pl.DataFrame(
+        {
+            "step": step,
+            "time": time,
+            "n_tokens": [_value(rng, odd) for _ in range(n)],
+            "tok_per_sec": [_value(rng, odd) for _ in range(n)],
+        },
+        schema={
+            "step": pl.Int64,
+            "time": pl.Float64,
+            "n_tokens": pl.Float64,
+            "tok_per_sec": pl.Float64,
+        },
+    )
+
+
+def test_seconds_per_step_is_the_polars_query_s():
+    rng = random.Random(21)
+    for trial in range(300):
+        frame = _random_frame(rng, rng.choice([0, 1, 2, 3, 6, 7, 8, 13, 14, 15, 40, 101]))
+        if trial % 4 == 1 and frame.height:  # one chunk per few rows: the pieces read across chunks
+            frame = pl.concat([frame.slice(i, 3) for i in range(0, frame.height, 3)], rechunk=False)
+        if trial % 5 == 2:  # a time column of nulls only (another trainer's log)
+            frame = frame.with_columns(pl.lit(None, pl.Float64).alias("time"))
+        got = seconds_per_step(frame)
+        want = _seconds_reference(frame)
+        assert got == want, (trial, got, want)
+        assert [type(v) for v in got] == [type(v) for v in want], trial
+        for top, bottom, differences in (
+            ("time", "step", True),
+            ("n_tokens", "tok_per_sec", False),
+        ):
+            rates = positive_rates(frame[top], frame[bottom], differences=differences)
+            assert rates is not None
+            reference = _rates_reference(frame, top, bottom, differences).to_numpy()
+            assert rates.tobytes() == reference.tobytes(), trial
+
+
+def test_rates_of_other_types_take_the_query():
+    """Int64 with nulls (a time in nanoseconds past 2^53 would be rounded before it is
+    differenced as a float), Int32 and Float32: the polars query, same answer."""
+    big = 1_700_000_000_000_000_000
+    frame = pl.DataFrame(
+        {
+            "step": [1, 2, 3, 4, 5],
+            "time": [big, big + 3, None, big + 9, big + 10],
+        },
+        schema={"step": pl.Int64, "time": pl.Int64},
+    )
+    assert positive_rates(frame["time"], frame["step"], differences=True) is None
+    assert seconds_per_step(frame) == _seconds_reference(frame) == (2.0, "time")
+    for dtype in (pl.Int32, pl.Float32):
+        other = frame.with_columns(pl.col("step").cast(dtype))
+        assert positive_rates(other["time"], other["step"], differences=True) is None
+    whole = frame.fill_null(big + 6)
+    rates = positive_rates(whole["time"], whole["step"], differences=True)
+    assert rates is not None
+    assert rates.tolist() == [3.0, 3.0, 3.0, 1.0]
+
+
+def test_polars_median_is_the_series_median():
+    rng = np.random.default_rng(4)
+    for n in [1, 2, 3, 4, 5, 10, 11, 1000, 1001]:
+        for _ in range(40):
+            values = np.abs(rng.standard_normal(n)) * 10.0 ** float(rng.integers(-6, 6))
+            if n > 3:
+                values[: n // 3] = values[n // 3]  # ties
+            want = pl.Series(values).median()
+            assert polars_median(values.copy()) == want
+    # the linear interpolation, not the mean of the two middle values: they differ in the last bit
+    lo, hi = 0.01, 2.45
+    assert 0.5 * (hi - lo) + lo != (lo + hi) / 2
+    assert polars_median(np.array([hi, lo])) == pl.Series([lo, hi]).median() == 0.5 * (hi - lo) + lo
+
+
+def _resolve_reference(
+    frame: pl.DataFrame, keep_all: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[pl.DataFrame, list[restarts.Restart]]:
+    with monkeypatch.context() as m:
+        m.setattr(restarts, "_strictly_rising", lambda column: None)  # the query decides
+        return resolve_restarts(frame, keep_all=keep_all)
+
+
+def test_restarts_found_by_pieces_are_the_query_s(monkeypatch: pytest.MonkeyPatch):
+    rng = random.Random(5)
+    for trial in range(300):
+        n = rng.choice([0, 1, 2, 5, 6, 11, 12, 30])
+        step = list(range(1, n + 1))
+        seq = list(range(n))
+        kind = trial % 6
+        if kind == 1 and n > 2:  # a resume: the steps go back once
+            cut = rng.randrange(1, n)
+            step = step[:cut] + [s - rng.randrange(0, cut) for s in step[cut:]]
+        elif kind == 2 and n > 1:  # a step logged twice
+            i = rng.randrange(1, n)
+            step[i] = step[i - 1]
+        elif kind == 3 and n > 1:  # out of file order
+            rng.shuffle(seq)
+        elif kind == 4 and n > 1:  # a repeated line number
+            i = rng.randrange(1, n)
+            seq[i] = seq[i - 1]
+        elif kind == 5:  # rising by more than one, in several chunks
+            step = sorted(rng.sample(range(10 * n + 1), n))
+        frame = pl.DataFrame(
+            {"source": [0] * n, "seq": seq, "step": step, "loss": [float(i) for i in range(n)]},
+            schema={"source": pl.Int32, "seq": pl.Int64, "step": pl.Int64, "loss": pl.Float64},
+        )
+        if trial % 3 == 0 and n:
+            frame = pl.concat([frame.slice(i, 4) for i in range(0, n, 4)], rechunk=False)
+        for keep_all in (False, True):
+            got, found = resolve_restarts(frame, keep_all=keep_all)
+            want, expected = _resolve_reference(frame, keep_all, monkeypatch)
+            assert got.equals(want), (trial, keep_all)
+            assert got.columns == want.columns
+            assert found == expected, (trial, keep_all)
+
+
+def test_strictly_rising_decides_only_what_it_reads_exactly():
+    assert restarts._strictly_rising(pl.Series([1, 2, None, 4])) is None  # nulls: the query
+    assert restarts._strictly_rising(pl.Series([1.0, 2.0])) is None  # floats: the query
+    assert restarts._strictly_rising(pl.Series([1, 2, 3, 4, 5, 6, 7, 8])) is True
+    assert restarts._strictly_rising(pl.Series([1, 2, 3, 4, 5, 5, 7, 8])) is False  # a tie
+    assert restarts._strictly_rising(pl.Series([1, 2, 3, 4, 5, 6, 7, 3])) is False  # the last pair
+    assert restarts._strictly_rising(pl.Series([], dtype=pl.Int64)) is True
+
+
+def test_window_keys_are_window_index_s():
+    rng = random.Random(8)
+    for trial in range(200):
+        n = rng.choice([0, 1, 5, 6, 7, 50])
+        start = rng.choice([0, 1, 13, -40])
+        size = rng.choice([1, 7, 50, 2500])
+        step = sorted(rng.randrange(max(start, 0), max(start, 0) + 9000) for _ in range(n))
+        if trial % 2:
+            rng.shuffle(step)
+        steps = pl.Series("step", step, dtype=pl.Int64)
+        if trial % 3 == 0 and n:
+            steps = pl.concat([steps.slice(i, 4) for i in range(0, n, 4)], rechunk=False)
+        keys = window_keys(steps, size, start)
+        assert keys is not None
+        assert keys.dtype == pl.Int32
+        want = pl.DataFrame({"step": steps}).select(window_index(start, size))["_window"]
+        assert keys.cast(pl.Int64).to_list() == want.to_list(), trial
+    # windows past 2^31 keep their keys in 64 bits
+    steps = pl.Series("step", [0, 2**40, 2**41 + 5], dtype=pl.Int64)
+    keys = window_keys(steps, 3, 0)
+    assert keys is not None
+    assert keys.dtype == pl.Int64
+    assert keys.to_list() == [0, 2**40 // 3, (2**41 + 5) // 3]
+    assert window_keys(pl.Series([1, None, 3], dtype=pl.Int64), 2, 0) is None
+    assert window_keys(pl.Series([1.0, 2.0]), 2, 0) is None
+
+
+def test_windows_on_keys_are_the_expression_query_s(monkeypatch: pytest.MonkeyPatch):
+    """The windows' query on the precomputed keys gives the frame the expression gave, bit for
+    bit, in step order (slices) and not (hashed), and where a window starts past 2^31."""
+    rng = random.Random(12)
+    for trial in range(60):
+        n = rng.choice([1, 6, 40, 300])
+        step = sorted(rng.sample(range(5 * n + 3), n))
+        if trial % 10 == 9:
+            step = [s + 2**33 for s in step]
+        if trial % 3 == 1:
+            rng.shuffle(step)
+        frame = pl.DataFrame(
+            {
+                "step": step,
+                "loss": [_value(rng, trial % 2 == 0) for _ in range(n)],
+                "acc": [rng.uniform(0, 1) for _ in range(n)],
+                "n_pred": [rng.choice([None, 3.0, 40.0]) for _ in range(n)],
+            },
+            schema={"step": pl.Int64, "loss": pl.Float64, "acc": pl.Float64, "n_pred": pl.Float64},
+        )
+        for size in (1, 7, 50):
+            start = min(step)
+            got = _aggregate(frame, size, start)
+            with monkeypatch.context() as m:
+                m.setattr(windows, "window_keys", lambda steps, size, start: None)
+                want = _aggregate(frame, size, start)
+            assert got.equals(want), (trial, size)
+            assert got.schema == want.schema

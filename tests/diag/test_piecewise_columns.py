@@ -16,7 +16,7 @@ import pytest
 from dflash_diag.analysis import restarts, verdict, windows
 from dflash_diag.analysis.restarts import resolve_restarts
 from dflash_diag.analysis.verdict import polars_median, positive_rates, seconds_per_step
-from dflash_diag.analysis.windows import _aggregate, window_index, window_keys
+from dflash_diag.analysis.windows import _aggregate, window_index, window_keys, window_pieces
 
 
 @pytest.fixture(autouse=True)
@@ -260,3 +260,87 @@ def test_windows_on_keys_are_the_expression_query_s(monkeypatch: pytest.MonkeyPa
                 want = _aggregate(frame, size, start)
             assert got.equals(want), (trial, size)
             assert got.schema == want.schema
+
+
+def test_window_pieces_cut_where_a_window_starts():
+    keys = pl.Series([0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 2, 3, 5, 5, 9])
+    assert window_pieces(keys, 100) == [(0, 15)]
+    assert window_pieces(keys, 4) == [(0, 3), (3, 5), (5, 12), (12, 15)]
+    assert window_pieces(keys, 1) == [(0, 3), (3, 5), (5, 11), (11, 12), (12, 14), (14, 15)]
+    assert window_pieces(pl.Series([7] * 10), 3) == [(0, 10)]  # one window longer than a piece
+    for rows in range(1, 17):
+        pieces = window_pieces(keys, rows)
+        assert [p[0] for p in pieces[1:]] == [p[1] for p in pieces[:-1]]
+        values = keys.to_list()
+        assert all(values[low] != values[low - 1] for low, _ in pieces[1:])  # whole windows
+
+
+def test_windows_in_pieces_are_the_whole_query_s(monkeypatch: pytest.MonkeyPatch):
+    """The windows of records in step order, aggregated on pieces of whole windows, are the
+    windows of one query on every record, bit for bit: every field, with NaN, Inf, nulls,
+    weights present, missing or partial, walks, windows of one record and windows longer than
+    a piece."""
+    rng = random.Random(31)
+    names = ["loss", "acc", "n_pred", "n_blocks", "tau_train", "lr", "tok_per_sec"]
+    names += ["walk_tokens", "walk_steps"]
+    for trial in range(40):
+        n = rng.choice([30, 400, 2000])
+        step = sorted(rng.sample(range(3 * n), n))
+        columns: dict[str, list] = {"step": step}
+        for name in names:
+            if rng.random() < 0.2:
+                continue  # absent
+            odd = [math.nan, math.inf] if rng.random() < 0.3 else []
+            gaps = [None] if rng.random() < 0.5 else []
+            columns[name] = [
+                rng.choice([*odd, *gaps, 1.0, rng.uniform(0, 9), rng.uniform(0, 1e-3)])
+                for _ in range(n)
+            ]
+        frame = pl.DataFrame(
+            columns, schema={k: pl.Int64 if k == "step" else pl.Float64 for k in columns}
+        )
+        if trial % 2:
+            frame = pl.concat([frame.slice(i, 37) for i in range(0, n, 37)], rechunk=False)
+        for size in (1, 5, 50, 10 * n):
+            with monkeypatch.context() as m:
+                m.setattr(windows, "_WINDOW_PIECE", 10**9)
+                whole = _aggregate(frame, size, 0)
+            for rows in (1, 7, 64, 333):
+                monkeypatch.setattr(windows, "_WINDOW_PIECE", rows)
+                got = _aggregate(frame, size, 0)
+                assert got.equals(whole), (trial, size, rows)
+                assert got.schema == whole.schema
+                assert got["_loss"].n_chunks() == 1
+
+
+def test_weights_beside_every_value_need_no_mask():
+    """A weight beside every value (a pipeline log's n_pred beside every acc): the columns are
+    aggregated as they are, and give what the masked query gives; a weight missing, zero or
+    negative anywhere, or beside no value, takes the masks."""
+    rng = random.Random(3)
+    for trial in range(80):
+        n = rng.choice([3, 40, 300])
+        step = sorted(rng.sample(range(4 * n), n))
+        present = [rng.random() < 0.8 for _ in range(n)]
+        acc = [rng.uniform(0, 1) if p else None for p in present]
+        n_pred = [float(rng.randrange(1, 400)) if p else None for p in present]
+        spoil = trial % 5
+        i = rng.randrange(n)
+        if spoil == 1:
+            n_pred[i] = 0.0
+        elif spoil == 2:
+            n_pred[i] = -3.0
+        elif spoil == 3:
+            n_pred[i] = None if acc[i] is not None else 5.0
+        elif spoil == 4:
+            acc[i] = None if n_pred[i] is not None else 0.5
+        frame = pl.DataFrame(
+            {"step": step, "acc": acc, "loss": acc, "n_pred": n_pred},
+            schema={"step": pl.Int64, "acc": pl.Float64, "loss": pl.Float64, "n_pred": pl.Float64},
+        )
+        clean = {"acc", "loss", "n_pred"}
+        assert windows._weight_everywhere(frame, "acc", "n_pred", clean) is (spoil == 0)
+        for size in (1, 7, 50):
+            assert _aggregate(frame, size, 0).equals(
+                _aggregate(frame, size, 0, elide_empty=False)
+            ), (trial, size)

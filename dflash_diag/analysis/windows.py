@@ -414,16 +414,15 @@ def _aggregate(
         return windows_of(frame.hstack([keys]).lazy(), pl.col("_window"))
     # In step order every window is a run of rows: the query runs on pieces of whole windows, and
     # each window's aggregates are those of the same rows in the same order. On the whole frame
-    # its masked columns and products (value * weight) are million-row columns held at once, which
-    # polars' allocator keeps after the query (+18 MiB of converge's peak at a million records).
-    keys = keys.set_sorted()
-    pieces = [
-        windows_of(
-            frame.slice(low, high - low).hstack([keys.slice(low, high - low)]).lazy(),
-            pl.col("_window"),
-        )
-        for low, high in window_pieces(keys, _WINDOW_PIECE)
-    ]
+    # its key, masked columns and products (value * weight) are million-row columns held at once,
+    # which polars' allocator keeps after the query (+18 MiB of converge's peak at a million
+    # records).
+    pieces = []
+    for low, high in window_pieces(steps, size, start, _WINDOW_PIECE):
+        piece = frame.slice(low, high - low)
+        piece_keys = window_keys(piece["step"], size, start)
+        assert piece_keys is not None  # the steps' type and nulls are the whole column's
+        pieces.append(windows_of(piece.hstack([piece_keys.set_sorted()]).lazy(), pl.col("_window")))
     return pieces[0] if len(pieces) == 1 else pl.concat(pieces, rechunk=True)
 
 
@@ -431,14 +430,17 @@ def _aggregate(
 _WINDOW_PIECE = 1 << 17
 
 
-def window_pieces(keys: pl.Series, rows: int) -> list[tuple[int, int]]:
-    """``(low, high)`` row ranges that cover sorted window ``keys`` in order, each about ``rows``
-    long and cut where a window starts (a window longer than ``rows`` is one piece)."""
-    height = len(keys)
+def window_pieces(steps: pl.Series, size: int, start: int, rows: int) -> list[tuple[int, int]]:
+    """``(low, high)`` row ranges that cover sorted ``steps`` in order, each about ``rows`` long
+    and cut where a window of ``size`` steps aligned to ``start`` starts (a window longer than
+    ``rows`` is one piece)."""
+    height = len(steps)
     if height <= rows:
         return [(0, height)]
-    values = keys.to_numpy()
-    cuts = np.searchsorted(values, values[rows::rows], side="left").tolist()
+    at = steps.gather(list(range(rows, height, rows))).to_list()
+    # the first step of the window of each of those rows: the piece starts at its first record
+    firsts = pl.Series([(step - start) // size * size + start for step in at], dtype=steps.dtype)
+    cuts = steps.search_sorted(firsts, side="left").to_list()
     bounds = sorted({0, *cuts, height})  # a window longer than a piece repeats a cut
     return list(itertools.pairwise(bounds))
 

@@ -263,16 +263,33 @@ def test_windows_on_keys_are_the_expression_query_s(monkeypatch: pytest.MonkeyPa
 
 
 def test_window_pieces_cut_where_a_window_starts():
-    keys = pl.Series([0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 2, 3, 5, 5, 9])
-    assert window_pieces(keys, 100) == [(0, 15)]
-    assert window_pieces(keys, 4) == [(0, 3), (3, 5), (5, 12), (12, 15)]
-    assert window_pieces(keys, 1) == [(0, 3), (3, 5), (5, 11), (11, 12), (12, 14), (14, 15)]
-    assert window_pieces(pl.Series([7] * 10), 3) == [(0, 10)]  # one window longer than a piece
-    for rows in range(1, 17):
-        pieces = window_pieces(keys, rows)
-        assert [p[0] for p in pieces[1:]] == [p[1] for p in pieces[:-1]]
-        values = keys.to_list()
-        assert all(values[low] != values[low - 1] for low, _ in pieces[1:])  # whole windows
+    keys = pl.Series([0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 2, 3, 5, 5, 9])  # one step a window
+    assert window_pieces(keys, 1, 0, 100) == [(0, 15)]
+    assert window_pieces(keys, 1, 0, 4) == [(0, 3), (3, 5), (5, 12), (12, 15)]
+    assert window_pieces(keys, 1, 0, 1) == [
+        (0, 3),
+        (3, 5),
+        (5, 11),
+        (11, 12),
+        (12, 14),
+        (14, 15),
+    ]
+    assert window_pieces(pl.Series([7] * 10), 1, 0, 3) == [(0, 10)]  # a window past a piece
+    # windows of 10 steps from step 3: [3, 12], [13, 22], ...
+    steps = pl.Series([3, 5, 12, 13, 14, 22, 23, 40, 41, 52])
+    assert window_pieces(steps, 10, 3, 2) == [(0, 3), (3, 6), (6, 7), (7, 10)]
+    rng = random.Random(2)
+    for trial in range(100):
+        n = rng.randrange(1, 60)
+        size, start = rng.choice([1, 3, 10]), rng.choice([0, 2, -7])
+        steps = pl.Series(sorted(rng.randrange(max(start, 0), 200) for _ in range(n)))
+        keys = [(s - start) // size for s in steps.to_list()]
+        for rows in (1, 2, 5, 17, 100):
+            pieces = window_pieces(steps, size, start, rows)
+            assert pieces[0][0] == 0
+            assert pieces[-1][1] == n
+            assert [p[0] for p in pieces[1:]] == [p[1] for p in pieces[:-1]], trial
+            assert all(keys[low] != keys[low - 1] for low, _ in pieces[1:]), trial  # whole windows
 
 
 def test_windows_in_pieces_are_the_whole_query_s(monkeypatch: pytest.MonkeyPatch):
@@ -344,3 +361,39 @@ def test_weights_beside_every_value_need_no_mask():
             assert _aggregate(frame, size, 0).equals(
                 _aggregate(frame, size, 0, elide_empty=False)
             ), (trial, size)
+
+
+def test_a_contiguous_selection_is_a_slice(monkeypatch: pytest.MonkeyPatch):
+    """The pipeline phase after a lock-step one (and a step range of a sorted frame) is one block
+    of rows: taken as a slice from its first row, never through a filter (a copy of every
+    column)."""
+    from dflash_diag.analysis import phase
+
+    frame = pl.DataFrame(
+        {
+            "step": list(range(1, 11)),
+            "tok_per_sec": [None, None, None, 5.0, 5.0, 5.0, 5.0, 5.0, None, None],
+            "script": [None] * 10,
+        },
+        schema={"step": pl.Int64, "tok_per_sec": pl.Float64, "script": pl.String},
+    )
+
+    def no_filter(self: pl.DataFrame, *args: object, **kwargs: object) -> pl.DataFrame:
+        raise AssertionError("a contiguous selection was filtered")
+
+    monkeypatch.setattr(pl.DataFrame, "filter", no_filter)
+    selected, selection = phase.select_phase(frame, "auto", from_step=5)
+    assert selected["step"].to_list() == [5, 6, 7, 8]
+    assert selection.selected == 4
+
+
+def test_the_governing_header_is_the_last_record_s():
+    from dflash_diag import load_log
+    from dflash_diag.analysis.diagnosis import governing_header
+
+    log = load_log("sample_logs/train.jsonl")
+    assert len(log.run_starts) == 3  # the lock-step script, the pipeline, its resume
+    first = log.metrics.head(3)
+    assert governing_header(log, log.metrics) is log.run_starts[2]  # the resumed pipeline's
+    assert governing_header(log, first) is log.run_starts[0]  # the lock-step script's
+    assert governing_header(log, log.metrics.clear()) is None

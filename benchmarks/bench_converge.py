@@ -20,6 +20,9 @@ JSONL's). For every shape, each reader runs in a fresh process, so that its peak
 * ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
                 reading the values costs at the least (its RSS/file is the floor: Python and
                 polars, about 50 MiB, plus the file's pages polars maps);
+* ``floor``     the same scan after importing numpy, typer and rich, the rest of the stack
+                converge is built on: ``floor x scan`` above 1.25 says no converge on this stack
+                can meet the target at that size, ``conv x floor`` what the package adds;
 * ``converge``  the CLI, ``dflash-diag converge LOG --format json`` (read + analysis + render);
 * ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows;
 * ``first`` / ``rerun``  converge through the parsed-log cache (JSONL shapes): a first run on a
@@ -76,6 +79,11 @@ POLARS_SCAN = textwrap.dedent("""
              .agg(col(spec["value"]).mean(), pl.len()).collect())
     print(frame.height, file=sys.stderr)
 """)
+
+# The floor: the bare scan after importing the third-party stack converge cannot do without
+# (numpy for the forecast's fits, typer for the command line, rich for the terminal), so that
+# what the package itself adds shows apart from what its dependencies cost.
+FLOOR = "import numpy, typer, rich\n" + POLARS_SCAN
 
 LOAD_LOG = textwrap.dedent("""
     import sys
@@ -315,6 +323,7 @@ def main() -> None:
                 cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
                 grow[name] = (data[:cut], data[cut:])
         readers = ["scan", "converge", "load_log", "scan0", "converge0", "load_log0"]
+        readers += ["floor", "floor0"]
         readers += ["first", "rerun"] + (["converge@REV", "load_log@REV"] if against else [])
         runs = {n: {r: [] for r in readers} for n in names}
         loads = []
@@ -336,12 +345,14 @@ def main() -> None:
                 scan_log = str(paths[shape.scan_of or name])
                 this = runs[name]
                 this["scan"].append(run(POLARS_SCAN, [scan_log, spec], env=env))
+                this["floor"].append(run(FLOOR, [scan_log, spec], env=env))
                 this["converge"].append(run(CONVERGE, [log, "-", *_converge_flags(ROOT)], env=env))
                 this["load_log"].append(run(LOAD_LOG, [log], env=env))
                 small = str(tiny[name])
                 this["scan0"].append(
                     run(POLARS_SCAN, [str(tiny[shape.scan_of or name]), spec], env=env)
                 )
+                this["floor0"].append(run(FLOOR, [str(tiny[shape.scan_of or name]), spec], env=env))
                 this["converge0"].append(
                     run(CONVERGE, [small, "-", *_converge_flags(ROOT)], env=env)
                 )
@@ -418,6 +429,18 @@ def main() -> None:
                 f"{name:<14}{med['scan0']:8.2f}{med['converge0']:8.2f}{med['load_log0']:8.2f}"
                 f"{_ratio(med['converge'] - med['converge0'], added):>12}"
                 f"{_ratio(med['load_log'] - med['load_log0'], added):>12}"
+            )
+        print(
+            "\nthe floor: the bare scan after importing numpy, typer and rich (what converge "
+            "needs besides polars);\nwhere 'floor x scan' is above 1.25, no converge built on "
+            "this stack meets the target"
+        )
+        print(f"{'shape':<14}{'floor0 s':>9}{'floor s':>8}{'floor x scan':>13}{'conv x floor':>13}")
+        for name in names:
+            med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
+            print(
+                f"{name:<14}{med['floor0']:9.2f}{med['floor']:8.2f}"
+                f"{med['floor'] / med['scan']:13.2f}{med['converge'] / med['floor']:13.2f}"
             )
 
 

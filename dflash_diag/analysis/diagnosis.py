@@ -180,7 +180,9 @@ def governing_header(log: ParsedLog, frame: pl.DataFrame) -> LogEvent | None:
     """The ``run_start`` header of the last record of ``frame``, if any."""
     if frame.height == 0 or "run" not in frame.columns:
         return None
-    run = frame["run"][-1]
+    # a query, not `frame["run"][-1]`: that materialises a reader's constant column (4 MB a
+    # million rows), which the frame then keeps
+    run = frame.select(pl.col("run").last()).item()
     headers = log.run_starts
     if run is None or run < 0 or run >= len(headers):
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import cast
 
 import polars as pl
 
@@ -64,7 +65,8 @@ def _take(frame: pl.DataFrame, condition: pl.Expr) -> pl.DataFrame:
     kept = int(mask.sum())
     if kept == 0:
         return frame.clear()
-    first = int(mask.arg_true()[0])
+    # the first kept row (arg_true would list all of them: a million-row index column)
+    first = int(cast(int, mask.arg_max()))
     if bool(mask.slice(first, kept).all()):
         return frame.slice(first, kept)
     return frame.filter(mask)

@@ -8,6 +8,7 @@ the means and counted per window.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -107,6 +108,28 @@ def window_index(start: int, size: int) -> pl.Expr:
     return ((pl.col("step") - start) // size).alias("_window")
 
 
+#: Steps per piece of :func:`window_keys`.
+_KEY_PIECE = 1 << 16
+
+
+def window_keys(steps: pl.Series, size: int, start: int) -> pl.Series | None:
+    """:func:`window_index` of ``steps`` (all at or after ``start``, no null) as a ``_window``
+    column, Int32 where every key fits: computed a piece at a time into one array that polars
+    takes without a copy. The expression's ``step - start`` and its quotient are two million-row
+    Int64 columns, which polars' allocator keeps after the query (+15 MiB of converge's peak at a
+    million records); this is one of 4 MB. None for steps that are not Int64 (the expression
+    then)."""
+    if steps.dtype != pl.Int64 or steps.null_count():
+        return None
+    high = steps.max()
+    top = (cast(int, high) - start) // size if high is not None else 0
+    keys = np.empty(len(steps), dtype=np.int32 if top < 2**31 else np.int64)
+    for low in range(0, len(steps), _KEY_PIECE):
+        piece = steps.slice(low, _KEY_PIECE).to_numpy()  # a view where the piece is in one chunk
+        np.floor_divide(piece - start, size, out=keys[low : low + len(piece)], casting="unsafe")
+    return pl.Series("_window", keys)
+
+
 def _masked(value: str, mask: pl.Expr) -> pl.Expr:
     """``value`` where ``mask`` holds, else null: the group-by then runs plain (fast) aggregations
     instead of a filter per group."""
@@ -147,9 +170,33 @@ def _finite_values(value: str, clean: set[str]) -> pl.Expr:
     return pl.col(value) if value in clean else _masked(value, _finite(value))
 
 
-def _masked_columns(value: str, weight: str, weights: bool, clean: set[str]) -> list[pl.Expr]:
+def _weight_everywhere(frame: pl.DataFrame, value: str, weight: str, clean: set[str]) -> bool:
+    """Whether the rows with a positive weight are exactly the rows with a value, and the rows
+    with a weight (both columns without NaN or Inf): then the masked value and weight are the
+    columns as they are (a pipeline log's ``n_pred`` beside every ``acc``), and the query needs
+    no masked copy of either (two million-row columns of its peak memory each)."""
+    if value not in clean or weight not in clean:
+        return False
+    counts = frame.select(
+        _positive_weight(value, weight).sum().alias("both"),
+        pl.col(value).count().alias("value"),
+        pl.col(weight).count().alias("weight"),
+    ).row(0)
+    # the rows with a positive weight are among those with a value and those with a weight
+    return counts[0] == counts[1] == counts[2]
+
+
+def _masked_columns(
+    value: str, weight: str, weights: bool, clean: set[str], everywhere: bool = False
+) -> list[pl.Expr]:
     if not weights:
         return [_finite_values(value, clean).alias(f"_{value}_ok")]
+    if everywhere:  # _weight_everywhere: the masks keep every value and weight
+        return [
+            pl.col(value).alias(f"_{value}_ok"),
+            pl.col(value).alias(f"_{value}_w"),
+            pl.col(weight).alias(f"_{value}_wt"),
+        ]
     has_weight = _positive_weight(value, weight)
     return [
         _finite_values(value, clean).alias(f"_{value}_ok"),
@@ -263,7 +310,8 @@ def _aggregate(
             picked[value] = (_NULL, pl.lit(False), _NULL if with_se else None)
             continue
         weights = weight in has
-        masked += _masked_columns(value, weight, weights, clean)
+        everywhere = weights and elide_empty and _weight_everywhere(frame, value, weight, clean)
+        masked += _masked_columns(value, weight, weights, clean, everywhere)
         parts += _weighted_mean_parts(value, with_sd=with_se, weights=weights)
         picked[value] = _picked_mean(value, with_se=with_se, weights=weights)
     means = {}
@@ -308,51 +356,93 @@ def _aggregate(
     tau, _, _ = picked["tau_train"]
     assert acc_se is not None
     assert loss_se is not None
-    index = window_index(start, size)
-    if frame["step"].is_sorted():
-        # Records in step order (resolve_restarts' output): each window is one run of rows, and
-        # a group-by on a key flagged sorted takes slices instead of hashing a million keys
-        # (about half the query's time). The sums then run in row order.
-        index = index.set_sorted()
     steps = frame["step"]
-    lazy = frame.lazy()
+    # Records in step order (resolve_restarts' output): each window is one run of rows, and a
+    # group-by on a key flagged sorted takes slices instead of hashing a million keys (about
+    # half the query's time). The sums then run in row order.
+    in_order = steps.is_sorted()
     low = steps.min()
-    if steps.null_count() or (low is not None and cast(int, low) < start):
-        # a filter copies every column it keeps: only where it drops a record
-        lazy = lazy.filter(pl.col("step") >= start)
-    return (
-        lazy.select(index, pl.col("step"), *counts, *masked)
-        .group_by("_window")
-        .agg(
-            pl.len().alias("_n"),
-            pl.col("step").min().alias("_first"),
-            pl.col("step").max().alias("_last"),
-            *nonfinite_sum,
-            *parts,
+    keys = None
+    if not steps.null_count() and (low is None or cast(int, low) >= start):
+        keys = window_keys(steps, size, start)
+
+    def windows_of(lazy: pl.LazyFrame, index: pl.Expr) -> pl.DataFrame:
+        return (
+            lazy.select(index, pl.col("step"), *counts, *masked)
+            .group_by("_window")
+            .agg(
+                pl.len().alias("_n"),
+                pl.col("step").min().alias("_first"),
+                pl.col("step").max().alias("_last"),
+                *nonfinite_sum,
+                *parts,
+            )
+            .sort("_window")
+            .select(
+                pl.col("_window").cast(pl.Int64),
+                # cast first: the key may be Int32, and a window's start past 2^31 not
+                (pl.col("_window").cast(pl.Int64) * size + start).alias("_start"),
+                pl.col("_n").cast(pl.Int64),
+                pl.col("_first").cast(pl.Int64),
+                pl.col("_last").cast(pl.Int64),
+                loss.alias("_loss"),
+                acc.alias("_acc"),
+                # The flag follows accuracy; a log without accuracy reports the loss's weighting.
+                (acc_weighted | (acc.is_null() & loss_weighted)).alias("_weighted"),
+                acc_se.alias("_acc_se"),
+                loss_se.alias("_loss_se"),
+                nonfinite_out.cast(pl.Int64),
+                tau.alias("_tau"),
+                means["lr"].alias("_lr_mean"),
+                means["tok_per_sec"].alias("_tok_per_sec_mean"),
+                *walk,
+            )
+            # The in-memory engine's group-by sums like the eager API always did; the streaming
+            # engine accumulates in another order, and the means would move in their last bits.
+            .collect(engine="in-memory")
         )
-        .sort("_window")
-        .select(
-            pl.col("_window").cast(pl.Int64),
-            (pl.col("_window") * size + start).cast(pl.Int64).alias("_start"),
-            pl.col("_n").cast(pl.Int64),
-            pl.col("_first").cast(pl.Int64),
-            pl.col("_last").cast(pl.Int64),
-            loss.alias("_loss"),
-            acc.alias("_acc"),
-            # The flag follows accuracy; a log without accuracy reports the loss's weighting.
-            (acc_weighted | (acc.is_null() & loss_weighted)).alias("_weighted"),
-            acc_se.alias("_acc_se"),
-            loss_se.alias("_loss_se"),
-            nonfinite_out.cast(pl.Int64),
-            tau.alias("_tau"),
-            means["lr"].alias("_lr_mean"),
-            means["tok_per_sec"].alias("_tok_per_sec_mean"),
-            *walk,
-        )
-        # The in-memory engine's group-by sums like the eager API always did; the streaming
-        # engine accumulates in another order, and the means would move in their last bits.
-        .collect(engine="in-memory")
-    )
+
+    if keys is None:
+        index = window_index(start, size)
+        index = index.set_sorted() if in_order else index
+        lazy = frame.lazy()
+        if steps.null_count() or (low is not None and cast(int, low) < start):
+            # a filter copies every column it keeps: only where it drops a record
+            lazy = lazy.filter(pl.col("step") >= start)
+        return windows_of(lazy, index)
+    if not in_order:
+        return windows_of(frame.hstack([keys]).lazy(), pl.col("_window"))
+    # In step order every window is a run of rows: the query runs on pieces of whole windows, and
+    # each window's aggregates are those of the same rows in the same order. On the whole frame
+    # its key, masked columns and products (value * weight) are million-row columns held at once,
+    # which polars' allocator keeps after the query (+18 MiB of converge's peak at a million
+    # records).
+    pieces = []
+    for low, high in window_pieces(steps, size, start, _WINDOW_PIECE):
+        piece = frame.slice(low, high - low)
+        piece_keys = window_keys(piece["step"], size, start)
+        assert piece_keys is not None  # the steps' type and nulls are the whole column's
+        pieces.append(windows_of(piece.hstack([piece_keys.set_sorted()]).lazy(), pl.col("_window")))
+    return pieces[0] if len(pieces) == 1 else pl.concat(pieces, rechunk=True)
+
+
+#: Rows per piece of the windows' query on records in step order (:func:`window_pieces`).
+_WINDOW_PIECE = 1 << 17
+
+
+def window_pieces(steps: pl.Series, size: int, start: int, rows: int) -> list[tuple[int, int]]:
+    """``(low, high)`` row ranges that cover sorted ``steps`` in order, each about ``rows`` long
+    and cut where a window of ``size`` steps aligned to ``start`` starts (a window longer than
+    ``rows`` is one piece)."""
+    height = len(steps)
+    if height <= rows:
+        return [(0, height)]
+    at = steps.gather(list(range(rows, height, rows))).to_list()
+    # the first step of the window of each of those rows: the piece starts at its first record
+    firsts = pl.Series([(step - start) // size * size + start for step in at], dtype=steps.dtype)
+    cuts = steps.search_sorted(firsts, side="left").to_list()
+    bounds = sorted({0, *cuts, height})  # a window longer than a piece repeats a cut
+    return list(itertools.pairwise(bounds))
 
 
 #: Records a window should hold (``--window auto``): enough for a mean and a standard error.

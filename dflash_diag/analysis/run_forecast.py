@@ -357,8 +357,8 @@ def forecast_of(
     lr_steps, lrs = _window_lrs(table)
     plan = plan_of(
         sched,
-        steps=lr_steps.tolist(),
-        lrs=lrs.tolist(),
+        steps=lr_steps,
+        lrs=lrs,
         end_step=config.end_step,
         schedule=config.schedule,
         peak_lr=peak_lr,

@@ -1,9 +1,10 @@
-"""The forecast's array paths on long logs give the bits of the per-point Python they replace.
+"""The forecast's paths for long logs give the bits of the code they replace.
 
 ``plan.matched_kind`` compares the lr shapes with numpy elementwise operations and Python's own
-``sum``/``max`` over them; these tests keep the per-point Python it replaced as the reference and
-compare on seeded random schedules (warmups, decays past the end, NaN, None and negative lrs,
-integer steps, ties at the peak).
+``sum``/``max`` over them; ``forecast.binned`` bins a piece of records at a time; the lr
+timeline hands ``np.interp`` only the points it reads. Each test keeps the code replaced as the
+reference and compares on seeded random inputs (warmups, decays past the end, NaN, None and
+negative lrs, integer and float steps, repeated and shuffled steps, read-only columns).
 """
 
 from __future__ import annotations
@@ -14,7 +15,23 @@ import random
 import numpy as np
 import pytest
 
-from dflash_diag.analysis.plan import KINDS, _SHAPE_TOLERANCE, matched_kind, plan_of, schedule_lr
+from dflash_diag.analysis.forecast import (
+    MAX_BINS,
+    Series,
+    Timeline,
+    _finite_lr_pairs,
+    _interp,
+    binned,
+    steps_array,
+)
+from dflash_diag.analysis.plan import (
+    _SHAPE_TOLERANCE,
+    KINDS,
+    RunPlan,
+    matched_kind,
+    plan_of,
+    schedule_lr,
+)
 from dflash_diag.analysis.schedule import ScheduleHeader
 
 
@@ -97,7 +114,8 @@ def test_matched_kind_gives_the_per_point_bits(seed):
         steps, lrs, end = _schedule(rng)
         want = reference_matched_kind(steps, lrs, end=end)
         got = matched_kind(steps, lrs, end=end)
-        assert got == want and [type(x) for x in got] == [type(x) for x in want], (seed, end)
+        assert got == want, (seed, end)
+        assert [type(x) for x in got] == [type(x) for x in want]
         # the diagnosis passes arrays (its windows' columns): the same answer
         arrays = matched_kind(np.asarray(steps, float), np.asarray(lrs, float), end=end)
         assert arrays == want
@@ -108,9 +126,12 @@ def test_matched_kind_reads_the_shapes():
     for kind in ("linear", "cosine"):
         lrs = [schedule_lr(s, kind=kind, peak=3e-4, floor=0.0, warmup=0, end=4000) for s in steps]
         assert matched_kind(steps, lrs, end=4000)[0] == kind
-    warm = [schedule_lr(s, kind="cosine", peak=1e-3, floor=0.0, warmup=400, end=4000) for s in steps]
+    warm = [
+        schedule_lr(s, kind="cosine", peak=1e-3, floor=0.0, warmup=400, end=4000) for s in steps
+    ]
     kind, peak, warmup = matched_kind(steps, warm, end=4000)
-    assert (kind, warmup) == ("cosine", 410) and peak == pytest.approx(1e-3, rel=1e-2)
+    assert (kind, warmup) == ("cosine", 410)
+    assert peak == pytest.approx(1e-3, rel=1e-2)
     assert matched_kind(steps, [2e-4] * len(steps), end=4000)[0] == "constant"
 
 
@@ -128,4 +149,111 @@ def test_plan_of_takes_arrays_as_lists():
                 schedule=schedule,
                 end_step=end,
             )
-            assert got == want and type(got.peak_lr) is type(want.peak_lr)
+            assert got == want
+            assert type(got.peak_lr) is type(want.peak_lr)
+
+
+def reference_binned(steps, values, *, basis, max_bins=MAX_BINS):
+    """``binned`` before the pieces: one float copy, one index, one bincount per sum."""
+    all_x = np.asarray(steps, dtype=float)
+    all_y = np.asarray(values, dtype=float)
+    finite = np.isfinite(all_y)
+    xs, ys = (all_x, all_y) if finite.all() else (all_x[finite], all_y[finite])
+    if not xs.size:
+        return Series((), (), (), basis)
+    lo, hi = float(xs.min()), float(xs.max())
+    bins = min(max_bins, xs.size)
+    if hi <= lo or bins <= 1:
+        return Series((float(xs.mean()),), (float(ys.mean()),), (xs.size,), basis)
+    index = ((xs - lo) / (hi - lo) * bins).astype(int)
+    np.minimum(index, bins - 1, out=index)
+    counts = np.bincount(index, minlength=bins)
+    keep = counts > 0
+    mean_x = np.bincount(index, weights=xs, minlength=bins)[keep] / counts[keep]
+    mean_y = np.bincount(index, weights=ys, minlength=bins)[keep] / counts[keep]
+    return Series(
+        tuple(mean_x.tolist()), tuple(mean_y.tolist()), tuple(int(c) for c in counts[keep]), basis
+    )
+
+
+def _records(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded steps (in order, repeated, shuffled, integer or float) and noisy values with
+    NaN/Inf, read-only as polars' columns are."""
+    rng = np.random.default_rng(seed)
+    kind = seed % 4
+    if kind == 0:
+        steps = np.arange(n, dtype=np.int64) * int(rng.integers(1, 9)) + int(rng.integers(0, 50))
+    elif kind == 1:
+        steps = np.sort(rng.integers(0, n // 3 + 2, n))  # repeated steps
+    elif kind == 2:
+        steps = rng.permutation(n).astype(np.int64)  # out of order
+    else:
+        steps = np.cumsum(rng.uniform(0.1, 3.0, n))  # float steps
+    values = 2.0 + np.sin(np.arange(n) / 997.0) + rng.normal(0, 0.3, n)
+    bad = rng.random(n)
+    values[bad < 0.01] = np.nan
+    values[(bad > 0.01) & (bad < 0.012)] = np.inf
+    if seed % 3 == 0:
+        values[: n // 2] = np.nan  # a column that starts late
+    steps.setflags(write=False)
+    values.setflags(write=False)
+    return steps, values
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_binned_in_pieces_gives_the_bits_of_one_pass(seed):
+    # a few hundred thousand records: bins cross the pieces' edges (65,536 records)
+    for n in (1, 2, 3, 77, 70_000, 300_001):
+        steps, values = _records(seed, n)
+        for max_bins in (MAX_BINS, 7, 1):
+            want = reference_binned(steps, values, basis="b", max_bins=max_bins)
+            assert binned(steps, values, basis="b", max_bins=max_bins) == want, (n, max_bins)
+            # a list of Python numbers (and None) reads as the same records
+            if n <= 77:
+                listed = [None if math.isnan(v) else v for v in values.tolist()]
+                assert binned(steps.tolist(), listed, basis="b", max_bins=max_bins) == want
+
+
+def test_binned_of_one_step_and_of_nothing():
+    steps = np.full(100_000, 7, dtype=np.int64)
+    values = np.linspace(0.0, 1.0, 100_000)
+    assert binned(steps, values, basis="b") == reference_binned(steps, values, basis="b")
+    nothing = np.full(10, np.nan)
+    assert binned(np.arange(10), nothing, basis="b") == Series((), (), (), "b")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_lr_timeline_reads_the_points_np_interp_reads(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([5, 9000, 250_000]))
+    if seed % 2:
+        steps = np.cumsum(rng.integers(1, 5, n)).astype(np.int64)
+    else:
+        steps = np.cumsum(rng.uniform(0.5, 2.0, n))
+    lrs = np.abs(rng.normal(3e-4, 1e-4, n))
+    lrs[rng.random(n) < 0.01] = np.nan
+    lrs[: n // 10] = np.linspace(0.0, 3e-4, n // 10)  # a warmup from 0
+    steps.setflags(write=False)
+    lrs.setflags(write=False)
+    end = float(steps[-1]) * float(rng.choice([0.5, 1.0, 1.7]))
+    plan = RunPlan(end_step=int(end) + 1, end_source="header")
+    timeline = Timeline(plan, steps, lrs, end)
+    keep = np.isfinite(lrs)
+    want = Timeline(plan, steps[keep].astype(float).copy(), lrs[keep].copy(), end)
+    assert timeline.note == want.note
+    for name in ("grid", "s1", "s2"):
+        assert getattr(timeline, name).tobytes() == getattr(want, name).tobytes(), name
+    grid = np.linspace(0.0, end, 4096)
+    xs, ys = _finite_lr_pairs(steps, lrs)
+    direct = np.interp(grid, xs.astype(float), ys.copy())
+    assert _interp(grid, xs, ys, rising=True).tobytes() == direct.tobytes()
+
+
+def test_steps_array_keeps_exact_integers_only():
+    ints = np.arange(5, dtype=np.int64)
+    assert steps_array(ints) is ints
+    big = np.array([0, 2**53 + 1], dtype=np.int64)
+    assert steps_array(big).dtype == np.float64
+    assert steps_array([1, None, 3]).dtype == np.float64
+    floats = np.arange(3.0)
+    assert steps_array(floats) is floats

@@ -214,8 +214,12 @@ def _interp(grid: np.ndarray, xs: np.ndarray, ys: np.ndarray, *, rising: bool) -
         below = np.searchsorted(xs, np.floor(grid).astype(np.int64), side="right") - 1
     else:
         below = np.searchsorted(xs, grid, side="right") - 1
-    near = np.unique(np.concatenate(([0, n - 1], below, below + 1)))
-    near = near[(near >= 0) & (near < n)]
+    near = np.concatenate(([0, n - 1], below, below + 1))
+    near.sort()
+    # distinct indexes in [0, n) (what np.unique gives; its first call imports numpy.ma)
+    distinct = np.ones(len(near), dtype=bool)
+    distinct[1:] = near[1:] != near[:-1]
+    near = near[distinct & (near >= 0) & (near < n)]
     return np.interp(grid, xs[near].astype(float), ys[near])
 
 

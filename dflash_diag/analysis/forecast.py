@@ -135,12 +135,41 @@ class MetricForecast:
         return self.value is not None
 
 
+#: Records per piece of :func:`binned` and of the lr timeline's passes (half a MiB of floats).
+_BIN_PIECE = 1 << 16
+#: Integers up to this magnitude are floats exactly: a step column of them is read as it is and
+#: converted a piece at a time, with the same values (and order) as a float64 copy of it.
+_EXACT_INT = 2**53
+
+
+def steps_array(steps: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``steps`` as a numpy array whose values are those of its float64 conversion: an integer
+    array as it is (no 8 MB float copy of a million steps) when every value is a float exactly,
+    else the float64 array (None: NaN)."""
+    xs = np.asarray(steps)
+    if xs.dtype.kind in "iu" and xs.size:
+        if int(xs.max()) < _EXACT_INT and int(xs.min()) > -_EXACT_INT:
+            return xs
+    elif xs.dtype == np.float64:
+        return xs
+    return np.asarray(steps, dtype=float)
+
+
 def _finite_lr_pairs(
     lr_steps: Sequence[float] | np.ndarray, lrs: Sequence[float | None] | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``(step, lr)`` pairs with a finite lr >= 0, sorted by step then lr (as sorting the
-    pairs would: the order of equal steps decides what ``np.interp`` reads there)."""
-    xs = np.asarray(lr_steps, dtype=float)
+    pairs would: the order of equal steps decides what ``np.interp`` reads there). The steps
+    are :func:`steps_array`'s: integers where they were (the same values as floats)."""
+    xs, ys, _ = _sorted_lr_pairs(lr_steps, lrs)
+    return xs, ys
+
+
+def _sorted_lr_pairs(
+    lr_steps: Sequence[float] | np.ndarray, lrs: Sequence[float | None] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`_finite_lr_pairs`, and whether its steps rise strictly."""
+    xs = steps_array(lr_steps)
     ys = np.asarray(lrs, dtype=float)  # a None reads as NaN, and is left out below
     if len(xs) != len(ys):
         raise ValueError(f"{len(xs)} lr steps but {len(ys)} lrs")
@@ -148,11 +177,50 @@ def _finite_lr_pairs(
     if not keep.all():  # a copy only where some lr is left out (a million records: 16 MB)
         xs, ys = xs[keep], ys[keep]
     del keep
-    if xs.size < 2 or bool((xs[1:] > xs[:-1]).all()):
+    if _rising(xs):
         # distinct steps in order (a log's records): the sort would keep every pair in place
-        return xs, ys
-    order = np.lexsort((ys, xs))
-    return xs[order], ys[order]
+        return xs, ys, True
+    order = np.lexsort((ys, xs))  # exact integers sort as their floats do
+    return xs[order].astype(float), ys[order], False
+
+
+def _rising(xs: np.ndarray) -> bool:
+    """Whether ``xs`` rises strictly (a piece at a time: no million-row temporary)."""
+    for low in range(0, xs.size - 1, _BIN_PIECE):
+        piece = xs[low : low + _BIN_PIECE + 1]
+        if not bool((piece[1:] > piece[:-1]).all()):
+            return False
+    return True
+
+
+def _interp(grid: np.ndarray, xs: np.ndarray, ys: np.ndarray, *, rising: bool) -> np.ndarray:
+    """``np.interp(grid, xs, ys)`` (``xs`` as floats) for :func:`_finite_lr_pairs`' pairs
+    (``rising``: its steps rise strictly).
+
+    ``np.interp`` copies an array it may not write to (polars' columns are read-only views): a
+    million lrs is an 8 MB copy. Each grid value reads only the two points around it (the last
+    ``xs`` at or below it and the next one: unique where ``xs`` rises strictly), so where they
+    do, ``np.interp`` is given those points and the first and last ones (its ``left`` and
+    ``right``): the same points, the same slopes, the same bits.
+    """
+    n = len(xs)
+    if n <= 2 * len(grid) + 2 or not rising:
+        return np.interp(grid, xs.astype(float, copy=False), ys)
+    if xs.dtype.kind in "iu":
+        # float(x) <= g exactly when x <= floor(g), for integers that are floats exactly
+        top = float(grid[-1])
+        if not top < _EXACT_INT:
+            return np.interp(grid, xs.astype(float), ys)
+        below = np.searchsorted(xs, np.floor(grid).astype(np.int64), side="right") - 1
+    else:
+        below = np.searchsorted(xs, grid, side="right") - 1
+    near = np.concatenate(([0, n - 1], below, below + 1))
+    near.sort()
+    # distinct indexes in [0, n) (what np.unique gives; its first call imports numpy.ma)
+    distinct = np.ones(len(near), dtype=bool)
+    distinct[1:] = near[1:] != near[:-1]
+    near = near[distinct & (near >= 0) & (near < n)]
+    return np.interp(grid, xs[near].astype(float), ys[near])
 
 
 class Timeline:
@@ -170,7 +238,7 @@ class Timeline:
         lrs: Sequence[float | None] | np.ndarray,
         end: float,
     ) -> None:
-        xs, ys = _finite_lr_pairs(lr_steps, lrs)
+        xs, ys, rising = _sorted_lr_pairs(lr_steps, lrs)
         n = 4096
         self.grid = np.linspace(0.0, max(end, 1.0), n)
         self.note = ""
@@ -180,8 +248,8 @@ class Timeline:
             self.s2 = np.zeros(n)
             return
         if len(xs):
-            lr = np.interp(self.grid, xs, ys)
-            after = self.grid > xs[-1]
+            lr = _interp(self.grid, xs, ys, rising=rising)
+            after = self.grid > float(xs[-1])
             if after.any():
                 if plan.knows_lr:
                     lr[after] = [plan.lr_at(s) for s in self.grid[after]]
@@ -224,10 +292,6 @@ class Timeline:
         return max(0.0, math.log(max(b, a) / a))
 
 
-#: Records per piece of :func:`binned`'s bin index (half a MiB of floats).
-_BIN_PIECE = 1 << 16
-
-
 def binned(
     steps: Sequence[float] | np.ndarray,
     values: Sequence[float | None] | np.ndarray,
@@ -236,36 +300,69 @@ def binned(
     max_bins: int = MAX_BINS,
 ) -> Series:
     """Finite ``values`` averaged into at most ``max_bins`` bins of equal step width."""
-    # arrays, not a Python float per record (10M records: 1.5 GB and seconds)
-    all_x = np.asarray(steps, dtype=float)
+    # arrays, not a Python float per record (10M records: 1.5 GB and seconds); read a piece at
+    # a time: no float copy of integer steps, no million-row bin index, no copy of a read-only
+    # column (np.bincount copies weights it may not write to)
+    all_x = steps_array(steps)
     all_y = np.asarray(values, dtype=float)  # None (a list's null) is NaN: left out with it
-    finite = np.isfinite(all_y)
-    # a copy of the finite records only where some are not (10M records: 80 MB a column)
-    xs, ys = (all_x, all_y) if finite.all() else (all_x[finite], all_y[finite])
-    del all_x, all_y, finite
-    if not xs.size:
+    if len(all_x) != len(all_y):
+        raise ValueError(f"{len(all_x)} steps but {len(all_y)} values")
+    size, lo_x, hi_x = 0, None, None
+    for low in range(0, all_y.size, _BIN_PIECE):
+        xs, _ = _finite_piece(all_x, all_y, low)
+        if xs.size:
+            size += xs.size
+            # np.minimum/np.maximum: a NaN step wins, as in min() of the whole column
+            piece_lo, piece_hi = xs.min(), xs.max()
+            lo_x = piece_lo if lo_x is None else np.minimum(lo_x, piece_lo)
+            hi_x = piece_hi if hi_x is None else np.maximum(hi_x, piece_hi)
+    if not size or lo_x is None or hi_x is None:
         return Series((), (), (), basis)
-    lo, hi = float(xs.min()), float(xs.max())
-    bins = min(max_bins, xs.size)
+    lo, hi = float(lo_x), float(hi_x)
+    bins = min(max_bins, size)
     if hi <= lo or bins <= 1:
+        # one step: the means of every finite record (numpy's pairwise sums of the whole arrays)
+        finite = np.isfinite(all_y)
+        xs, ys = all_x[finite].astype(float), all_y[finite]
         return Series((float(xs.mean()),), (float(ys.mean()),), (xs.size,), basis)
-    # ((xs - lo) / (hi - lo) * bins) as int, a piece at a time into the index: the same float
-    # operations on each value, with a temporary of one piece instead of one of every record
-    index = np.empty(xs.size, dtype=int)
-    for low in range(0, xs.size, _BIN_PIECE):
-        scaled = xs[low : low + _BIN_PIECE] - lo
+    counts = np.zeros(bins, dtype=np.int64)
+    sum_x: np.ndarray = np.zeros(bins)
+    sum_y: np.ndarray = np.zeros(bins)
+    carried = np.arange(bins)
+    for low in range(0, all_y.size, _BIN_PIECE):
+        xs, ys = _finite_piece(all_x, all_y, low)
+        if not xs.size:
+            continue
+        # the bin index ((xs - lo) / (hi - lo) * bins) as int, as astype(int) truncates
+        scaled = xs - lo
         scaled /= hi - lo
         scaled *= bins
-        index[low : low + _BIN_PIECE] = scaled  # truncates toward zero, as astype(int)
-    del scaled
-    np.minimum(index, bins - 1, out=index)
-    counts = np.bincount(index, minlength=bins)
+        index = scaled.astype(int)
+        del scaled
+        np.minimum(index, bins - 1, out=index)
+        counts += np.bincount(index, minlength=bins)
+        # np.bincount adds each record's weight to its bin's in record order, from 0.0: the
+        # sums so far as the first weights continue them (0.0 + s is s) with the same additions
+        # in the same order as one bincount over every record
+        keys = np.concatenate((carried, index))
+        sum_x = np.bincount(keys, weights=np.concatenate((sum_x, xs)), minlength=bins)
+        sum_y = np.bincount(keys, weights=np.concatenate((sum_y, ys)), minlength=bins)
     keep = counts > 0
-    mean_x = np.bincount(index, weights=xs, minlength=bins)[keep] / counts[keep]
-    mean_y = np.bincount(index, weights=ys, minlength=bins)[keep] / counts[keep]
+    mean_x = sum_x[keep] / counts[keep]
+    mean_y = sum_y[keep] / counts[keep]
     return Series(
         tuple(mean_x.tolist()), tuple(mean_y.tolist()), tuple(int(c) for c in counts[keep]), basis
     )
+
+
+def _finite_piece(all_x: np.ndarray, all_y: np.ndarray, low: int) -> tuple[np.ndarray, np.ndarray]:
+    """The records ``low`` to ``low + _BIN_PIECE`` with a finite value: steps as float64."""
+    xs = all_x[low : low + _BIN_PIECE].astype(float, copy=False)
+    ys = all_y[low : low + _BIN_PIECE]
+    finite = np.isfinite(ys)
+    if finite.all():
+        return xs, ys
+    return xs[finite], ys[finite]
 
 
 def bounded(series: Series, max_points: int = MAX_EVAL_POINTS) -> Series:

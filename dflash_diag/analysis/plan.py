@@ -16,6 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dflash_diag.analysis.schedule import ScheduleHeader
 
 #: Decay shapes the plan can continue.
@@ -117,7 +119,7 @@ def schedule_lr(
 
 
 def matched_kind(
-    steps: Sequence[float], lrs: Sequence[float], *, end: int
+    steps: Sequence[float] | np.ndarray, lrs: Sequence[float | None] | np.ndarray, *, end: int
 ) -> tuple[str | None, float | None, int]:
     """The decay shape that explains a logged lr best: ``(kind, peak, warmup_steps)``.
 
@@ -127,32 +129,39 @@ def matched_kind(
     never shows the peak itself). None when the log shows no decay yet to tell them apart, or
     when no shape is within :data:`_SHAPE_TOLERANCE` of the peak.
     """
-    pairs = [
-        (s, v)
-        for s, v in zip(steps, lrs, strict=True)
-        if v is not None and math.isfinite(v) and v >= 0
-    ]
-    if len(pairs) < 3:
+    # Arrays, not a Python float per point: a long log has 20,000 windows, and three shapes'
+    # Python loops over them were most of the analysis' CPU. Every elementwise operation is the
+    # one :func:`schedule_lr` does on the same floats (IEEE: the same bits); the sums stay
+    # Python's ``sum`` over the same floats in the same order (compensated since 3.12, where
+    # numpy's pairwise sum is not), the largest error Python's ``max``.
+    xs = np.asarray(steps, dtype=float)
+    ys = np.asarray(lrs, dtype=float)  # a None reads as NaN, left out with it
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} steps but {len(ys)} lrs")
+    keep = np.isfinite(ys) & (ys >= 0)
+    xs, ys = xs[keep], ys[keep]
+    if len(ys) < 3:
         return None, None, 0
-    peak_at, peak = max(pairs, key=lambda p: (p[1], -p[0]))
+    # max of (lr, -step): the largest lr, at its first step
+    peak = float(ys.max())
+    peak_at = float(xs[ys == peak].min())
     if peak <= 0:
         return None, None, 0
-    warmup = int(peak_at) if pairs[0][1] < peak * 0.9 else 0
-    after = [(s, v) for s, v in pairs if s > peak_at]
-    if len(after) < 2:
+    warmup = int(peak_at) if float(ys[0]) < peak * 0.9 else 0
+    later = xs > peak_at
+    if int(np.count_nonzero(later)) < 2:
         return None, peak, warmup
-    if warmup == 0:
-        after = pairs  # no warmup seen: the first logged lr is already on the decay
+    if warmup:
+        xs, ys = xs[later], ys[later]
+    # else no warmup seen: the first logged lr is already on the decay, every point counts
     best, best_err, best_peak = None, math.inf, peak
     for kind in KINDS:
-        unit = [
-            schedule_lr(s, kind=kind, peak=1.0, floor=0.0, warmup=warmup, end=end) for s, _ in after
-        ]
-        norm = sum(u * u for u in unit)
+        unit = _unit_lrs(xs, kind=kind, warmup=warmup, end=end)
+        norm = sum((unit * unit).tolist())
         if norm <= 0:
             continue
-        scale = sum(u * v for u, (_, v) in zip(unit, after, strict=True)) / norm
-        err = max(abs(scale * u - v) for u, (_, v) in zip(unit, after, strict=True))
+        scale = sum((unit * ys).tolist()) / norm
+        err = max(np.abs(scale * unit - ys).tolist())
         if err < best_err:
             best, best_err, best_peak = kind, err, scale
     if best is None or best_err > _SHAPE_TOLERANCE * peak:
@@ -160,11 +169,38 @@ def matched_kind(
     return best, max(best_peak, peak), warmup
 
 
+def _unit_lrs(steps: np.ndarray, *, kind: str, warmup: int, end: int) -> np.ndarray:
+    """:func:`schedule_lr` of each of ``steps`` with peak 1, floor 0 and start 0, as arrays: the
+    same operations in the same order on each step (``math.cos`` itself for the cosine: numpy's
+    may differ from the C library's in the last bit)."""
+    peak, floor = 1.0, 0.0
+    i = np.where(steps > 1.0, steps, 1.0)  # max(1.0, step), a NaN step included
+    out = np.empty(len(steps))
+    warming = (i <= warmup) if warmup else np.zeros(len(steps), dtype=bool)
+    rest = ~warming
+    if warmup:
+        out[warming] = peak * i[warming] / warmup
+    if kind == "constant":
+        out[rest] = peak
+        return out
+    span = end - warmup
+    ended = rest & (steps >= end) if span > 0 else rest
+    out[ended] = floor
+    decay = rest & ~ended
+    progress = (i[decay] - warmup) / span
+    if kind == "linear":
+        out[decay] = floor + (peak - floor) * (1.0 - progress)
+    else:
+        cos = np.array([math.cos(x) for x in (math.pi * progress).tolist()], dtype=float)
+        out[decay] = floor + (peak - floor) * 0.5 * (1.0 + cos)
+    return out
+
+
 def plan_of(
     header: ScheduleHeader | None,
     *,
-    steps: Sequence[float] = (),
-    lrs: Sequence[float] = (),
+    steps: Sequence[float] | np.ndarray = (),
+    lrs: Sequence[float | None] | np.ndarray = (),
     end_step: int | None = None,
     schedule: str | None = None,
     peak_lr: float | None = None,
@@ -204,13 +240,14 @@ def plan_of(
         kind, kind_source = h.kind.lower(), "header"
     elif schedule is not None:
         kind, kind_source = schedule, "--schedule"
-    elif end is not None and lrs:
+    elif end is not None and len(lrs):
         matched, seen_peak, seen_warmup = matched_kind(steps, lrs, end=end)
         if matched is not None:
             kind, kind_source = matched, "logged lr"
             peak, warmup, floor = peak or seen_peak, warmup or seen_warmup, 0.0
-    if kind is not None and peak is None and lrs:
-        finite = [v for v in lrs if v is not None and math.isfinite(v)]
+    if kind is not None and peak is None and len(lrs):
+        listed = lrs.tolist() if isinstance(lrs, np.ndarray) else lrs  # Python floats
+        finite = [v for v in listed if v is not None and math.isfinite(v)]
         peak = max(finite) if finite else None
     return RunPlan(
         end_step=end,

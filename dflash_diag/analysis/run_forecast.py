@@ -28,6 +28,7 @@ from dflash_diag.analysis.forecast import (
     Timeline,
     binned,
     forecast_series,
+    steps_array,
 )
 from dflash_diag.analysis.plan import UNPLANNED_HORIZON, RunPlan, plan_of
 from dflash_diag.analysis.schedule import ScheduleHeader
@@ -188,12 +189,12 @@ def _lr_points(
     The records' own lr, not the windows': a short prefix is one or two windows, whose means
     flatten a warmup and a decay the progress variables must follow (lr summed so far, annealing
     area). Read as columns: a long log has millions of records, and a Python tuple per record
-    cost more than the rest of the forecast. ``steps``: the step column as float64, when the
-    caller has it.
+    cost more than the rest of the forecast. ``steps``: the step column
+    (:func:`_step_column`), when the caller has it; the steps returned are integers where it is.
     """
     if "lr" in frame.columns:
         if steps is None:
-            steps = _float_column(frame, "step")
+            steps = _step_column(frame)
         lrs = _float_column(frame, "lr")
         # numpy's view of the columns, not a filtered frame: no copy of a million records where
         # every lr counts (a null lr is NaN here, left out as drop_nulls left it out)
@@ -213,6 +214,13 @@ def _float_column(frame: pl.DataFrame, name: str) -> np.ndarray:
     polars' allocator would keep a cast's pages)."""
     values = frame[name].to_numpy()
     return values if values.dtype == np.float64 else values.astype(np.float64)
+
+
+def _step_column(frame: pl.DataFrame) -> np.ndarray:
+    """The step column as numpy with the values of its float64 cast
+    (:func:`~dflash_diag.analysis.forecast.steps_array`): polars' own integers (a view, not an
+    8 MB float copy of a million steps) when they are floats exactly, else floats (null: NaN)."""
+    return steps_array(frame["step"].to_numpy())
 
 
 def _window_lrs(table: WindowTable) -> tuple[np.ndarray, np.ndarray]:
@@ -255,8 +263,8 @@ def forecast_run(
         span = max(1, last_step - first_step)
         step, planned = last_step + max(1, round(UNPLANNED_HORIZON * span)), False
         notes.append(f"no planned end: forecast to +{step - last_step:,} steps (give --end-step)")
-    # the step column as float64 once, for the lr timeline and both binned series
-    steps = _float_column(frame, "step")
+    # the step column once, for the lr timeline and both binned series
+    steps = _step_column(frame)
     lr_steps, lrs = _lr_points(frame, windows, steps)
     timeline = Timeline(plan, lr_steps, lrs, max(step, last_step))
     del lr_steps, lrs
@@ -357,8 +365,8 @@ def forecast_of(
     lr_steps, lrs = _window_lrs(table)
     plan = plan_of(
         sched,
-        steps=lr_steps.tolist(),
-        lrs=lrs.tolist(),
+        steps=lr_steps,
+        lrs=lrs,
         end_step=config.end_step,
         schedule=config.schedule,
         peak_lr=peak_lr,

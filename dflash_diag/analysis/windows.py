@@ -114,20 +114,24 @@ _KEY_PIECE = 1 << 16
 
 def window_keys(steps: pl.Series, size: int, start: int) -> pl.Series | None:
     """:func:`window_index` of ``steps`` (all at or after ``start``, no null) as a ``_window``
-    column, Int32 where every key fits: computed a piece at a time into one array that polars
-    takes without a copy. The expression's ``step - start`` and its quotient are two million-row
-    Int64 columns, which polars' allocator keeps after the query (+15 MiB of converge's peak at a
-    million records); this is one of 4 MB. None for steps that are not Int64 (the expression
-    then)."""
+    column, Int32 where every key fits: computed a piece at a time. The expression's ``step -
+    start`` and its quotient are two million-row Int64 columns, which polars' allocator keeps
+    after the query (+15 MiB of converge's peak at a million records); this is one of 4 MB.
+    Made by polars, not numpy: ``pl.Series(name, ndarray)`` imports ``numpy.ma`` (7-15 ms of a
+    process) for its mask check. None for steps that are not Int64 (the expression then)."""
     if steps.dtype != pl.Int64 or steps.null_count():
         return None
     high = steps.max()
     top = (cast(int, high) - start) // size if high is not None else 0
-    keys = np.empty(len(steps), dtype=np.int32 if top < 2**31 else np.int64)
-    for low in range(0, len(steps), _KEY_PIECE):
-        piece = steps.slice(low, _KEY_PIECE).to_numpy()  # a view where the piece is in one chunk
-        np.floor_divide(piece - start, size, out=keys[low : low + len(piece)], casting="unsafe")
-    return pl.Series("_window", keys)
+    kind = pl.Int32 if top < 2**31 else pl.Int64
+    pieces = [
+        ((steps.slice(low, _KEY_PIECE) - start) // size).cast(kind)
+        for low in range(0, len(steps), _KEY_PIECE)
+    ]
+    if not pieces:
+        return pl.Series("_window", [], dtype=kind)
+    keys = pieces[0] if len(pieces) == 1 else pl.concat(pieces, rechunk=True)
+    return keys.alias("_window")
 
 
 def _masked(value: str, mask: pl.Expr) -> pl.Expr:
@@ -362,9 +366,10 @@ def _aggregate(
     # half the query's time). The sums then run in row order.
     in_order = steps.is_sorted()
     low = steps.min()
-    keys = None
-    if not steps.null_count() and (low is None or cast(int, low) >= start):
-        keys = window_keys(steps, size, start)
+    # window_keys' conditions (the keys of the whole frame are made only where they are used:
+    # records in step order take them a piece at a time)
+    keyed = steps.dtype == pl.Int64 and not steps.null_count()
+    keyed = keyed and (low is None or cast(int, low) >= start)
 
     def windows_of(lazy: pl.LazyFrame, index: pl.Expr) -> pl.DataFrame:
         return (
@@ -402,7 +407,7 @@ def _aggregate(
             .collect(engine="in-memory")
         )
 
-    if keys is None:
+    if not keyed:
         index = window_index(start, size)
         index = index.set_sorted() if in_order else index
         lazy = frame.lazy()
@@ -411,6 +416,8 @@ def _aggregate(
             lazy = lazy.filter(pl.col("step") >= start)
         return windows_of(lazy, index)
     if not in_order:
+        keys = window_keys(steps, size, start)
+        assert keys is not None  # keyed
         return windows_of(frame.hstack([keys]).lazy(), pl.col("_window"))
     # In step order every window is a run of rows: the query runs on pieces of whole windows, and
     # each window's aggregates are those of the same rows in the same order. On the whole frame

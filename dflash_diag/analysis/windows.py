@@ -109,7 +109,7 @@ def window_index(start: int, size: int) -> pl.Expr:
 
 
 #: Steps per piece of :func:`window_keys`.
-_KEY_PIECE = 1 << 16
+_KEY_PIECE = 1 << 18  # a piece of _WINDOW_PIECE rows (cut at a window start) in one go
 
 
 def window_keys(steps: pl.Series, size: int, start: int) -> pl.Series | None:
@@ -407,7 +407,7 @@ def _aggregate(
             .collect(engine="in-memory")
         )
 
-    if not keyed:
+    def by_expression() -> pl.DataFrame:
         index = window_index(start, size)
         index = index.set_sorted() if in_order else index
         lazy = frame.lazy()
@@ -415,9 +415,13 @@ def _aggregate(
             # a filter copies every column it keeps: only where it drops a record
             lazy = lazy.filter(pl.col("step") >= start)
         return windows_of(lazy, index)
+
+    if not keyed:
+        return by_expression()
     if not in_order:
         keys = window_keys(steps, size, start)
-        assert keys is not None  # keyed
+        if keys is None:
+            return by_expression()
         return windows_of(frame.hstack([keys]).lazy(), pl.col("_window"))
     # In step order every window is a run of rows: the query runs on pieces of whole windows, and
     # each window's aggregates are those of the same rows in the same order. On the whole frame
@@ -425,10 +429,11 @@ def _aggregate(
     # which polars' allocator keeps after the query (+18 MiB of converge's peak at a million
     # records).
     pieces = []
-    for low, high in window_pieces(steps, size, start, _WINDOW_PIECE):
-        piece = frame.slice(low, high - low)
+    for low_row, high_row in window_pieces(steps, size, start, _WINDOW_PIECE):
+        piece = frame.slice(low_row, high_row - low_row)
         piece_keys = window_keys(piece["step"], size, start)
-        assert piece_keys is not None  # the steps' type and nulls are the whole column's
+        if piece_keys is None:  # keys declined (the steps' type and nulls are the whole column's)
+            return by_expression()
         pieces.append(windows_of(piece.hstack([piece_keys.set_sorted()]).lazy(), pl.col("_window")))
     return pieces[0] if len(pieces) == 1 else pl.concat(pieces, rechunk=True)
 

@@ -109,29 +109,29 @@ def window_index(start: int, size: int) -> pl.Expr:
 
 
 #: Steps per piece of :func:`window_keys`.
-_KEY_PIECE = 1 << 16
+_KEY_PIECE = 1 << 18  # a piece of _WINDOW_PIECE rows (cut at a window start) in one go
 
 
 def window_keys(steps: pl.Series, size: int, start: int) -> pl.Series | None:
     """:func:`window_index` of ``steps`` (all at or after ``start``, no null) as a ``_window``
-    column, Int32 where every key fits, computed a piece at a time. The expression's
-    ``step - start`` and its quotient are two million-row Int64 columns, which polars' allocator
-    keeps after the query (+15 MiB of converge's peak at a million records); this is one column
-    of 4 MB and its pieces. None for steps that are not Int64 (the expression then)."""
+    column, Int32 where every key fits: computed a piece at a time. The expression's ``step -
+    start`` and its quotient are two million-row Int64 columns, which polars' allocator keeps
+    after the query (+15 MiB of converge's peak at a million records); this is one of 4 MB.
+    Made by polars, not numpy: ``pl.Series(name, ndarray)`` imports ``numpy.ma`` (7-15 ms of a
+    process) for its mask check. None for steps that are not Int64 (the expression then)."""
     if steps.dtype != pl.Int64 or steps.null_count():
         return None
     high = steps.max()
     top = (cast(int, high) - start) // size if high is not None else 0
-    dtype = pl.Int32 if top < 2**31 else pl.Int64
-    # Pieces in polars, not numpy: a Series made from a numpy array imports numpy.ma (polars
-    # checks for a mask), 0.015 s of every converge process.
-    parts = [
-        ((steps.slice(low, _KEY_PIECE) - start) // size).cast(dtype)
+    kind = pl.Int32 if top < 2**31 else pl.Int64
+    pieces = [
+        ((steps.slice(low, _KEY_PIECE) - start) // size).cast(kind)
         for low in range(0, len(steps), _KEY_PIECE)
     ]
-    if not parts:
-        return pl.Series("_window", [], dtype)
-    return pl.concat(parts, rechunk=True).alias("_window")
+    if not pieces:
+        return pl.Series("_window", [], dtype=kind)
+    keys = pieces[0] if len(pieces) == 1 else pl.concat(pieces, rechunk=True)
+    return keys.alias("_window")
 
 
 def _masked(value: str, mask: pl.Expr) -> pl.Expr:
@@ -366,9 +366,10 @@ def _aggregate(
     # half the query's time). The sums then run in row order.
     in_order = steps.is_sorted()
     low = steps.min()
-    keys = None
-    if not steps.null_count() and (low is None or cast(int, low) >= start):
-        keys = window_keys(steps, size, start)
+    # window_keys' conditions (the keys of the whole frame are made only where they are used:
+    # records in step order take them a piece at a time)
+    keyed = steps.dtype == pl.Int64 and not steps.null_count()
+    keyed = keyed and (low is None or cast(int, low) >= start)
 
     def windows_of(lazy: pl.LazyFrame, index: pl.Expr) -> pl.DataFrame:
         return (
@@ -406,7 +407,7 @@ def _aggregate(
             .collect(engine="in-memory")
         )
 
-    if keys is None:
+    def by_expression() -> pl.DataFrame:
         index = window_index(start, size)
         index = index.set_sorted() if in_order else index
         lazy = frame.lazy()
@@ -414,7 +415,13 @@ def _aggregate(
             # a filter copies every column it keeps: only where it drops a record
             lazy = lazy.filter(pl.col("step") >= start)
         return windows_of(lazy, index)
+
+    if not keyed:
+        return by_expression()
     if not in_order:
+        keys = window_keys(steps, size, start)
+        if keys is None:
+            return by_expression()
         return windows_of(frame.hstack([keys]).lazy(), pl.col("_window"))
     # In step order every window is a run of rows: the query runs on pieces of whole windows, and
     # each window's aggregates are those of the same rows in the same order. On the whole frame
@@ -422,10 +429,11 @@ def _aggregate(
     # which polars' allocator keeps after the query (+18 MiB of converge's peak at a million
     # records).
     pieces = []
-    for low, high in window_pieces(steps, size, start, _WINDOW_PIECE):
-        piece = frame.slice(low, high - low)
+    for low_row, high_row in window_pieces(steps, size, start, _WINDOW_PIECE):
+        piece = frame.slice(low_row, high_row - low_row)
         piece_keys = window_keys(piece["step"], size, start)
-        assert piece_keys is not None  # the steps' type and nulls are the whole column's
+        if piece_keys is None:  # keys declined (the steps' type and nulls are the whole column's)
+            return by_expression()
         pieces.append(windows_of(piece.hstack([piece_keys.set_sorted()]).lazy(), pl.col("_window")))
     return pieces[0] if len(pieces) == 1 else pl.concat(pieces, rechunk=True)
 

@@ -139,8 +139,36 @@ THREAD_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The command line in this process (raises :class:`SystemExit` with the exit status, as
+    typer does; :func:`run` is the console script)."""
     gc.set_threshold(*GC_THRESHOLDS)
     for name, value in THREAD_DEFAULTS.items():
         os.environ.setdefault(name, value)
     app()
+
+
+def run() -> None:
+    """Console-script entry point (``dflash-diag``, ``python -m dflash_diag``): :func:`main`,
+    then the process ends without the interpreter's finalisation.
+
+    Tearing the interpreter down (every module, the analysis' objects, polars' and numpy's
+    memory) costs a converge 0.04-0.06 s of CPU after its output is written, 5-8% of a re-run
+    on a cached log; nothing is left to do by then (no atexit handler, every file closed).
+    The output is flushed first; where the flush fails (a closed pipe), or the exit status is
+    not a number, the usual exit does what it always did.
+    """
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        code = 0
+    if not isinstance(code, int):
+        raise SystemExit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        raise SystemExit(code) from None
+    os._exit(code)

@@ -76,18 +76,20 @@ def converge(
         if rank_note:
             report.notes.append(rank_note)
 
+        # JSON and CSV are written a piece at a time: the text of 20,000 windows, its columns
+        # and its encoded bytes are never held at once (about 15 MiB at a million records).
         if fmt is OutputFormat.JSON:
-            from dflash_diag.render.json import render_json
+            from dflash_diag.render.json import json_pieces
 
-            sys.stdout.write(render_json(report))
+            sys.stdout.writelines(json_pieces(report))
         elif fmt is OutputFormat.MARKDOWN:
             from dflash_diag.render.markdown import render_markdown
 
             sys.stdout.write(render_markdown(report))
         elif fmt is OutputFormat.CSV:
-            from dflash_diag.render.csv import render_csv
+            from dflash_diag.render.csv import csv_pieces
 
-            sys.stdout.write(render_csv(report))
+            sys.stdout.writelines(csv_pieces(report))
         elif use_rich(fmt, console := make_console()):
             from dflash_diag.render.rich import render_rich
 

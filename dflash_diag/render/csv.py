@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dflash_diag.converge.report import ConvergeReport
@@ -32,10 +33,24 @@ CSV_COLUMNS = (
 
 
 def render_csv(report: ConvergeReport) -> str:
-    """The windows as CSV, one row per window (the summary is in the JSON output)."""
+    """The windows as CSV, one row per window (the summary is in the JSON output): the text of
+    :func:`csv_pieces`, joined."""
+    return "".join(csv_pieces(report))
+
+
+def csv_pieces(report: ConvergeReport) -> Iterator[str]:
+    """:func:`render_csv`'s text in pieces, in order (the command writes each as it comes): the
+    header, then the rows a few thousand windows at a time, so that the text of every window is
+    never held at once."""
     fast = _columns_text(report)
     if fast is not None:
-        return fast
+        yield from fast
+        return
+    yield _csv_module_text(report)
+
+
+def _csv_module_text(report: ConvergeReport) -> str:
+    """The rows written by the csv module (it quotes what needs quoting)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -66,10 +81,27 @@ def render_csv(report: ConvergeReport) -> str:
 _NEEDS_QUOTES = (",", '"', "\r", "\n")
 
 
-def _columns_text(report: ConvergeReport) -> str | None:
+def _columns_text(report: ConvergeReport) -> Iterator[str] | None:
     """:func:`render_csv`'s text a column at a time (each field's column formatted once, see
-    :mod:`dflash_diag.render.json_columns`), byte for byte what the csv module writes; None when
-    a trend field is not a plain label (then the csv module writes the rows, quoting as needed)."""
+    :mod:`dflash_diag.render.json_columns`) in pieces of rows, byte for byte what the csv module
+    writes; None when a trend field is not a plain label (then the csv module writes the rows,
+    quoting as needed)."""
+    from dflash_diag.render.json_columns import row_column, row_pieces
+
+    rows = report.windows
+    for name in ("loss_trend", "acc_trend"):
+        values = row_column(rows, name, trend=True)
+        kinds = set(map(type, values))
+        if not kinds <= {str, type(None)}:
+            return None
+        if any(c in text for text in set(values) if text is not None for c in _NEEDS_QUOTES):
+            return None
+    header = ",".join(CSV_COLUMNS) + "\n"
+    return itertools.chain([header], map(_rows_text, row_pieces(rows)))
+
+
+def _rows_text(rows: Sequence[Any]) -> str:
+    """The CSV rows of ``rows`` (plain labels), a column at a time."""
     import polars as pl
 
     from dflash_diag.render.json_columns import (
@@ -79,8 +111,6 @@ def _columns_text(report: ConvergeReport) -> str | None:
         row_column,
     )
 
-    rows = report.windows
-
     def window(name: str) -> list[Any]:
         return row_column(rows, name)
 
@@ -88,12 +118,6 @@ def _columns_text(report: ConvergeReport) -> str | None:
         "loss_trend": row_column(rows, "loss_trend", trend=True),
         "trend": row_column(rows, "acc_trend", trend=True),
     }
-    for values in labels.values():
-        kinds = set(map(type, values))
-        if not kinds <= {str, type(None)}:
-            return None
-        if any(c in text for text in set(values) if text is not None for c in _NEEDS_QUOTES):
-            return None
 
     def integers(values: list[Any]) -> pl.Series:
         return integer_column(values, str)  # the csv module writes str() of a number
@@ -114,8 +138,7 @@ def _columns_text(report: ConvergeReport) -> str | None:
         "weighted": integers([int(v) for v in window("weighted")]),
         "tau_train": number_column(window("tau_train"), csv=True),
     }
-    header = ",".join(CSV_COLUMNS) + "\n"
-    return header + joined_rows([columns[name] for name in CSV_COLUMNS], ",", "\n")
+    return joined_rows([columns[name] for name in CSV_COLUMNS], ",", "\n")
 
 
 def _csv(value: float | None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from dflash_diag.render.json_columns import (
     joined_objects,
     number_column,
     row_column,
+    row_pieces,
     string_column,
 )
 
@@ -97,6 +98,15 @@ def windows_text(rows: Sequence[WindowRow], separator: str, prefix: str = "") ->
         separator,
         prefix,
     )
+
+
+def windows_pieces(rows: Sequence[WindowRow], separator: str, prefix: str = "") -> Iterator[str]:
+    """:func:`windows_text`'s text in pieces (a few thousand windows each, and the
+    separator between two): joined, the same text, byte for byte."""
+    for i, piece in enumerate(row_pieces(rows)):
+        if i:
+            yield separator
+        yield windows_text(piece, separator, prefix)
 
 
 def acceptance_json(a: Acceptance) -> dict[str, Any]:
@@ -322,7 +332,15 @@ def watch_json(view: WatchView) -> dict[str, Any]:
 def render_json(report: ConvergeReport) -> str:
     """The JSON contract (:func:`converge_json`): one top-level key per line and one window per
     line, so it reads well and a million-step log's windows still encode fast (an indenting
-    encoder falls back to the pure-Python one)."""
+    encoder falls back to the pure-Python one). The text of :func:`json_pieces`, joined."""
+    return "".join(json_pieces(report))
+
+
+def json_pieces(report: ConvergeReport) -> Iterator[str]:
+    """:func:`render_json`'s text in pieces, in order (the command writes each as it comes): the
+    keys before the windows, the windows a few thousand at a time (:func:`windows_pieces`), the
+    keys after them. The whole text of 20,000 windows, and the columns it is made from, would
+    otherwise be held at once (about 15 MiB at a million records)."""
     # the windows kept as they are here (their columns): written a column at a time by
     # windows_text, not as dicts
     data = _converge_json(report, lambda rows: rows)
@@ -334,14 +352,15 @@ def render_json(report: ConvergeReport) -> str:
         if key == "windows":
             if value:
                 lines.append(f"  {dump(key)}: [")
-                lines.append(windows_text(value, ",\n", prefix="    "))
-                lines.append(f"  ]{comma}")
+                yield "\n".join(lines) + "\n"
+                yield from windows_pieces(value, ",\n", prefix="    ")
+                lines = ["", f"  ]{comma}"]  # the line after the last window's
             else:
                 lines.append(f"  {dump(key)}: []{comma}")
         else:
             lines.append(f"  {dump(key)}: {dump(value)}{comma}")
-    lines += ["}", ""]  # the text ends with a newline: joined once, not copied to add it
-    return "\n".join(lines)
+    lines += ["}", ""]  # the text ends with a newline
+    yield "\n".join(lines)
 
 
 def regime_comparison_json(c: RegimeComparison) -> dict[str, Any]:

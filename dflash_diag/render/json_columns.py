@@ -17,7 +17,7 @@ written by Python, and so is a column of anything but plain floats, ints or stri
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 _PLAIN_FROM, _PLAIN_BELOW = 1e-4, 1e16
 #: The largest int polars holds as Int64 (a bigger Python int is written by Python).
 _INT64 = 2**63 - 1
+#: Rows per piece of :func:`row_pieces`: the text of a piece is about 0.6 MB for windows.
+ROWS_PER_PIECE = 4096
 
 
 def number_column(values: Sequence[Any], *, csv: bool = False) -> pl.Series:
@@ -69,6 +71,28 @@ def row_column(rows: Sequence[Any], name: str, *, trend: bool = False) -> list[A
     if column is not None:
         return list(column(name))
     return [getattr(row.trend if trend else row.window, name) for row in rows]
+
+
+def row_pieces(rows: Sequence[Any], size: int | None = None) -> Iterator[Sequence[Any]]:
+    """``rows`` in consecutive pieces of at most ``size`` rows (default
+    :data:`ROWS_PER_PIECE`; one piece when it has no more,
+    none when it is empty), so that an output is written a piece at a time: the text of 20,000
+    windows and the columns it is made from (Python lists, polars strings) are never held at
+    once. A diagnosis' :class:`~dflash_diag.analysis.window_rows.WindowRows` is cut into pieces
+    of its columns (no row object is built); any other sequence is sliced."""
+    size = ROWS_PER_PIECE if size is None else size
+    if len(rows) <= size:
+        if len(rows):
+            yield rows
+        return
+    from dflash_diag.analysis.window_rows import WindowRows
+
+    for low in range(0, len(rows), size):
+        high = min(low + size, len(rows))
+        if isinstance(rows, WindowRows):
+            yield WindowRows(rows.table.slice(low, high), rows.trends.slice(low, high))
+        else:
+            yield rows[low:high]
 
 
 def integer_column(values: Sequence[Any], encode: Callable[[Any], str]) -> pl.Series:

@@ -20,13 +20,18 @@ from dflash_diag.read.formats import foreign_jsonl_scan, trainer_state
 from dflash_diag.read.formats.canonical import contiguous
 
 
-def _bits(frame: pl.DataFrame) -> list[tuple[str, str, list[bool], bytes]]:
-    """Each column's name, type, null mask and the bits of its non-null values."""
-    out = []
+def _bits(frame: pl.DataFrame) -> list[tuple[str, str, list[bool], object]]:
+    """Each column's name, type, null mask and the bits of its non-null values (numbers), or
+    its values (strings, lists)."""
+    out: list[tuple[str, str, list[bool], object]] = []
     for column in frame.iter_columns():
         valid = column.is_not_null().to_list()
-        kept = column.filter(column.is_not_null()).to_numpy()
-        out.append((column.name, str(column.dtype), valid, np.ascontiguousarray(kept).tobytes()))
+        kept = column.filter(column.is_not_null())
+        if column.dtype.is_numeric():
+            values: object = np.ascontiguousarray(kept.to_numpy()).tobytes()
+        else:
+            values = repr(kept.to_list())  # repr: NaN in a list compares equal as text
+        out.append((column.name, str(column.dtype), valid, values))
     return out
 
 
@@ -61,7 +66,7 @@ def _piece(rng: random.Random, first_row: int, keys: list[str]) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_wide_columns_equal_the_diagonal_concat(seed: int) -> None:
+def test_wide_columns_equal_the_diagonal_concat(monkeypatch, seed: int) -> None:
     rng = random.Random(seed)
     all_keys = [f"k{i}" for i in range(6)]
     frames, row = [], 0
@@ -70,6 +75,7 @@ def test_wide_columns_equal_the_diagonal_concat(seed: int) -> None:
         frame = _piece(rng, row, keys)
         row += frame.height
         frames.append(frame)
+    monkeypatch.setattr(trainer_state._WideColumns, "BATCH_ROWS", rng.choice([1, 30, 2**16]))
     joined = _join(frames, hint=rng.choice([1, 2, 50]))
     expected = (
         frames[0] if len(frames) == 1 else contiguous(pl.concat(frames, how="diagonal_relaxed"))
@@ -126,6 +132,7 @@ def test_trainer_state_reads_the_same(tmp_path, monkeypatch, seed: int, chunk: i
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps(_state(rng, rng.randint(1, 3000))))
     monkeypatch.setattr(trainer_state._Scanner, "CHUNK", chunk)
+    monkeypatch.setattr(trainer_state._WideColumns, "BATCH_ROWS", rng.choice([1, 100, 2**16]))
     now = trainer_state.read_trainer_state(path)
     monkeypatch.setattr(trainer_state, "_WideColumns", _ConcatPieces)
     before = trainer_state.read_trainer_state(path)
@@ -177,3 +184,72 @@ def test_wide_piece_without_the_filter(tmp_path, monkeypatch, every_record: bool
     filtered = wide.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in keys))
     assert _bits(wide) == _bits(filtered)
     assert wide.height == 399
+
+
+def _native_log(rng: random.Random, n: int) -> bytes:
+    lines = [json.dumps({"event": "run_start", "script": "train.py", "block_size": 8})]
+    for step in range(1, n + 1):
+        record: dict = {"step": step, "loss": round(rng.uniform(0, 5), 4)}
+        if rng.random() < 0.6:
+            record["acc"] = round(rng.random(), 4)
+        if step > n // 3:
+            record["tok_per_sec"] = rng.randint(1, 10**6)  # a field first written late
+            record["acc_pos"] = [round(rng.random(), 3) for _ in range(rng.randint(1, 5))]
+        if rng.random() < 0.05:
+            record["lr"] = None
+        if step < n // 2:
+            record["time"] = 1.7e9 + step  # a field no longer written: nulls in later pieces
+        if (step // 50) % 3 == 0:
+            record["n_pred"] = rng.randint(0, 64)  # written in bursts
+        line = json.dumps(record)
+        if rng.random() < 0.03:
+            line = line.replace(f'"loss": {record["loss"]}', '"loss": NaN')
+        lines.append(line)
+        if rng.random() < 0.02:
+            lines.append(json.dumps({"event": "eval", "step": step, "tau": rng.uniform(1, 4)}))
+        if rng.random() < 0.01:
+            lines.append("{not json")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("lists", [False, True])
+def test_native_pieces_joined_the_same(monkeypatch, seed: int, lists: bool) -> None:
+    import io
+
+    from dflash_diag.read import jsonl
+
+    rng = random.Random(seed)
+    data = _native_log(rng, rng.randint(1, 2500))
+    chunk = rng.choice([700, 4096, 2**20])
+
+    def read() -> jsonl.ParsedLog:
+        return jsonl.parse_stream(io.BytesIO(data), lists=lists, chunk_bytes=chunk)
+
+    now = read()
+    # the join as it was: every column left in the pieces and concatenated at the end
+    monkeypatch.setattr(jsonl._NumberColumns, "take", lambda self, piece, n: None)
+    before = read()
+    assert now.metrics.columns == before.metrics.columns
+    assert _bits(now.metrics) == _bits(before.metrics)
+    assert all(c.n_chunks() == 1 for c in now.metrics.iter_columns())
+    assert now.events == before.events
+    assert now.issues == before.issues
+    assert now.chunk_starts == before.chunk_starts
+
+
+def test_native_pieces_of_a_file(tmp_path, monkeypatch) -> None:
+    # a file: the buffers are sized from its bytes
+    from dflash_diag.read import jsonl
+
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(_native_log(random.Random(5), 3000))
+
+    def read() -> jsonl.ParsedLog:
+        with path.open("rb") as handle:
+            return jsonl.parse_stream(handle, lists=False, chunk_bytes=5000)
+
+    now = read()
+    monkeypatch.setattr(jsonl._NumberColumns, "take", lambda self, piece, n: None)
+    before = read()
+    assert _bits(now.metrics) == _bits(before.metrics)

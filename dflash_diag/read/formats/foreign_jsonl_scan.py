@@ -39,8 +39,9 @@ from dflash_diag.read.records import ParseIssues
 #: Bytes per piece read and parsed at a time: polars' parse of a piece takes about 3x it, and
 #: its allocator keeps those pages after the parse (seconds), and the piece before is still
 #: held while the next one is read: the reader's own transient is a few times this whatever the
-#: file's size (8 MiB pieces: +52 MiB at the peak, 2 MiB: +25 MiB, at the same CPU).
-PIECE_BYTES = 2 * 2**20
+#: file's size. At 1M HF records, load_log's peak and CPU: 8 MiB pieces 193 MiB, 0.51 s;
+#: 4 MiB 182 MiB, 0.52 s; 2 MiB 180 MiB, 0.56 s (each piece's checks cost their Python calls).
+PIECE_BYTES = 4 * 2**20
 #: Bytes of a piece whose colons are counted at a time (numpy's compare makes a byte per byte).
 _COUNT_BYTES = 256 * 2**10
 #: The end of a piece read first to find where its last line ends (see :func:`_piece_size`).

@@ -488,6 +488,11 @@ class _WideColumns:
         self.dtypes: dict[str, pl.DataType] = {}  # in the order columns first appear
         self.values: dict[str, Any] = {}
         self.valid: dict[str, Any] = {}
+        self.batch: list[pl.DataFrame] = []  # pieces not yet in the buffers
+
+    #: Rows of pieces joined by polars before they go into the buffers (a few MiB): each move
+    #: costs some polars-to-numpy calls per column, 0.1 s of CPU for 1M entries piece by piece.
+    BATCH_ROWS = 2**16
 
     def append(self, frame: pl.DataFrame) -> None:
         self.count += 1
@@ -498,9 +503,16 @@ class _WideColumns:
             first, self.first = self.first, None
             # rows in the whole array, as the first piece suggests, and a margin
             self.capacity = max(first.height * self.pieces_hint * 11 // 10, 1024)
-            self._add(first)
+            self.batch.append(first)
             del first
-        self._add(frame)
+        self.batch.append(frame)
+        if sum(f.height for f in self.batch) >= self.BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        batch, self.batch = self.batch, []
+        if batch:
+            self._add(batch[0] if len(batch) == 1 else pl.concat(batch, how="diagonal_relaxed"))
 
     def _add(self, frame: pl.DataFrame) -> None:
         np = self._np
@@ -541,6 +553,7 @@ class _WideColumns:
         if self.first is not None:
             first, self.first = self.first, None
             return first
+        self._flush()
         columns: list[pl.Series | pl.Expr] = []
         for name, dtype in self.dtypes.items():
             values = self.values.pop(name)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from dflash_diag.cli.common import EXIT_USAGE
+from dflash_diag.cli.common import EXIT_USAGE, output_failure
 from dflash_diag.cli.compare import compare
 from dflash_diag.cli.converge import converge
 from dflash_diag.cli.fast_params import install
@@ -83,6 +83,8 @@ class OneLineErrors(FlagHelp, TyperGroup):
         except Abort:
             print("dflash-diag: aborted", file=sys.stderr)
             rv = 1
+        except OSError as exc:  # printing the help or the version to a full disk or a closed pipe
+            rv = output_failure(exc)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -154,8 +156,9 @@ def run() -> None:
     Tearing the interpreter down (every module, the analysis' objects, polars' and numpy's
     memory) costs a converge 0.04-0.06 s of CPU after its output is written, 5-8% of a re-run
     on a cached log; nothing is left to do by then (no atexit handler, every file closed).
-    The output is flushed first; where the flush fails (a closed pipe), or the exit status is
-    not a number, the usual exit does what it always did.
+    The output is flushed first (output that cannot be written is one error line, status 2, a
+    closed pipe status 0: :func:`~dflash_diag.cli.common.output_failure`); where the exit status
+    is not a number, or stderr cannot be flushed, the usual exit does what it always did.
     """
     try:
         main()
@@ -168,6 +171,11 @@ def run() -> None:
         raise SystemExit(code)
     try:
         sys.stdout.flush()
+    except OSError as exc:  # output still buffered (a short one) that cannot be written
+        code = output_failure(exc) if code == 0 else code
+    except ValueError:
+        raise SystemExit(code) from None
+    try:
         sys.stderr.flush()
     except (OSError, ValueError):
         raise SystemExit(code) from None

@@ -121,16 +121,34 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn :class:`DiagError` (and a broken output pipe) into the CLI's error policy."""
+    """Turn :class:`DiagError`, a broken output pipe and an output that cannot be written into
+    the CLI's error policy."""
     try:
         yield
     except DiagError as exc:
         fail(str(exc))
-    except BrokenPipeError:
-        # `dflash-diag converge log | head` closing early is not an error worth a traceback.
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the flush at exit
-        raise typer.Exit(EXIT_OK) from None
+    except OSError as exc:
+        raise typer.Exit(output_failure(exc)) from None
+
+
+def output_failure(exc: OSError) -> int:
+    """The exit status for an OSError that reached the command line, its one line printed.
+
+    A broken pipe (`dflash-diag converge log | head` closing early) is not an error worth a
+    line: status 0. The readers turn an input's OSError into a DiagError, so another one here
+    is the output's (a full disk, a closed terminal) or names its file: status 2. Either way
+    stdout then points at the null device, so that the flush at exit does not fail again over
+    output that cannot be written.
+    """
+    with contextlib.suppress(OSError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - closed by the exit
+    if isinstance(exc, BrokenPipeError):
+        return EXIT_OK
+    reason = exc.strerror or str(exc)
+    where = f"{reason}: {exc.filename}" if exc.filename is not None else None
+    message = where or f"cannot write the output: {reason}"
+    print(f"dflash-diag: error: {visible(' '.join(message.split()))}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def make_console(file=None) -> Console:

@@ -5,6 +5,7 @@ the pieces as they come; and the window keys made by polars are the expression's
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 from types import SimpleNamespace
@@ -221,18 +222,38 @@ def test_the_console_script_exits_as_usual_where_it_cannot_at_once(monkeypatch):
         _run_with(monkeypatch, message)()
     assert exited.value.code == "bad"
 
-    def closed_pipe():
-        raise BrokenPipeError
-
-    with pytest.raises(SystemExit) as broken:
-        _run_with(monkeypatch, lambda: None, flush=closed_pipe)()
-    assert broken.value.code == 0
-
     def crash():
         raise KeyError("x")
 
     with pytest.raises(KeyError):  # a traceback stays a traceback
         _run_with(monkeypatch, crash)()
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "status"),
+    [
+        (BrokenPipeError(errno.EPIPE, "Broken pipe"), 0, 0),  # the reader left: quietly
+        (BrokenPipeError(errno.EPIPE, "Broken pipe"), 1, 1),  # the command's own status stands
+        (OSError(errno.ENOSPC, "No space left on device"), 0, 2),  # output lost: an error
+    ],
+)
+def test_a_flush_that_fails_at_the_end_is_the_output_policy(
+    monkeypatch, capsys, error, code, status
+):
+    def failing_flush():
+        raise error
+
+    def main():
+        raise SystemExit(code)
+
+    with pytest.raises(_Exited) as exited:
+        _run_with(monkeypatch, main, flush=failing_flush)()
+    assert exited.value.code == status
+    lines = capsys.readouterr().err.splitlines()
+    if status == 2:
+        assert lines == ["dflash-diag: error: cannot write the output: No space left on device"]
+    else:
+        assert lines == []
 
 
 def test_python_m_prints_and_exits_as_the_command_in_process(report):

@@ -141,6 +141,7 @@ def parse_records(
         fields=fields,
         extra=extra,
         lists=lists,
+        only=True,
     )
     return _assemble([piece], source=source, fields=fields, extra=extra, lists=lists)
 
@@ -179,6 +180,7 @@ def parse_clean_records(
         lists=lists,
         body_end=body_end,
         parsed=parsed,
+        only=True,
     )
     return _assemble([piece], source=0, fields=fields, extra=None, lists=lists)
 
@@ -306,12 +308,14 @@ def _parse_piece(
     lists: bool,
     body_end: int | None = None,
     parsed: Future[pl.DataFrame | None] | None = None,
+    only: bool = False,
 ) -> _Piece:
     """Parse one buffer: polars (with bisection), sentinels undone, events.
 
     ``body_end`` and ``parsed`` (polars' whole-buffer parse of ``data[:body_end]``, possibly still
     running in a worker thread) come from :func:`parse_stream`, which parses the next chunk while
-    this one's Python work runs.
+    this one's Python work runs. ``only``: the piece is its source's only one (its columns with
+    no value are left to :func:`_concat_pieces`' one select).
     """
     schema, _ = read_schema(fields, extra, lists)
     event_column = (fields or {}).get("event", "event")
@@ -350,9 +354,10 @@ def _parse_piece(
         frame = frame.filter(~is_event)
     # Columns with no value are not held while the rest of the file is parsed (see
     # _concat_pieces): in a log of another layout most of the schema's fields are.
-    frame = frame.select(
-        c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height
-    )
+    if not only:
+        frame = frame.select(
+            c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height
+        )
     return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
 
 
@@ -423,8 +428,9 @@ def _concat_pieces(
         # one piece (every small file): its columns as they are, the absent ones null literals,
         # in one select instead of a drop per column
         frame = pieces[0].frame
-        present = set(frame.columns)
-        if frame.columns == list(schema):
+        # (a column with no value becomes the same null literal here as in a piece of many)
+        present = {c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height}
+        if len(present) == len(schema) and frame.columns == list(schema):
             return frame
         return frame.select(
             pl.col(name) if name in present else pl.lit(None, dtype).alias(name)
@@ -979,6 +985,7 @@ def parse_stream(
             lists=lists,
             body_end=body_end,
             parsed=parsed,
+            only=final and not pieces,
         )
         pieces.append(piece)
         line_no = piece.next_line_no

@@ -160,3 +160,17 @@ def test_detect_preset_answer_kept_and_renewed(monkeypatch):
     assert presets.detect_preset(["step", "loss", "acc"]) is presets._detect(
         ("step", "loss", "acc"), tuple(presets.PRESETS.values())
     )
+
+
+def test_lists_still_cut_where_a_list_column_has_values():
+    from dflash_diag.read.records import MAX_LIST_ELEMENTS
+
+    long = [0.5] * (MAX_LIST_ELEMENTS + 3)
+    data = (
+        json.dumps({"step": 1, "loss": 1.0}) + "\n" + json.dumps({"step": 2, "walk_hist": long})
+    ).encode() + b"\n"
+    log = parse_records(data)
+    assert log.metrics["walk_hist"].to_list() == [None, [0.5] * MAX_LIST_ELEMENTS]
+    # no list anywhere: the column is null, nothing to cut
+    plain = parse_records(b'{"step": 1, "loss": 1.0}\n')
+    assert plain.metrics["walk_hist"].to_list() == [None]

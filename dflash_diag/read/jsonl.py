@@ -141,6 +141,7 @@ def parse_records(
         fields=fields,
         extra=extra,
         lists=lists,
+        only=True,
     )
     return _assemble([piece], source=source, fields=fields, extra=extra, lists=lists)
 
@@ -179,6 +180,7 @@ def parse_clean_records(
         lists=lists,
         body_end=body_end,
         parsed=parsed,
+        only=True,
     )
     return _assemble([piece], source=0, fields=fields, extra=None, lists=lists)
 
@@ -306,12 +308,14 @@ def _parse_piece(
     lists: bool,
     body_end: int | None = None,
     parsed: Future[pl.DataFrame | None] | None = None,
+    only: bool = False,
 ) -> _Piece:
     """Parse one buffer: polars (with bisection), sentinels undone, events.
 
     ``body_end`` and ``parsed`` (polars' whole-buffer parse of ``data[:body_end]``, possibly still
     running in a worker thread) come from :func:`parse_stream`, which parses the next chunk while
-    this one's Python work runs.
+    this one's Python work runs. ``only``: the piece is its source's only one (its columns with
+    no value are left to :func:`_concat_pieces`' one select).
     """
     schema, _ = read_schema(fields, extra, lists)
     event_column = (fields or {}).get("event", "event")
@@ -350,16 +354,23 @@ def _parse_piece(
         frame = frame.filter(~is_event)
     # Columns with no value are not held while the rest of the file is parsed (see
     # _concat_pieces): in a log of another layout most of the schema's fields are.
-    frame = frame.select(
-        c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height
-    )
+    if not only:
+        frame = frame.select(
+            c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height
+        )
     return _Piece(frame, events, issues, body_end, first_line_no, first_line_no + parser.newlines)
 
 
 def _bound_lists(frame: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     """List columns cut to :data:`MAX_LIST_ELEMENTS` (only when some list is longer: no copy
     of the usual frame)."""
-    names = [n for n, dtype in schema.items() if isinstance(dtype, pl.List) and n in frame.columns]
+    names = [
+        n
+        for n, dtype in schema.items()
+        if isinstance(dtype, pl.List)
+        and n in frame.columns
+        and frame[n].null_count() < frame.height  # an empty column has no list to cut: no query
+    ]
     if not names or frame.height == 0:
         return frame
     longest = frame.select(pl.max_horizontal(pl.col(n).list.len().max() for n in names)).item()
@@ -413,6 +424,18 @@ def _concat_pieces(
     is a null literal, which polars does not materialise; a piece without a column that others
     hold gets nulls for it.
     """
+    if len(pieces) == 1 and numbers is None:
+        # one piece (every small file): its columns as they are, the absent ones null literals,
+        # in one select instead of a drop per column
+        frame = pieces[0].frame
+        # (a column with no value becomes the same null literal here as in a piece of many)
+        present = {c for c in frame.columns if c == "_line" or frame[c].null_count() < frame.height}
+        if len(present) == len(schema) and frame.columns == list(schema):
+            return frame
+        return frame.select(
+            pl.col(name) if name in present else pl.lit(None, dtype).alias(name)
+            for name, dtype in schema.items()
+        )
     height = sum(p.height for p in pieces)
     columns: list[pl.Series] = []
     empty: list[str] = []
@@ -720,32 +743,38 @@ def _split_records(
     }
     metric_columns = [c for c in frame.columns if c not in ("event", "_line", "step")]
     missing = [name for name in wanted if name not in frame.columns]
-    _count_issues(frame, is_event, issues, source)
+    keep = (~is_event & _step_in_range()).fill_null(False)
+    # whether every row is kept: asked in the counting query (one query fewer per input)
+    keep_all = _count_issues(frame, is_event, issues, source, keep.all())
     if headers:
         # the header governing a record: the last run_start line before it
         header_lines = pl.Series([e.seq for e in headers], dtype=pl.Int64)
         run = pl.lit(header_lines).search_sorted(pl.col("_line"), side="right").cast(pl.Int32) - 1
     else:
         run = pl.lit(-1, pl.Int32)
+    # the script of each record's header (a record before any header, or under one without a
+    # script, has none)
+    script = (
+        run.replace_strict(scripts, default=None, return_dtype=pl.String)
+        if scripts
+        else pl.lit(None, pl.String)
+    )
     step = pl.col("step").cast(pl.Int64, strict=False)
-    keep = (~is_event & _step_in_range()).fill_null(False)
     # The usual frame keeps every row (events left with their pieces): no filter, no copy of
     # the columns that pass through.
-    kept = frame if frame.select(keep.all()).item() else frame.filter(keep)
-    # Eager selects, not one lazy query: a lazy collect hands its columns back in morsels of
+    kept = frame if keep_all else frame.filter(keep)
+    # One eager select, not a lazy query: a lazy collect hands its columns back in morsels of
     # rows, and joining them (below) copied every column of the log; the eager select keeps
     # the columns that pass through as they are (no copy).
     metrics = kept.select(
         pl.lit(source, pl.Int32).alias("source"),
         pl.col("_line").alias("seq"),
         run.alias("run"),
+        script.alias("script"),
         step,
         *metric_columns,
         *(pl.lit(None, wanted[name]).alias(name) for name in missing),
     )
-    metrics = metrics.with_columns(
-        pl.col("run").replace_strict(scripts, default=None, return_dtype=pl.String).alias("script")
-    ).select("source", "seq", "run", "script", "step", *metric_columns, *missing)
     if metrics.n_chunks("all") != [1] * metrics.width:  # a filter may leave a chunk per piece
         metrics = metrics.rechunk()
     return ParsedLog(metrics=metrics, events=events, issues=issues)
@@ -757,7 +786,13 @@ def _step_in_range() -> pl.Expr:
     return step.is_finite() & (step.abs() < STEP_LIMIT)
 
 
-def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, source: int) -> None:
+def _count_issues(
+    frame: pl.DataFrame,
+    is_event: pl.Expr,
+    issues: ParseIssues,
+    source: int,
+    also: pl.Expr | None = None,
+) -> bool:
     """Count the non-event rows without a ``step`` and the NaN/Inf values per metric field
     (canonical names) over the non-event rows, into ``issues``.
 
@@ -765,16 +800,19 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, s
     about as much on 4 MiB as on 600). List columns are flattened to be counted, so they go in
     slices of :data:`_LIST_COUNT_ROWS` rows: flattening a million 15-element lists at once costs
     about 1 s and 600 MiB of peak memory, slices 0.15 s and nothing.
+
+    ``also``, a boolean aggregate over the frame, is asked in the same query; its value is
+    returned (True for an empty frame).
     """
     if frame.height == 0:
-        return
+        return True
     # The record mask is computed once (as a column), not once per counted field.
     record = pl.col("_record")
     exprs = [(record & pl.col("step").is_null()).sum().alias("_without_step")]
     list_exprs = []
     for name, dtype in frame.schema.items():
-        if name in ("step", "_line", "event"):
-            continue
+        if name in ("step", "_line", "event") or frame[name].null_count() == frame.height:
+            continue  # (a column with no value has nothing to count: a smaller query)
         if dtype == pl.Float64:
             exprs.append((~pl.col(name).is_finite() & record).sum().alias(name))
         elif dtype == pl.List(pl.Float64):
@@ -784,6 +822,8 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, s
     exprs.append(
         (record & pl.col("step").is_not_null() & ~_step_in_range()).sum().alias("_bad_step")
     )
+    if also is not None:
+        exprs.append(also.alias("_also"))
     counts = (
         frame.lazy()
         .with_columns((~is_event).alias("_record"))
@@ -791,6 +831,7 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, s
         .collect()
         .row(0, named=True)
     )
+    answer = bool(counts.pop("_also", True))
     issues.without_step += int(counts.pop("_without_step"))
     bad_step = int(counts.pop("_bad_step"))
     if bad_step:
@@ -806,6 +847,7 @@ def _count_issues(frame: pl.DataFrame, is_event: pl.Expr, issues: ParseIssues, s
     for name, count in counts.items():
         if count:
             issues.nonfinite[name] = issues.nonfinite.get(name, 0) + int(count)
+    return answer
 
 
 def _event_key_offsets(body: bytes, event_key: str) -> Iterator[int]:
@@ -924,49 +966,61 @@ def parse_stream(
     queued: deque[tuple[bytes, bool, int, Future[pl.DataFrame | None], int]] = deque()
     numbers = _NumberColumns({**schema, "_line": pl.Int64()}, _size_hint(handle))
     first_bytes = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-diag-parse") as pool:
+    # The worker thread is started with the second chunk: a file of one chunk (every small log)
+    # is parsed here, without a thread's start and hand-over.
+    pool: ThreadPoolExecutor | None = None
 
-        def finish_one() -> None:
-            nonlocal line_no, first_bytes
-            text, final, body_end, parsed, start = queued.popleft()
-            starts.append((start, line_no))
-            piece = _parse_piece(
-                text,
-                first_line_no=line_no,
-                strict=strict,
-                final=final,
-                source=source,
-                fields=fields,
-                extra=extra,
-                lists=lists,
-                body_end=body_end,
-                parsed=parsed,
-            )
-            pieces.append(piece)
-            line_no = piece.next_line_no
-            # a lone piece is the frame as it is; from the second on, the number columns are
-            # taken out as the pieces come (see _NumberColumns)
-            if len(pieces) == 1:
-                first_bytes = len(text)
-                return
-            if len(pieces) == 2:
-                numbers.take(pieces[0], first_bytes)
-            numbers.take(piece, len(text))
+    def finish_one() -> None:
+        nonlocal line_no, first_bytes
+        text, final, body_end, parsed, start = queued.popleft()
+        starts.append((start, line_no))
+        piece = _parse_piece(
+            text,
+            first_line_no=line_no,
+            strict=strict,
+            final=final,
+            source=source,
+            fields=fields,
+            extra=extra,
+            lists=lists,
+            body_end=body_end,
+            parsed=parsed,
+            only=final and not pieces,
+        )
+        pieces.append(piece)
+        line_no = piece.next_line_no
+        # a lone piece is the frame as it is; from the second on, the number columns are
+        # taken out as the pieces come (see _NumberColumns)
+        if len(pieces) == 1:
+            first_bytes = len(text)
+            return
+        if len(pieces) == 2:
+            numbers.take(pieces[0], first_bytes)
+        numbers.take(piece, len(text))
 
-        try:
+    try:
+        start = stats.consumed
+        for text, final in line_chunks(handle, chunk_bytes, stats=stats):
+            body_end = _complete_end(text, final=final)
+            body = text if body_end == len(text) else text[:body_end]
+            if final and not queued and pool is None:
+                parsed: Future[pl.DataFrame | None] = Future()
+                parsed.set_result(_read(body, schema))
+            else:
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-diag-parse")
+                parsed = pool.submit(_read, body, schema)
+            queued.append((text, final, body_end, parsed, start))
             start = stats.consumed
-            for text, final in line_chunks(handle, chunk_bytes, stats=stats):
-                body_end = _complete_end(text, final=final)
-                body = text if body_end == len(text) else text[:body_end]
-                queued.append((text, final, body_end, pool.submit(_read, body, schema), start))
-                start = stats.consumed
-                if len(queued) > _CHUNKS_AHEAD:
-                    finish_one()
-            while queued:
+            if len(queued) > _CHUNKS_AHEAD:
                 finish_one()
-        finally:
-            for *_, parsed, _start in queued:
-                parsed.cancel()
+        while queued:
+            finish_one()
+    finally:
+        for *_, waiting, _start in queued:
+            waiting.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True)
     log = _assemble(
         pieces,
         source=source,

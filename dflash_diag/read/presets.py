@@ -18,7 +18,7 @@ detected from the field names of a log when none is given (:func:`detect_preset`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -315,9 +315,34 @@ def detect_preset(keys: Iterable[str]) -> Preset | None:
 
     Ties go to the preset listed first; a preset needs at least one signature key present.
     """
-    names = [normalise_key(k) for k in keys]
+    names = tuple(normalise_key(k) for k in keys)
+    # Every input of a command is planned: 200 small logs of one run share their key set, and
+    # the signatures' regular expressions cost about 1 ms per call. The presets an answer was
+    # found among are kept with it, so a preset added or replaced since is seen.
+    presets = tuple(PRESETS.values())
+    known = _DETECTED.get(names)
+    if (
+        known is not None
+        and len(known[0]) == len(presets)
+        and all(a is b for a, b in zip(known[0], presets, strict=True))
+    ):
+        return known[1]
+    best = _detect(names, presets)
+    if len(_DETECTED) >= _DETECTED_MAX:
+        _DETECTED.clear()
+    _DETECTED[names] = (presets, best)
+    return best
+
+
+#: detect_preset's answers per key set, with the presets they were found among (held, so
+#: that a preset added or replaced since is seen), bounded.
+_DETECTED: dict[tuple[str, ...], tuple[tuple[Preset, ...], Preset | None]] = {}
+_DETECTED_MAX = 256
+
+
+def _detect(names: Sequence[str], presets: Sequence[Preset]) -> Preset | None:
     best, best_score = None, 0
-    for preset in PRESETS.values():
+    for preset in presets:
         score = sum(1 for pattern in preset.signature if any(_matches(pattern, k) for k in names))
         if score > best_score and score >= preset.min_signature:
             best, best_score = preset, score

@@ -645,9 +645,13 @@ def _merge_duplicate_steps(records: pl.DataFrame, *, take: bool = False) -> pl.D
     # column by column, each taken out of the frame: its filtered copy is made and (taken)
     # the column freed before the next one, so one column is spare at a time, not the frame
     columns: list[pl.Series] = []
+    segment = None
     for name in records.columns:
         column = records.drop_in_place(name)
-        if name in ("_segment", "step"):
+        if name == "_segment" and column.min() == column.max():
+            columns.append(pl.Series(name, dtype=column.dtype))  # one segment: a literal
+            segment = column[0]
+        elif name in ("_segment", "step"):
             columns.append(column.filter(keep))
         elif column.null_count() == column.len() and merged[name].null_count() == merged.height:
             # nothing but nulls (an absent time, a key of other records): no buffer to copy
@@ -657,7 +661,9 @@ def _merge_duplicate_steps(records: pl.DataFrame, *, take: bool = False) -> pl.D
         del column
     out = pl.DataFrame([c for c in columns if c.len() == n_kept])
     return out.with_columns(
-        pl.lit(None, c.dtype).alias(c.name) for c in columns if c.len() != n_kept
+        pl.lit(segment if c.name == "_segment" else None, c.dtype).alias(c.name)
+        for c in columns
+        if c.len() != n_kept
     ).select(*(c.name for c in columns))
 
 

@@ -134,8 +134,8 @@ def _eagle(rng: random.Random, n: int, gaps: bool) -> Scalars:
         data["eval/loss"].append(None)
         if step % 10 == 0:
             steps.append(step)
-            for key in data:
-                data[key].append(rng.random() if key == "eval/loss" else None)
+            for key, values in data.items():
+                values.append(rng.random() if key == "eval/loss" else None)
     keys = list(data)
     wide = pl.DataFrame(
         {

@@ -787,8 +787,17 @@ def _build(
     source: int,
     meta: Mapping[str, Any],
 ) -> tuple[pl.DataFrame, list[LogEvent]]:
-    """The metric frame (canonical columns) and the events of the merged records."""
+    """The metric frame (canonical columns) and the events of the merged records.
+
+    Columns the build is done with (a validation key's, once its events are made; a position
+    key's, once in ``acc_pos``) are taken out of ``records`` (freed as it goes on).
+    """
     cols = {c[len(_PREFIX) :] for c in records.columns if c.startswith(_PREFIX)}
+    evals = _eval_events(records, res, preset, source)
+    # a validation key no metric reads: its column is done with (freed before the build's)
+    metric_keys = {*res.scalars.values(), *res.acc_pos, *res.loss_parts}
+    for key in {*res.eval_fields.values(), res.eval_tau} & cols - metric_keys:
+        records.drop_in_place(_PREFIX + key)
 
     def col(key: str | None) -> pl.Expr:
         if key is None or key not in cols:
@@ -857,7 +866,7 @@ def _build(
         if preset is not None:
             header["preset"] = preset.name
         events.append(LogEvent(kind="run_start", source=source, seq=0, step=None, fields=header))
-    events += _eval_events(records, res, preset, source)
+    events += evals
     return metrics, events
 
 

@@ -4,8 +4,9 @@
   against the old ``filter`` + ``scatter`` of every column and a group-by over every record;
   all-null columns come back as nulls;
 * ``acc_pos`` and the positions' mean built from a numpy buffer where every record holds every
-  position, against ``concat_list`` and ``mean_horizontal``; records missing a position keep
-  the old path (a null list where none is present);
+  position (the mean a slice of rows at a time), against ``concat_list`` and
+  ``mean_horizontal``, NaN values included; records missing a position keep the old path (a
+  null list where none is present);
 * to_parsed_log with ``release`` holds no column of the reader's wide piece at its end.
 """
 
@@ -129,7 +130,8 @@ def _eagle(rng: random.Random, n: int, gaps: bool) -> Scalars:
         data["train/loss"].append(2.5 - acc)
         for k in range(3):
             gone = missing and (not some or k == 1)
-            data[f"train/acc_{k}"].append(None if gone else acc * 0.85**k * rng.random())
+            value = float("nan") if rng.random() < 0.02 else acc * 0.85**k * rng.random()
+            data[f"train/acc_{k}"].append(None if gone else value)
         data["train/lr"].append(1e-4 * rng.random())
         data["eval/loss"].append(None)
         if step % 10 == 0:
@@ -150,7 +152,11 @@ def _eagle(rng: random.Random, n: int, gaps: bool) -> Scalars:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("gaps", [False, True])
-def test_positions_equal_concat_list_and_mean(seed: int, gaps: bool) -> None:
+@pytest.mark.parametrize("mean_rows", [7, 2**16])
+def test_positions_equal_concat_list_and_mean(
+    monkeypatch, seed: int, gaps: bool, mean_rows: int
+) -> None:
+    monkeypatch.setattr(canonical, "_MEAN_ROWS", mean_rows)  # the mean a slice at a time
     scalars = _eagle(random.Random(seed), 400, gaps)
     wide = scalars.wide[0]
     # the merged train records (an eval record adds no position), in step order

@@ -870,6 +870,10 @@ def _build(
     return metrics, events
 
 
+#: Rows whose positions' mean is taken at a time (:func:`_position_columns`).
+_MEAN_ROWS = 2**16
+
+
 def _position_columns(
     records: pl.DataFrame, keys: list[str], res: Resolution, mean: bool
 ) -> tuple[pl.Series, pl.Series | None]:
@@ -890,10 +894,17 @@ def _position_columns(
         | ({res.eval_tau} if res.eval_tau else set())
     )
     acc = None
-    if mean:  # polars' own (its sum's order is its own), before the columns go
-        acc = records.select(
-            pl.mean_horizontal(*(pl.col(_PREFIX + k) for k in keys)).alias("_acc")
-        ).to_series()
+    if mean:
+        # polars' own mean (its sum's order is its own), before the columns go, a slice of
+        # rows at a time into one buffer: over every row at once its intermediates were
+        # another 2-3 columns (a row's mean is the same in any slice)
+        total = np.empty(records.height, dtype=np.float64)
+        positions = records.select(_PREFIX + k for k in keys)
+        for start in range(0, records.height, _MEAN_ROWS):
+            part = positions.slice(start, _MEAN_ROWS).select(pl.mean_horizontal(pl.all()))
+            total[start : start + part.height] = part.to_series().to_numpy()
+        del positions
+        acc = pl.Series("_acc", total)
     values = np.empty((records.height, len(keys)), dtype=np.float64)
     for i, key in enumerate(keys):
         name = _PREFIX + key

@@ -471,6 +471,9 @@ def to_parsed_log(
         if wide["step"].null_count():
             issues.without_step += wide["step"].null_count()
             wides[i] = wide.filter(pl.col("step").is_not_null())
+    # the loop's name held the last piece (its columns) to the end of this function: every
+    # copy made of the records below was then held beside the piece's buffers
+    wide = None
     frame, wides = drop_bad_steps(frame, wides, issues)  # before segments: 2^63 is no restart
     frame, wides = _segments(frame, wides)
     parts = [_merge_by_step(frame, sorted(wanted))]
@@ -497,7 +500,8 @@ def to_parsed_log(
         records = records.sort("_segment", "step", maintain_order=True)
     if several and records.height > 1:
         # a step written partly by each path (an eval record between two fast runs): one record
-        records = _merge_duplicate_steps(records)
+        # (the frame's columns are taken out of it as the merged ones are made)
+        records = _merge_duplicate_steps(records, take=True)
     records = records.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("seq"))
     metrics, events = _build(records, res, effective, source, scalars.meta)
     count_nonfinite(
@@ -603,9 +607,13 @@ def _merge_by_step(frame: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
-def _merge_duplicate_steps(records: pl.DataFrame) -> pl.DataFrame:
+def _merge_duplicate_steps(records: pl.DataFrame, *, take: bool = False) -> pl.DataFrame:
     """Records sorted by (segment, step) with each (segment, step) written more than once made
     one record: the earliest time, each key's last value (the records as they are if none is).
+
+    ``take``: the columns are taken out of ``records`` as the merged ones are made (the
+    caller's frame is left empty where anything was merged), so that each is freed before the
+    next is copied.
 
     Sorted, a duplicate is the row right after its twin (no hashing), and only the runs of
     equal (segment, step) are grouped (a few rows: an eval record at a train step); the other
@@ -628,14 +636,35 @@ def _merge_duplicate_steps(records: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in value_columns))
     )
     keep = ~duplicate
-    kept = records.select("_segment", "step").filter(keep)
     # the first row of each run of duplicates, in the kept records (runs in merged's order)
     heads = followed.filter(keep).arg_true()
-    # column by column: each column's filtered copy is freed (to the next one) once its merged
-    # values are in (a scatter copies), so one column is spare at a time, not the whole frame
-    return kept.with_columns(
-        records[c].filter(keep).scatter(heads, merged[c]) for c in ("time", *value_columns)
-    )
+    del followed, duplicate
+    n_kept = int(keep.sum())
+    if not take:
+        records = records.clone()  # (shares the buffers: the caller's frame stays whole)
+    # column by column, each taken out of the frame: its filtered copy is made and (taken)
+    # the column freed before the next one, so one column is spare at a time, not the frame
+    columns: list[pl.Series] = []
+    segment = None
+    for name in records.columns:
+        column = records.drop_in_place(name)
+        if name == "_segment" and column.min() == column.max():
+            columns.append(pl.Series(name, dtype=column.dtype))  # one segment: a literal
+            segment = column[0]
+        elif name in ("_segment", "step"):
+            columns.append(column.filter(keep))
+        elif column.null_count() == column.len() and merged[name].null_count() == merged.height:
+            # nothing but nulls (an absent time, a key of other records): no buffer to copy
+            columns.append(pl.Series(name, dtype=column.dtype))
+        else:
+            columns.append(column.filter(keep).scatter(heads, merged[name]))
+        del column
+    out = pl.DataFrame([c for c in columns if c.len() == n_kept])
+    return out.with_columns(
+        pl.lit(segment if c.name == "_segment" else None, c.dtype).alias(c.name)
+        for c in columns
+        if c.len() != n_kept
+    ).select(*(c.name for c in columns))
 
 
 def _sorted_by_segment_step() -> pl.Expr:
@@ -758,8 +787,17 @@ def _build(
     source: int,
     meta: Mapping[str, Any],
 ) -> tuple[pl.DataFrame, list[LogEvent]]:
-    """The metric frame (canonical columns) and the events of the merged records."""
+    """The metric frame (canonical columns) and the events of the merged records.
+
+    Columns the build is done with (a validation key's, once its events are made; a position
+    key's, once in ``acc_pos``) are taken out of ``records`` (freed as it goes on).
+    """
     cols = {c[len(_PREFIX) :] for c in records.columns if c.startswith(_PREFIX)}
+    evals = _eval_events(records, res, preset, source)
+    # a validation key no metric reads: its column is done with (freed before the build's)
+    metric_keys = {*res.scalars.values(), *res.acc_pos, *res.loss_parts}
+    for key in {*res.eval_fields.values(), res.eval_tau} & cols - metric_keys:
+        records.drop_in_place(_PREFIX + key)
 
     def col(key: str | None) -> pl.Expr:
         if key is None or key not in cols:
@@ -777,10 +815,19 @@ def _build(
     if "tau_train" in res.scalars and preset is not None and preset.tau_train_offset:
         exprs["tau_train"] = exprs["tau_train"] + preset.tau_train_offset
     present_pos = [k for k in res.acc_pos if k in cols]
-    if present_pos:
+    mean_acc = preset is not None and preset.acc_from_positions and "acc" not in res.scalars
+    if present_pos and not any(records[_PREFIX + k].null_count() for k in present_pos):
+        # a position in every record (the usual case): the list and the mean made in numpy
+        acc_pos, acc = _position_columns(records, present_pos, res, mean_acc)
+        records = records.with_columns(acc_pos, *([acc] if acc is not None else []))
+        exprs["acc_pos"] = pl.col(acc_pos.name)
+        if acc is not None:
+            exprs["acc"] = pl.col(acc.name)
+        del acc_pos, acc
+    elif present_pos:
         any_pos = pl.any_horizontal(*(col(k).is_not_null() for k in present_pos))
         exprs["acc_pos"] = pl.when(any_pos).then(_row_list([col(k) for k in present_pos]))
-        if preset is not None and preset.acc_from_positions and "acc" not in res.scalars:
+        if mean_acc:
             exprs["acc"] = pl.when(any_pos).then(pl.mean_horizontal(*(col(k) for k in present_pos)))
     else:
         exprs["acc_pos"] = pl.lit(None, pl.List(pl.Float64))
@@ -819,8 +866,52 @@ def _build(
         if preset is not None:
             header["preset"] = preset.name
         events.append(LogEvent(kind="run_start", source=source, seq=0, step=None, fields=header))
-    events += _eval_events(records, res, preset, source)
+    events += evals
     return metrics, events
+
+
+#: Rows whose positions' mean is taken at a time (:func:`_position_columns`).
+_MEAN_ROWS = 2**16
+
+
+def _position_columns(
+    records: pl.DataFrame, keys: list[str], res: Resolution, mean: bool
+) -> tuple[pl.Series, pl.Series | None]:
+    """``acc_pos`` (and with ``mean`` the positions' mean, ``acc``) of records that hold every
+    position key, as :func:`_row_list` and ``mean_horizontal`` make them.
+
+    The values are copied into one row-major numpy buffer that the list column then wraps,
+    and a position column used for nothing else is taken out of ``records`` (freed) once
+    copied: polars' select held the columns, the fixed-width array, the list and the mean's
+    intermediates at once (+63 MiB at 1M records of three positions).
+    """
+    import numpy as np
+
+    used = (
+        set(res.scalars.values())
+        | set(res.loss_parts)
+        | set(res.eval_fields.values())
+        | ({res.eval_tau} if res.eval_tau else set())
+    )
+    acc = None
+    if mean:
+        # polars' own mean (its sum's order is its own), before the columns go, a slice of
+        # rows at a time into one buffer: over every row at once its intermediates were
+        # another 2-3 columns (a row's mean is the same in any slice)
+        total = np.empty(records.height, dtype=np.float64)
+        positions = records.select(_PREFIX + k for k in keys)
+        for start in range(0, records.height, _MEAN_ROWS):
+            part = positions.slice(start, _MEAN_ROWS).select(pl.mean_horizontal(pl.all()))
+            total[start : start + part.height] = part.to_series().to_numpy()
+        del positions
+        acc = pl.Series("_acc", total)
+    values = np.empty((records.height, len(keys)), dtype=np.float64)
+    for i, key in enumerate(keys):
+        name = _PREFIX + key
+        column = records[name] if key in used else records.drop_in_place(name)
+        values[:, i] = column.to_numpy()
+        del column
+    return pl.Series("_acc_pos", values).cast(pl.List(pl.Float64)), acc
 
 
 def _row_list(columns: list[pl.Expr]) -> pl.Expr:

@@ -8,10 +8,11 @@ import random
 from collections import Counter
 from statistics import median
 
+import numpy as np
 import polars as pl
 import pytest
 
-from dflash_diag.analysis import alive, robust_trend, windows
+from dflash_diag.analysis import alive, diagnosis, forecast, robust_trend, schedule, windows
 
 INF, NAN = float("inf"), float("nan")
 
@@ -140,3 +141,55 @@ def test_theil_sen_and_mann_kendall_are_the_loops(x: list, y: list) -> None:
         assert test.variance == (len(y) * (len(y) - 1) * (2 * len(y) + 5) - ties) / 18.0 or (
             test.variance == 0.0
         )
+
+
+def _old_max_lr(frame: pl.DataFrame) -> float | None:
+    if "lr" not in frame.columns or frame.height == 0:
+        return None
+    lr = frame["lr"].drop_nulls()
+    lr = lr.filter(lr.is_finite())
+    return float(lr.max()) if lr.len() else None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("values", COLUMNS)
+def test_max_lr_is_the_largest_finite(values: list[float | None]) -> None:
+    frame = pl.DataFrame({"lr": pl.Series(values, dtype=pl.Float64)})
+    assert repr(diagnosis.max_lr_of(frame)) == repr(_old_max_lr(frame))
+    ints = pl.DataFrame({"lr": [3, None, 5]})
+    assert diagnosis.max_lr_of(ints) == _old_max_lr(ints) == 5.0
+
+
+@pytest.mark.parametrize("values", COLUMNS[1:])
+def test_schedule_position_reads_the_finite_lrs(values: list[float | None]) -> None:
+    frame = pl.DataFrame(
+        {
+            "step": list(range(1, len(values) + 1)),
+            "lr": pl.Series(values, dtype=pl.Float64),
+            "loss": [1.0] * len(values),
+        }
+    )
+    old = frame.filter(pl.col("lr").is_finite().fill_null(False))["lr"]
+    position = schedule.schedule_position(frame)
+    assert position.current == (float(old[-1]) if old.len() else None)
+    if old.len():
+        assert position.peak in (float(old.max()), None)  # type: ignore[arg-type]
+
+
+def test_binned_fast_range_is_the_pieces_range() -> None:
+    rng = random.Random(7)
+    n = 3 * forecast._BIN_PIECE + 17
+    steps = np.arange(5, 5 + n, dtype=np.int64)
+    values = np.array([rng.gauss(1.0, 0.1) for _ in range(n)])
+    fast = forecast.binned(steps, values, basis="b")
+    # a record without a value inside the range takes the piecewise pass; the bins are the same
+    slow = forecast.binned(
+        np.concatenate((steps[:100], [400], steps[100:])),
+        np.concatenate((values[:100], [NAN], values[100:])),
+        basis="b",
+    )
+    assert fast == slow
+    assert fast.counts[0] > 0
+    assert sum(fast.counts) == n
+    floats = forecast.binned(steps.astype(float) / 3.0, values, basis="b")
+    assert sum(floats.counts) == n
+    assert len(floats.steps) == forecast.MAX_BINS

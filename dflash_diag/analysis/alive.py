@@ -28,6 +28,7 @@ from typing import cast
 import polars as pl
 
 from dflash_diag.analysis.numbers import plural
+from dflash_diag.analysis.windows import all_finite
 
 #: Fewest finite records of a metric before its being constant is called broken.
 MIN_RECORDS = 5
@@ -61,12 +62,25 @@ def _finite(frame: pl.DataFrame, name: str) -> pl.Series:
     return values.filter(values.is_finite())
 
 
+def finite_range(frame: pl.DataFrame, name: str) -> tuple[int, object, object]:
+    """``(count, min, max)`` of the finite values of ``name`` (min and max None without one):
+    what ``_finite(frame, name)`` gives, without its copy where the column has no NaN or Inf
+    (the usual log: its min and max are those of its finite values)."""
+    if name not in frame.columns or frame.height == 0:
+        return 0, None, None
+    column = frame[name]
+    if not column.dtype.is_float() or not all_finite(column):
+        column = _finite(frame, name)
+    elif column.null_count():
+        column = column.drop_nulls()
+    return column.len(), column.min(), column.max()
+
+
 def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORDS) -> float | None:
     """The one value of ``name`` when at least ``min_records`` finite records all hold it."""
-    values = _finite(frame, name)
-    if values.len() < min_records:
+    count, low, high = finite_range(frame, name)
+    if count < min_records:
         return None
-    low, high = values.min(), values.max()
     return float(cast(float, low)) if low == high else None
 
 
@@ -124,8 +138,8 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
 
 def moving(frame: pl.DataFrame, name: str) -> bool:
     """Whether ``name`` has at least two distinct finite values."""
-    values = _finite(frame, name)
-    return values.len() >= 2 and values.min() != values.max()
+    count, low, high = finite_range(frame, name)
+    return count >= 2 and low != high
 
 
 def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int, int] | None:
@@ -159,8 +173,8 @@ def broken_reason(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> str | 
     """Why the run is not alive, or None: without a moving accuracy, the loss constant (exactly
     zero included) over every finite record; without a moving loss, the accuracy constant."""
     loss = constant_value(frame, "loss", min_records)
-    n_loss = _finite(frame, "loss").len()
     if loss is not None and not moving(frame, "acc"):
+        n_loss = finite_range(frame, "loss")[0]
         what = "exactly 0.0" if loss == 0 else f"constant ({loss:.6g})"
         return (
             f"loss is {what} in all {plural(n_loss, 'record')}: nothing is being learned or logged"
@@ -176,6 +190,6 @@ def broken_reason(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> str | 
         return None
     acc = constant_value(frame, "acc", min_records)
     if acc is not None:
-        n_acc = _finite(frame, "acc").len()
+        n_acc = finite_range(frame, "acc")[0]
         return f"acc is constant ({acc:.4g}) in all {plural(n_acc, 'record')}: nothing is being learned or logged"
     return None

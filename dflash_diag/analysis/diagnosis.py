@@ -67,6 +67,7 @@ from dflash_diag.analysis.windows import (
     Window,
     WindowChoice,
     WindowTable,
+    all_finite,
     choose_window,
     compute_window_table,
     window_rows,
@@ -220,7 +221,11 @@ def max_lr_of(frame: pl.DataFrame) -> float | None:
     """The largest finite lr of ``frame`` (the "max seen" peak of every command)."""
     if "lr" not in frame.columns or frame.height == 0:
         return None
-    lr = frame["lr"].drop_nulls()
+    lr = frame["lr"]
+    if lr.dtype.is_float() and all_finite(lr):
+        # no NaN or Inf: the largest of the column (nulls left out), without two copies of it
+        return float(cast(float, lr.max())) if lr.len() > lr.null_count() else None
+    lr = lr.drop_nulls()
     lr = lr.filter(lr.is_finite())
     return float(cast(float, lr.max())) if lr.len() else None
 

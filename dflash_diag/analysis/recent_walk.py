@@ -60,7 +60,8 @@ def _walked(frame: pl.DataFrame, up_to_step: int | None) -> pl.DataFrame:
     )
     if up_to_step is not None:
         ok = ok & (pl.col("step") <= up_to_step)
-    return frame.filter(ok).select("step", "walk_tokens", "walk_steps").sort("step")
+    # the three columns first: a filter copies every column it keeps (the frame's twenty)
+    return frame.select("step", "walk_tokens", "walk_steps").filter(ok).sort("step")
 
 
 def recent_walk(

@@ -74,6 +74,11 @@ def theil_sen_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """
     if len(x) != len(y):
         raise ValueError("x and y differ in length")
+    fast = _pairwise_slopes(x, y)
+    if fast is not None:
+        if not fast.size:
+            raise ValueError("Theil-Sen needs at least two distinct x values")
+        return _median_sorted(fast)
     slopes = [
         (y[j] - y[i]) / (x[j] - x[i])
         for i in range(len(x))
@@ -83,6 +88,66 @@ def theil_sen_slope(x: Sequence[float], y: Sequence[float]) -> float:
     if not slopes:
         raise ValueError("Theil-Sen needs at least two distinct x values")
     return median(slopes)
+
+
+#: Fewest points before the pairwise loops run in numpy (below it, the arrays cost more).
+_VECTOR_POINTS = 16
+#: Integers below this magnitude and their differences are float64 exactly (as in Python).
+_EXACT = 2.0**52
+
+
+def _as_exact_floats(values: Sequence[float]) -> np.ndarray | None:
+    """``values`` as float64 when every one is a finite float (or an int that converts exactly),
+    else None: the pairwise loops' arithmetic is then the same in numpy as in Python."""
+    if len(values) < _VECTOR_POINTS:
+        return None
+    if not all(type(v) is float or type(v) is int for v in values):
+        return None  # numpy scalars, bools, Decimals...: the Python loop as it was
+    array = np.asarray(values, dtype=float)
+    if not np.isfinite(array).all() or np.abs(array).max() >= _EXACT:
+        return None
+    return array
+
+
+def _pairwise_slopes(x: Sequence[float], y: Sequence[float]) -> np.ndarray | None:
+    """The slopes of :func:`theil_sen_slope`'s pairs (i < j, x_i != x_j) in its loop's order,
+    sorted stably; None where the inputs need the Python loop."""
+    xs, ys = _as_exact_floats(x), _as_exact_floats(y)
+    if xs is None or ys is None:
+        return None
+    i, j = np.triu_indices(len(xs), k=1)  # row-major: the loop's (i, j) order
+    dx = xs[j] - xs[i]
+    keep = dx != 0
+    slopes = (ys[j] - ys[i])[keep] / dx[keep]
+    # stable, as sorted() is: equal slopes (0.0 and -0.0) keep the loop's order
+    return np.sort(slopes, kind="stable")
+
+
+def _median_sorted(values: np.ndarray) -> float:
+    """statistics.median of sorted ``values``: the middle one, or the mean of the two middle."""
+    n = len(values)
+    if n % 2 == 1:
+        return float(values[n // 2])
+    return (float(values[n // 2 - 1]) + float(values[n // 2])) / 2
+
+
+def _sign_sum(y: Sequence[float]) -> int:
+    """sum of sign(y_j - y_i) over i < j."""
+    ys = _as_exact_floats(y)
+    if ys is not None:
+        total = 0
+        for i in range(len(ys) - 1):  # a row at a time: n memory, not n^2 / 2
+            diff = ys[i + 1 :] - ys[i]
+            total += int(np.count_nonzero(diff > 0)) - int(np.count_nonzero(diff < 0))
+        return total
+    s = 0
+    n = len(y)
+    for i in range(n - 1):
+        yi = y[i]
+        for j in range(i + 1, n):
+            diff = y[j] - yi
+            s += (diff > 0) - (diff < 0)
+    return s
 
 
 @dataclass(frozen=True)
@@ -116,12 +181,7 @@ def mann_kendall(y: Sequence[float]) -> MannKendall:
     n = len(y)
     if n < 3:
         raise ValueError("Mann-Kendall needs at least three values")
-    s = 0
-    for i in range(n - 1):
-        yi = y[i]
-        for j in range(i + 1, n):
-            diff = y[j] - yi
-            s += (diff > 0) - (diff < 0)
+    s = _sign_sum(y)
     ties = sum(t * (t - 1) * (2 * t + 5) for t in Counter(y).values() if t > 1)
     variance = (n * (n - 1) * (2 * n + 5) - ties) / 18.0
     if variance <= 0:

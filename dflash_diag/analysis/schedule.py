@@ -144,8 +144,10 @@ def schedule_position(
     assert frame.height, "schedule_position needs at least one record"
     step = int(frame["step"][-1])
     notes: list[str] = []
-    finite_lr = frame.filter(pl.col("lr").is_finite().fill_null(False))
-    current = float(finite_lr["lr"][-1]) if finite_lr.height else None
+    # the lr column alone: a filter of the frame copies every column it keeps
+    lr = frame["lr"]
+    finite_lr = lr.filter(lr.is_finite().fill_null(False))
+    current = float(finite_lr[-1]) if finite_lr.len() else None
     if header is not None and header.peak_lr is not None:
         peak, peak_source = header.peak_lr, "header"
         if peak_lr is not None and not math.isclose(peak_lr, header.peak_lr):
@@ -154,9 +156,9 @@ def schedule_position(
             )
     elif peak_lr is not None:
         peak, peak_source = peak_lr, "--peak-lr"
-    elif max_lr is not None or finite_lr.height:
+    elif max_lr is not None or finite_lr.len():
         peak, peak_source = (
-            max_lr if max_lr is not None else float(cast(float, finite_lr["lr"].max())),
+            max_lr if max_lr is not None else float(cast(float, finite_lr.max())),
             "max seen",
         )
     else:
@@ -165,8 +167,8 @@ def schedule_position(
     if header is not None:
         phase = header_phase(step, header)
         phase_source = "header" if phase is not None else None
-    if phase is None and finite_lr.height:
-        phase = infer_phase(finite_lr["lr"].tail(_INFER_TAIL).to_list())
+    if phase is None and finite_lr.len():
+        phase = infer_phase(finite_lr.tail(_INFER_TAIL).to_list())
         phase_source = "inferred" if phase is not None else None
     if peak_source == "max seen" and phase == WARMUP:
         # The lr is still rising: the largest lr so far is where it is now, not its peak.

@@ -181,6 +181,19 @@ def _weight_everywhere(frame: pl.DataFrame, value: str, weight: str, clean: set[
     no masked copy of either (two million-row columns of its peak memory each)."""
     if value not in clean or weight not in clean:
         return False
+    # Clean columns: a value is finite where it is not null. Null counts are polars' metadata,
+    # and without nulls the test is the weights' minimum: no query of three masks a million rows.
+    value_nulls, weight_nulls = frame[value].null_count(), frame[weight].null_count()
+    if value_nulls != weight_nulls:
+        return False  # the rows with both cannot be as many as the rows of each
+    if value_nulls == 0:
+        low = frame[weight].min()
+        return low is None or cast(float, low) > 0
+    return _weight_everywhere_query(frame, value, weight)
+
+
+def _weight_everywhere_query(frame: pl.DataFrame, value: str, weight: str) -> bool:
+    """:func:`_weight_everywhere`'s test as one query (any nulls)."""
     counts = frame.select(
         _positive_weight(value, weight).sum().alias("both"),
         pl.col(value).count().alias("value"),
@@ -257,11 +270,20 @@ def _with_values(frame: pl.DataFrame, names: Sequence[str]) -> set[str]:
 
 def _without_nonfinite(frame: pl.DataFrame, names: Sequence[str]) -> set[str]:
     """The float columns of ``names`` whose values are all finite or null (no NaN, no Inf)."""
-    return {
-        name
-        for name in names
-        if frame.schema[name] == pl.Float64 and frame[name].is_finite().all(ignore_nulls=True)
-    }
+    return {name for name in names if frame.schema[name] == pl.Float64 and all_finite(frame[name])}
+
+
+def all_finite(column: pl.Series) -> bool:
+    """Whether every non-null value of a float ``column`` is finite.
+
+    A finite sum says so without a boolean column of a million rows: a NaN or an Inf makes the
+    sum NaN or infinite. A sum that is not finite (a NaN, an Inf, or finite values whose sum
+    overflows) is decided by the values themselves.
+    """
+    total = column.sum()
+    if total is not None and math.isfinite(cast(float, total)):
+        return True
+    return bool(column.is_finite().all(ignore_nulls=True))
 
 
 def _aggregate(

@@ -15,27 +15,13 @@ from __future__ import annotations
 import random
 import sys
 
-import numpy as np
 import polars as pl
 import pytest
 
 from dflash_diag.read.formats import canonical
 from dflash_diag.read.formats.canonical import Scalars, empty_scalars, to_parsed_log
 
-
-def _bits(frame: pl.DataFrame) -> list[tuple[str, str, list[bool], object]]:
-    """Each column's name, type, null mask and the bits of its non-null values (numbers), or
-    its values (strings, lists)."""
-    out: list[tuple[str, str, list[bool], object]] = []
-    for column in frame.iter_columns():
-        valid = column.is_not_null().to_list()
-        kept = column.filter(column.is_not_null())
-        if column.dtype.is_numeric():
-            values: object = np.ascontiguousarray(kept.to_numpy()).tobytes()
-        else:
-            values = repr(kept.to_list())  # repr: NaN in a list compares equal as text
-        out.append((column.name, str(column.dtype), valid, values))
-    return out
+from .references import frame_bits
 
 
 def _old_merge(records: pl.DataFrame) -> pl.DataFrame:
@@ -98,14 +84,14 @@ def test_merge_taken_equals_the_old_merge(seed: int, null_time: bool) -> None:
     reference = _old_merge(records)
     kept = canonical._merge_duplicate_steps(records)
     assert records.width == 6  # not taken: the caller's frame is whole
-    assert _bits(kept) == _bits(reference)
+    assert frame_bits(kept) == frame_bits(reference)
     taken = canonical._merge_duplicate_steps(records.clone(), take=True)
-    assert _bits(taken) == _bits(reference)
+    assert frame_bits(taken) == frame_bits(reference)
     assert taken.height < records.height
     grouped = records.group_by("_segment", "step", maintain_order=True).agg(
         pl.col("time").min(), *(pl.col(c).drop_nulls().last() for c in records.columns[3:])
     )
-    assert _bits(taken) == _bits(grouped)
+    assert frame_bits(taken) == frame_bits(grouped)
 
 
 def test_merge_takes_the_columns_out() -> None:
@@ -170,7 +156,7 @@ def test_positions_equal_concat_list_and_mean(
     )
     log = to_parsed_log(scalars, release=True).log
     assert log.metrics.height == train.height
-    assert _bits(log.metrics.select("acc_pos", "acc", "loss")) == _bits(reference)
+    assert frame_bits(log.metrics.select("acc_pos", "acc", "loss")) == frame_bits(reference)
     assert [e.step for e in log.events if e.kind == "eval"] == list(range(10, 401, 10))
     assert scalars.wide == []
 

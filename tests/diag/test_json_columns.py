@@ -20,6 +20,8 @@ from dflash_diag.analysis.windows import Window
 from dflash_diag.render import json_columns
 from dflash_diag.render.json import _COMPACT, json_number, window_json, windows_text
 
+from .references import csv_module_text
+
 SEPARATOR = ",\n    "
 
 
@@ -109,19 +111,6 @@ def test_polars_agrees_with_python_on_this_install():
     assert json_columns._polars_agrees() is True
 
 
-def _csv_module_text(rows: list[WindowRow]) -> str:
-    """The CSV the csv module writes for ``rows`` (the writer behind the column path's back)."""
-    from dflash_diag.render import csv as csv_render
-
-    report = SimpleNamespace(windows=rows)
-    fast = csv_render._columns_text
-    try:
-        csv_render._columns_text = lambda report: None
-        return csv_render.render_csv(report)
-    finally:
-        csv_render._columns_text = fast
-
-
 @pytest.mark.parametrize(
     ("ints", "trends"),
     [
@@ -137,5 +126,5 @@ def test_csv_of_many_windows_is_the_csv_modules(ints, trends):
     values = _floats(seed=11, n=1000)
     rows = _rows(values, ints=ints, trends=trends)
     report = SimpleNamespace(windows=rows)
-    assert render_csv(report) == _csv_module_text(rows)
-    assert render_csv(SimpleNamespace(windows=[])) == _csv_module_text([])
+    assert render_csv(report) == csv_module_text(SimpleNamespace(windows=rows))
+    assert render_csv(SimpleNamespace(windows=[])) == csv_module_text(SimpleNamespace(windows=[]))

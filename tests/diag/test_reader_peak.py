@@ -12,27 +12,13 @@ from __future__ import annotations
 import json
 import random
 
-import numpy as np
 import polars as pl
 import pytest
 
 from dflash_diag.read.formats import foreign_jsonl_scan, trainer_state
 from dflash_diag.read.formats.canonical import contiguous
 
-
-def _bits(frame: pl.DataFrame) -> list[tuple[str, str, list[bool], object]]:
-    """Each column's name, type, null mask and the bits of its non-null values (numbers), or
-    its values (strings, lists)."""
-    out: list[tuple[str, str, list[bool], object]] = []
-    for column in frame.iter_columns():
-        valid = column.is_not_null().to_list()
-        kept = column.filter(column.is_not_null())
-        if column.dtype.is_numeric():
-            values: object = np.ascontiguousarray(kept.to_numpy()).tobytes()
-        else:
-            values = repr(kept.to_list())  # repr: NaN in a list compares equal as text
-        out.append((column.name, str(column.dtype), valid, values))
-    return out
+from .references import frame_bits
 
 
 def _piece(rng: random.Random, first_row: int, keys: list[str]) -> pl.DataFrame:
@@ -81,7 +67,7 @@ def test_wide_columns_equal_the_diagonal_concat(monkeypatch, seed: int) -> None:
         frames[0] if len(frames) == 1 else contiguous(pl.concat(frames, how="diagonal_relaxed"))
     )
     assert joined.columns == expected.columns
-    assert _bits(joined) == _bits(expected)
+    assert frame_bits(joined) == frame_bits(expected)
     assert all(c.n_chunks() == 1 for c in joined.iter_columns())
 
 
@@ -139,7 +125,7 @@ def test_trainer_state_reads_the_same(tmp_path, monkeypatch, seed: int, chunk: i
     assert len(now.wide) == len(before.wide)
     for a, b in zip(now.wide, before.wide, strict=True):
         assert a.columns == b.columns
-        assert _bits(a) == _bits(b)
+        assert frame_bits(a) == frame_bits(b)
     assert now.issues == before.issues
 
 
@@ -152,7 +138,7 @@ def test_trainer_state_with_nan_entries_reads_the_same(tmp_path, monkeypatch) ->
     now = trainer_state.read_trainer_state(path)
     monkeypatch.setattr(trainer_state, "_WideColumns", _ConcatPieces)
     before = trainer_state.read_trainer_state(path)
-    assert [_bits(w) for w in now.wide] == [_bits(w) for w in before.wide]
+    assert [frame_bits(w) for w in now.wide] == [frame_bits(w) for w in before.wide]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -182,7 +168,7 @@ def test_wide_piece_without_the_filter(tmp_path, monkeypatch, every_record: bool
     keys = [c for c in wide.columns if c not in ("row", "step", "time")]
     # the old rule: the records with no number filtered out, whatever the nulls
     filtered = wide.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in keys))
-    assert _bits(wide) == _bits(filtered)
+    assert frame_bits(wide) == frame_bits(filtered)
     assert wide.height == 399
 
 
@@ -231,7 +217,7 @@ def test_native_pieces_joined_the_same(monkeypatch, seed: int, lists: bool) -> N
     monkeypatch.setattr(jsonl._NumberColumns, "take", lambda self, piece, n: None)
     before = read()
     assert now.metrics.columns == before.metrics.columns
-    assert _bits(now.metrics) == _bits(before.metrics)
+    assert frame_bits(now.metrics) == frame_bits(before.metrics)
     assert all(c.n_chunks() == 1 for c in now.metrics.iter_columns())
     assert now.events == before.events
     assert now.issues == before.issues
@@ -252,4 +238,4 @@ def test_native_pieces_of_a_file(tmp_path, monkeypatch) -> None:
     now = read()
     monkeypatch.setattr(jsonl._NumberColumns, "take", lambda self, piece, n: None)
     before = read()
-    assert _bits(now.metrics) == _bits(before.metrics)
+    assert frame_bits(now.metrics) == frame_bits(before.metrics)

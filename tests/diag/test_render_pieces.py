@@ -34,6 +34,8 @@ from dflash_diag.render.json import (
 )
 from tests.diag.wild_harness import ROOT
 
+from .references import csv_module_text
+
 SAMPLE = ROOT / "sample_logs" / "train.jsonl"
 
 
@@ -114,27 +116,18 @@ def test_a_diagnosis_windows_are_cut_into_pieces_of_their_columns(report):
     assert [v for p in pieces for v in p.column("acc_trend")] == rows.column("acc_trend")
 
 
-def _csv_module_text(report) -> str:
-    fast = csv_render._columns_text
-    try:
-        csv_render._columns_text = lambda report: None
-        return csv_render.render_csv(report)
-    finally:
-        csv_render._columns_text = fast
-
-
 @pytest.mark.parametrize("size", [1, 9, 260, 4096])
 def test_the_csv_pieces_joined_are_the_csv_modules_text(report, size, monkeypatch):
     monkeypatch.setattr(json_columns, "ROWS_PER_PIECE", size)
     pieces = list(csv_render.csv_pieces(report))
     assert len(pieces) == 1 + -(-len(report.windows) // size)  # the header, then the rows
-    assert "".join(pieces) == _csv_module_text(report)
+    assert "".join(pieces) == csv_module_text(report)
     rows = SimpleNamespace(windows=_rows(50, seed=4))
-    assert "".join(csv_render.csv_pieces(rows)) == _csv_module_text(rows)
+    assert "".join(csv_render.csv_pieces(rows)) == csv_module_text(rows)
     quoted = _rows(20, seed=5)
     quoted[3] = WindowRow(quoted[3].window, Trend(None, "a,b", None, None))
     needs_quotes = SimpleNamespace(windows=quoted)
-    assert list(csv_render.csv_pieces(needs_quotes)) == [_csv_module_text(needs_quotes)]
+    assert list(csv_render.csv_pieces(needs_quotes)) == [csv_module_text(needs_quotes)]
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv"])

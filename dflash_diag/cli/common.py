@@ -145,8 +145,10 @@ def output_failure(exc: OSError) -> int:
     if isinstance(exc, BrokenPipeError):
         return EXIT_OK
     reason = exc.strerror or str(exc)
-    where = f"{reason}: {exc.filename}" if exc.filename is not None else None
-    message = where or f"cannot write the output: {reason}"
+    if exc.filename is not None:
+        message = f"{reason}: {exc.filename}"
+    else:
+        message = f"cannot write the output: {reason}"
     print(f"dflash-diag: error: {visible(' '.join(message.split()))}", file=sys.stderr)
     return EXIT_USAGE
 

@@ -455,6 +455,17 @@ _EDGE_HISTORIES = {
     "null key": [{"step": 1, "loss": 3.0, "grad_norm": None}, {"step": 2, "grad_norm": None}],
     "long ints": [{"step": 1, "loss": 2**64}, {"step": 2, "loss": 10**18, "flos": 10**22}],
     "float step": [{"step": 1.5, "loss": 3.0}, {"step": 2, "loss": 2.0}],
+    # names holding the bytes the fast path counts, and the words it once searched for
+    "odd names": [
+        {"step": 1, "a:b": 1.0, "c,d": 2.0, "e{": 3.0, "true": 1.0, "null": 2.0, "nul": 4.0},
+        {"step": 2, "train_runtime_s": 1.5, "false": 0.5, "loss": None},
+    ],
+    "empty entries": [{"step": 1, "loss": 3.0}, {}, {"step": 2, "loss": 2.0}],
+    "non-finite": [
+        {"step": 1, "loss": float("nan")},
+        {"step": 2, "loss": float("inf")},
+        {"step": 3, "loss": -float("inf")},
+    ],
 }
 
 
@@ -517,6 +528,33 @@ def test_trainer_state_plain_pieces_are_read_by_polars_exactly(tmp_path, monkeyp
     assert wide.filter(pl.col("step") == 151)["loss"].item() == 0.25
     assert sum(read) >= len(read) - 1  # every piece but the one with the doubled key
     assert not all(read)
+
+
+@pytest.mark.parametrize(
+    ("text", "counts"),
+    [
+        (b'[{"step": 1, "loss": 2.5}, {"step": 2, "loss": null}]', (2, 3)),
+        (b'[{"step":1,"loss":-2e-5},\n{"step":2}]', (2, 3)),
+        (b'[{"step": 1, "loss": true}]', None),
+        (b'[{"step": 1, "loss": "2.5"}]', None),
+        (b'[{"step": 1, "loss": {"a": 1}}]', None),
+        (b'[{"step": 1, "loss": [1]}]', None),
+        (b'[{"step": 1, "loss": NaN}]', None),
+        (b'[{"step": 1, "loss": nan}]', None),
+        (b'[{"step": 1, "loss":  1}]', None),
+        (b'[{"step": 1}, 7]', None),
+        (b'[{"step": 1}, {}]', None),
+        (b'[{"a:b": 1}]', None),
+        (b'[{"a,b": 1}]', None),
+        (b"[7]", None),
+    ],
+)
+def test_trainer_state_plain_entries_are_objects_of_numbers_only(text, counts):
+    """The byte-level check before polars' JSON reader: entries and non-null values of a piece
+    of flat objects of numbers, None for anything else the reader might misread."""
+    from dflash_diag.read.formats.trainer_state import _plain_entries
+
+    assert _plain_entries(text) == counts
 
 
 def test_mlflow_rows_skip_the_sort_only_when_in_logging_order():

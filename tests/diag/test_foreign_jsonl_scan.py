@@ -174,3 +174,125 @@ def test_released_pieces_give_the_same_log_and_the_nothing_maps_line_its_series(
     bare = [{"grad_norm": 1.5, "learning_rate": 1e-4, "step": s} for s in range(1, 300)]
     with pytest.raises(DiagError, match=r"no series maps to loss or acc.*grad_norm"):
         load_log(_write(tmp_path / "bare.jsonl", bare))
+
+
+def _nested(step: int) -> dict:
+    return {
+        "global_step": step,
+        "lr": 1e-4,
+        "train": {"loss": 2.0 / step, "full_acc": 0.5, "position_1_acc": 0.4},
+    }
+
+
+_OBJECT_CASES = [
+    "plain",
+    "compact",
+    "not_last",
+    "null_object",
+    "empty_object",
+    "object_in_object",
+    "object_elsewhere",
+    "braces_in_strings",
+    "escaped_quote_key",
+    "field_named_like_a_key",
+    "two_objects_same_fields",
+    "mixed_separators",
+    "crlf",
+    "string_field_with_brace",
+    "no_trailing_newline",
+]
+
+
+@pytest.mark.parametrize("case", _OBJECT_CASES)
+def test_objects_opened_give_the_line_readers_log(tmp_path, monkeypatch, case):
+    """Pieces read with their objects opened (``"train": {`` and its brace made blanks) give the
+    line reader's log whatever else the file holds, in pieces of a few KiB so that clean and
+    odd pieces mix; the regular layouts are read fast."""
+    from dflash_diag.read.formats import foreign_jsonl_scan
+
+    monkeypatch.setattr(foreign_jsonl_scan, "PIECE_BYTES", 4096)
+    records = [_nested(s) for s in range(1, 1200)]
+    separators = (", ", ": ")
+    if case == "compact":
+        separators = (",", ":")
+    elif case == "not_last":
+        records = [
+            {"global_step": r["global_step"], "train": r["train"], "lr": 1e-4} for r in records
+        ]
+    elif case == "null_object":
+        records[300]["train"] = None
+    elif case == "empty_object":
+        records[300]["train"] = {}
+    elif case == "object_in_object":
+        records[300]["train"]["extra"] = {"a": 1.0}
+    elif case == "object_elsewhere":
+        records[300]["other"] = {"train": {"loss": 9.0}}
+    elif case == "braces_in_strings":
+        records[1]["note"] = 'a "train": {x} }'
+        records[300]["note"] = "}}{"
+    elif case == "escaped_quote_key":
+        records[300]['x"train'] = {"loss": 9.0}
+    elif case == "field_named_like_a_key":
+        records[300]["loss"] = 7.0
+    elif case == "two_objects_same_fields":
+        for r in records:
+            r["val"] = {"loss": 3.0, "full_acc": 0.4}
+    elif case == "string_field_with_brace":
+        records[1]["train"]["tag"] = "a}b"
+        records[300]["train"]["tag"] = "}"
+    text = "".join(json.dumps(r, separators=separators) + "\n" for r in records)
+    if case == "mixed_separators":
+        # the head writes "train": {, the file's end "train":{ too (its pieces read as they are)
+        lines = text.splitlines(keepends=True)
+        lines[-50:] = [line.replace('"train": {', '"train":{') for line in lines[-50:]]
+        text = "".join(lines)
+    elif case == "crlf":
+        text = text.replace("\n", "\r\n")
+    elif case == "no_trailing_newline":
+        text = text.rstrip("\n")
+    path = tmp_path / f"{case}.jsonl"
+    path.write_bytes(text.encode())
+    fast, _ = both(path)
+    if case in (
+        "plain",
+        "compact",
+        "not_last",
+        "mixed_separators",
+        "crlf",
+        "no_trailing_newline",
+        "braces_in_strings",
+        "two_objects_same_fields",
+    ):
+        assert fast is not None
+        assert fast.wide[0].height == len(records)
+
+
+def test_objects_are_opened_on_the_regular_layouts(tmp_path):
+    """The opened read takes the pieces of the layouts it is for (not a fallback every time):
+    the speculators fixture and json.dumps' and compact separators."""
+    from dflash_diag.read.formats import foreign_jsonl_scan as scan
+
+    real = ROOT / "tests/fixtures/formats/speculators_jsonl/metrics.jsonl"
+    compact = tmp_path / "compact.jsonl"
+    compact.write_text(
+        "".join(json.dumps(_nested(s), separators=(",", ":")) + "\n" for s in range(1, 300))
+    )
+    for path in (real, compact):
+        head = path.read_bytes()[:HEAD_BYTES]
+        tree = scan._head_tree(head)
+        opening = scan._Opening.of(tree, [], head)
+        assert opening is not None
+        pieces = list(scan._pieces(path))
+        for piece in pieces:
+            read = opening.read(piece)
+            assert read is not None
+            frame, columns, colons, found, nulls = read
+            assert frame.height == len(piece.splitlines())
+            assert colons == piece.count(b":") - piece.count(b'"train":')
+            assert colons == found
+            assert nulls == 0
+            assert "train/loss" in [c.name for c in columns]
+            assert b'"train"' not in scan._opened(piece, opening.patterns)[0]
+    # a field named like a top-level key, an object in an object: no opening
+    assert scan._Opening.of({"loss": "Float64", "train": {"loss": "Float64"}}, [], b"") is None
+    assert scan._Opening.of({"t": {"a": {"b": "Float64"}}}, [], b'"t": {') is None

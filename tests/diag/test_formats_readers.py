@@ -448,6 +448,15 @@ _EDGE_HISTORIES = {
     "dotted": [{"step": 1, "train.acc": 0.1, "train/acc": 0.2, "loss": 1.0}],
     "fixed names": [{"step": 1, "loss": 3.0, "time": 5.0, "row": 1}],
     "rewind": [{"step": s % 4, "loss": 1.0 / (s + 1)} for s in range(10)],
+    # the collector's entries between polars' pieces, and a restart after them: rows in order
+    "rewind past dicts": [
+        {"step": 1, "loss": 3.0},
+        {"step": 2, "loss": 2.0},
+        {"step": 3, "train_runtime": 9.5, "train_loss": 2.5},
+        {"step": 1, "loss": 1.5},
+        {"step": 2, "loss": 1.0},
+        {"step": 3, "loss": 0.5},
+    ],
     "big int": [{"step": 1, "loss": 10**400}, {"step": 2, "loss": 2**70}],
     "no step": [{"epoch": 1.0, "loss": 3.0}, {"epoch": 2.0, "loss": 2.0}],
     # polars' JSON reader reads plain pieces with the keys of the pieces before declared
@@ -469,9 +478,9 @@ _EDGE_HISTORIES = {
 }
 
 
-@pytest.mark.parametrize("chunk", [64, 2**16])
+@pytest.mark.parametrize(("chunk", "batch"), [(64, 3), (64, 2**15), (2**16, 2**15)])
 @pytest.mark.parametrize("case", sorted(_EDGE_HISTORIES))
-def test_trainer_state_pieces_read_as_the_collector_does(tmp_path, monkeypatch, case, chunk):
+def test_trainer_state_pieces_read_as_the_collector_does(tmp_path, monkeypatch, case, chunk, batch):
     """The history decoded in pieces and built by polars gives the canonical log the entry by
     entry collector gives, on every kind of entry (or leaves those to the collector)."""
     import json
@@ -482,8 +491,10 @@ def test_trainer_state_pieces_read_as_the_collector_does(tmp_path, monkeypatch, 
     path = tmp_path / "trainer_state.json"
     state = {"global_step": 5, "log_history": _EDGE_HISTORIES[case], "max_steps": 10}
     path.write_text(json.dumps(state, indent=2))
-    # 64 characters: every entry alone; 64 KiB: the history in one piece
+    # 64 characters: every entry alone; 64 KiB: the history in one piece; polars' pieces made
+    # wide 3 entries at a time (batches cut between pieces and at the collector's) or at once
     monkeypatch.setattr(trainer_state._Scanner, "CHUNK", chunk)
+    monkeypatch.setattr(trainer_state, "_WIDE_BATCH_ROWS", batch)
 
     def parsed():
         scalars = read_trainer_state(path)

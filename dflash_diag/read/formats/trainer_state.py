@@ -446,9 +446,9 @@ def _plain_entries(data: bytes) -> tuple[int, int] | None:
     return entries, len(colon) - len(null)
 
 
-#: Entries of polars' pieces made wide at once (a few MiB of columns): 2**15 keeps most of
-#: the CPU saved by larger batches (1M entries: 0.90x of piece by piece, 0.89x at 2**16) at
-#: half their memory (+7 MiB peak RSS, +11 at 2**16).
+#: Entries of polars' pieces made wide at once (a few MiB of columns): 1M entries, load_log
+#: CPU 0.91x of piece by piece, +5 MiB peak; 2**16 saved about 1% more CPU for twice the
+#: memory, 2**14 half the CPU.
 _WIDE_BATCH_ROWS = 2**15
 
 

@@ -131,11 +131,44 @@ def test_dirty_files_decline_or_agree(tmp_path, case):
         "malformed",
         "nan",
         "list",
-        "time",
         "type_change",
         "numeric_string",
     ):
         assert fast is None
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["number", "text", "late_number", "some_null", "with_wandb_timestamp", "text_late", "bool"],
+)
+def test_a_time_key_is_the_records_time_as_the_line_reader_reads_it(tmp_path, case):
+    # the line reader takes a record's "time" as its time (and a numeric one as a value too);
+    # the fast path reads it so, or declines where the line reader's fallback to "_timestamp"
+    # could apply
+    records = [_hf(s) for s in range(1, 400)]
+    for i, record in enumerate(records):
+        if case in ("number", "some_null", "with_wandb_timestamp"):
+            record["time"] = 1_700_000_000.0 + 2.5 * i
+        elif case == "bool":
+            record["time"] = i % 2 == 0
+        elif case == "text":
+            record["time"] = f"2026-11-01T12:{i // 60 % 60:02d}:{i % 60:02d}"
+    if case == "late_number":
+        records[300]["time"] = 17.0
+    elif case == "some_null":
+        records[200]["time"] = None
+    elif case == "with_wandb_timestamp":
+        for i, record in enumerate(records):
+            record["_timestamp"] = 1_600_000_000.0 + i
+    elif case == "text_late":
+        records[-1]["time"] = "00:25:00"
+    fast, slow = both(_write(tmp_path / f"{case}.jsonl", records))
+    if case == "with_wandb_timestamp":
+        assert fast is None
+    elif case != "some_null":  # a null value: declined as any null is, or read the same
+        assert fast is not None  # a clean log with a "time" key: the fast path takes it
+    if case == "number":
+        assert slow.log.metrics["time"].to_list()[:2] == [1_700_000_000.0, 1_700_000_002.5]
 
 
 def test_a_file_of_many_pieces_reads_as_one(tmp_path, monkeypatch):

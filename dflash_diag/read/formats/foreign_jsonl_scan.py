@@ -253,8 +253,8 @@ def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
     a key the fast path does not take)."""
     from dflash_diag.read.aliases import is_validation
 
-    if "time" in tree:
-        return None  # a "time" key is both a value and the record's time: the line reader
+    if "time" in tree and "_timestamp" in tree:
+        return None  # a record's time is its "time", else its "_timestamp": the line reader
     if "event" in tree:
         # this project's events are skipped by the line reader, another trainer's mark its
         # metric records: the line reader's rules
@@ -581,14 +581,25 @@ def _wide(scanned: _Scanned, fmt: str, step_keys: tuple[str, ...]) -> Scalars | 
     flat, scanned.flat = scanned.flat, pl.DataFrame()
     issues = ParseIssues()
     issues.lines = flat.height
-    if "row" in scanned.types or any(
-        scanned.types.get(k, pl.Float64) != pl.Float64 for k in step_keys
+    if (
+        "row" in scanned.types
+        or any(scanned.types.get(k, pl.Float64) != pl.Float64 for k in step_keys)
+        or ("time" in scanned.types and "_timestamp" in scanned.types)
     ):
         return None  # a key named like a wide column, a step that is no number: line reader
     keys = [name for name in flat.columns if flat[name].null_count() < flat.height]
     present = [k for k in step_keys if k in keys]
     step = pl.coalesce(*(pl.col(k) for k in present)) if present else pl.lit(None, pl.Float64)
-    time = pl.col("_timestamp") if "_timestamp" in keys else pl.lit(None, pl.Float64)
+    # the line reader's record time: a numeric "time" (a value too, as the step is), else
+    # "_timestamp"; a "time" that is text is no number (numeric text declined above) and
+    # none is read for it, and the two keys together are declined above
+    time = (
+        pl.col("time")
+        if "time" in keys
+        else pl.col("_timestamp")
+        if "_timestamp" in keys
+        else pl.lit(None, pl.Float64)
+    )
     flat = flat.select(keys)
     # a record with no number is no record of the line reader's; a key in every record says
     # there is none such (the filter's mask and its kept copy of every column: +17 MiB at 1M)
@@ -600,8 +611,8 @@ def _wide(scanned: _Scanned, fmt: str, step_keys: tuple[str, ...]) -> Scalars | 
         pl.int_range(0, pl.len() * len(keys), len(keys), dtype=pl.Int64).alias("row"),
         step.cast(pl.Int64, strict=False).alias("step"),
         time.cast(pl.Float64).alias("time"),
-        # "step" is the wide piece's own column (a key of that name is the step itself)
-        *(k for k in keys if k != "step"),
+        # "step" and "time" are the wide piece's own columns (a key of either name is it)
+        *(k for k in keys if k not in ("step", "time")),
     )
     del flat
     return Scalars(frame=empty_scalars(), format=fmt, issues=issues, wide=[wide])

@@ -130,10 +130,61 @@ def test_dirty_files_decline_or_agree(tmp_path, case):
         "torn",
         "malformed",
         "nan",
-        "list",
         "type_change",
         "numeric_string",
     ):
+        assert fast is None
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "every_record",
+        "with_nulls",
+        "late",
+        "empty",
+        "in_object",
+        "text",
+        "objects",
+        "object_with_null_and_a_missing_colon",
+        "nested",
+        "number_then_list",
+    ],
+)
+def test_lists_are_no_values_as_the_line_reader_reads_them(tmp_path, case):
+    # the line reader keeps numbers only, so a list (per-position accuracies) is no value; the
+    # fast path reads lists of numbers to account for their keys and declines any other list
+    # a null value in the head declines any file: "with_nulls" puts one past it
+    n = HEAD_BYTES // 60 if case == "with_nulls" else 400
+    records = [_hf(s) for s in range(1, n)]
+    for i, record in enumerate(records):
+        if case in ("every_record", "with_nulls", "number_then_list"):
+            record["acc_pos"] = [0.5 - i * 1e-4, 0.4, 0.3]
+        elif case == "empty":
+            record["acc_pos"] = []
+        elif case == "in_object":
+            record["train"] = {"loss": 1.0 / (i + 1), "acc_pos": [0.5, 0.25]}
+    if case == "with_nulls":
+        records[10]["acc_pos"] = [0.5, None, None]
+        records[-2]["acc_pos"] = None
+        records[-1]["acc_pos"] = [None]
+    elif case == "late":
+        records[300]["acc_pos"] = [0.5, 0.4]
+    elif case == "text":
+        records[300]["acc_pos"] = ["a:b", "null"]
+    elif case == "objects":
+        records[300]["acc_pos"] = [{"k": 1.0}]
+    elif case == "object_with_null_and_a_missing_colon":
+        records[300]["acc_pos"] = [{"k": None}]
+    elif case == "nested":
+        records[300]["acc_pos"] = [[0.5], [0.4]]
+    elif case == "number_then_list":
+        records[200]["acc_pos"] = 0.5
+    fast, slow = both(_write(tmp_path / f"{case}.jsonl", records))
+    if case in ("every_record", "with_nulls", "late", "empty", "in_object"):
+        assert fast is not None  # lists of numbers: the fast path takes them
+        assert slow.log.metrics["loss"].len() == n - 1
+    elif case in ("text", "objects", "nested", "number_then_list"):
         assert fast is None
 
 

@@ -12,8 +12,12 @@ accepts, and gives up (None: the line reader runs) whenever the result could dif
   (one per key) are counted and must equal the values polars found plus the ``null`` tokens;
   on a difference (keys first written after the head: an ``eval_loss``, a final
   ``train_runtime``) polars infers the schema of the whole file and the count is checked again;
+* lists of numbers (per-position accuracies) are read as ``List(Float64)`` only to account for
+  their keys: the line reader keeps numbers only, so a list is no value of either;
 * any remaining difference, a line polars rejects (malformed, torn, NaN tokens, a type that
-  changes), a list, or a string that might be a number sends the file to the line reader.
+  changes, a list of anything but numbers), or a string that might be a number sends the file
+  to the line reader; so does a file with both ``time`` and ``_timestamp`` (the line reader
+  takes a record's ``time``, else its ``_timestamp``).
 
 Objects (speculators' ``{"train": {...}}``): polars reads an object's fields several times
 slower than top-level keys (1M such records: 2.0 s against 0.9 s), so where the objects' fields
@@ -356,8 +360,11 @@ class _Opening:
         another key, an object's key that is not plain or whose presence the epoch-summary
         rule asks."""
         objects = [key for key, node in tree.items() if isinstance(node, dict)]
-        if not objects:
-            return None
+        if not objects or any(
+            node == "List" or (isinstance(node, dict) and "List" in node.values())
+            for node in tree.values()
+        ):
+            return None  # no object, or lists beside them: read as it is
         schema: dict[str, pl.DataType] = {}
         names: dict[str, str] = {}
         for key, node in tree.items():
@@ -495,8 +502,10 @@ def _tree_of(schema: dict[str, pl.DataType]) -> dict[str, Any] | None:
             tree[name] = "Float64"
         elif dtype in (pl.String, pl.Boolean):
             tree[name] = str(dtype)
+        elif isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.Null):
+            tree[name] = "List"  # numbers, or only empty lists
         else:
-            return None  # lists, nulls: the line reader
+            return None  # other lists, nulls: the line reader
     return tree
 
 
@@ -526,8 +535,17 @@ def _merge(tree: dict[str, Any], record: dict[str, Any], depth: int) -> bool:
             if not isinstance(node, dict) or depth > 4 or not _merge(node, value, depth + 1):
                 return False
             continue
-        if value is None or isinstance(value, list):
+        if value is None:
             return False
+        if isinstance(value, list):
+            # a list of numbers, as per-position accuracies are logged: no value of the line
+            # reader's (it keeps numbers only), read to account for its key; anything else in
+            # a list (text, objects, lists) is polars' error below, and the line reader's
+            if not all(_is_number(v) or v is None for v in value):
+                return False
+            if tree.setdefault(key, "List") != "List":
+                return False
+            continue
         kind = (
             "Boolean"
             if isinstance(value, bool)
@@ -540,9 +558,16 @@ def _merge(tree: dict[str, Any], record: dict[str, Any], depth: int) -> bool:
     return True
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _dtype(node: Any) -> pl.DataType:
     if isinstance(node, dict):
         return pl.Struct({k: _dtype(v) for k, v in node.items()})
+    if node == "List":
+        # polars rejects any element of a declared List(Float64) that is no number or null
+        return pl.List(pl.Float64)
     return getattr(pl, node)()
 
 
@@ -559,6 +584,13 @@ def _found(frame: pl.DataFrame) -> int:
         present = expr.is_not_null().sum()
         # a key's colon, and the colons and "null"s of its name: off the file's counts
         exprs.append((present * (1 + name.count(":") - name.count("null"))).alias(str(len(exprs))))
+        if isinstance(dtype, pl.List):
+            # a list's null elements are "null" tokens that are no key's: off the null count
+            exprs.append(
+                (expr.list.drop_nulls().list.len().cast(pl.Int64) - expr.list.len().cast(pl.Int64))
+                .sum()
+                .alias(str(len(exprs)))
+            )
         if dtype == pl.String:
             exprs.append(
                 (

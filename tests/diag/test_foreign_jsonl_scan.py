@@ -380,3 +380,35 @@ def test_objects_are_opened_on_the_regular_layouts(tmp_path):
     # a field named like a top-level key, an object in an object: no opening
     assert scan._Opening.of({"loss": "Float64", "train": {"loss": "Float64"}}, [], b"") is None
     assert scan._Opening.of({"t": {"a": {"b": "Float64"}}}, [], b'"t": {') is None
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["first_record", "null_everywhere", "validation_key", "in_object", "text_later", "epoch"],
+)
+def test_nulls_in_the_head_are_read_as_the_line_reader_reads_them(tmp_path, case):
+    # a null gives no type: the fast path reads on (a later number gives the type, a key null
+    # everywhere is no value) where the line reader's rules do not ask for the key's presence
+    n = HEAD_BYTES // 60
+    records = [_hf(s) for s in range(1, n)]
+    if case == "first_record":
+        records[0]["grad_norm"] = None
+    elif case == "null_everywhere":
+        for record in records:
+            record["grad_norm"] = None
+    elif case == "validation_key":
+        records[0]["eval_loss"] = None
+        records[-1]["eval_loss"] = 0.5
+    elif case == "in_object":
+        records = [{"global_step": s, "train": {"loss": 1.0 / s, "acc": None}} for s in range(1, n)]
+        records[-1]["train"]["acc"] = 0.5
+    elif case == "text_later":
+        records[0]["note"] = None
+        records[-1]["note"] = "done"
+    elif case == "epoch":
+        records[0]["epoch"] = None
+    fast, slow = both(_write(tmp_path / f"{case}.jsonl", records))
+    if case in ("validation_key", "epoch"):
+        assert fast is None  # the epoch-summary rule asks for these keys' presence
+    else:
+        assert fast is not None

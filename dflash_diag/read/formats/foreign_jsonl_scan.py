@@ -502,6 +502,8 @@ def _tree_of(schema: dict[str, pl.DataType]) -> dict[str, Any] | None:
             tree[name] = "Float64"
         elif dtype in (pl.String, pl.Boolean):
             tree[name] = str(dtype)
+        elif dtype == pl.Null and not _marked(name):
+            continue  # null in every record: no value (as in :func:`_merge`)
         elif isinstance(dtype, pl.List) and (dtype.inner.is_numeric() or dtype.inner == pl.Null):
             tree[name] = "List"  # numbers, or only empty lists
         else:
@@ -536,7 +538,12 @@ def _merge(tree: dict[str, Any], record: dict[str, Any], depth: int) -> bool:
                 return False
             continue
         if value is None:
-            return False
+            # no type to declare (a later record's number gives one); where no record does,
+            # the key is no value of the line reader's, its colons counted as null tokens; a
+            # key whose presence the epoch-summary rule asks is the line reader's
+            if depth == 0 and _marked(key):
+                return False
+            continue
         if isinstance(value, list):
             # a list of numbers, as per-position accuracies are logged: no value of the line
             # reader's (it keeps numbers only), read to account for its key; anything else in
@@ -556,6 +563,13 @@ def _merge(tree: dict[str, Any], record: dict[str, Any], depth: int) -> bool:
         if tree.setdefault(key, kind) != kind:
             return False
     return True
+
+
+def _marked(key: str) -> bool:
+    """Whether the epoch-summary rule asks for the key's presence (:func:`_scan`'s marks)."""
+    from dflash_diag.read.aliases import is_validation
+
+    return key == "epoch" or is_validation(key)
 
 
 def _is_number(value: Any) -> bool:

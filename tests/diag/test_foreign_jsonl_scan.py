@@ -407,7 +407,7 @@ def test_nulls_in_the_head_are_read_as_the_line_reader_reads_them(tmp_path, case
         records[-1]["note"] = "done"
     elif case == "epoch":
         records[0]["epoch"] = None
-    fast, slow = both(_write(tmp_path / f"{case}.jsonl", records))
+    fast, _ = both(_write(tmp_path / f"{case}.jsonl", records))
     if case in ("validation_key", "epoch"):
         assert fast is None  # the epoch-summary rule asks for these keys' presence
     else:

@@ -101,6 +101,23 @@ def _hf(path: Path, lines: int) -> None:
             )
 
 
+def _hf_extras(path: Path, lines: int) -> None:
+    """The HF shape with what other trainers add beside it, each of which once sent the whole
+    file to the line reader: a wall-clock ``time`` as text, a per-position accuracy list, and a
+    ``null`` in the first record."""
+    with path.open("w") as out:
+        for step, loss, grad_norm, lr, epoch in hf_values(lines):
+            acc = 0.8 - 0.3 * loss / 2.0
+            positions = ", ".join(f"{acc * 0.9**k:.4f}" for k in range(7))
+            norm = "null" if step == 1 else f"{grad_norm:.4f}"
+            clock = f"{step // 3600 % 24:02d}:{step // 60 % 60:02d}:{step % 60:02d}"
+            out.write(
+                f'{{"loss": {loss:.4f}, "grad_norm": {norm}, "learning_rate": {lr:.6e}, '
+                f'"epoch": {epoch:.4f}, "time": "2026-11-{1 + step // 86400 % 28:02d}T{clock}", '
+                f'"acc_pos": [{positions}], "step": {step}}}\n'
+            )
+
+
 def _nested(path: Path, lines: int, seed: int = 3) -> None:
     """speculators' layout: a ``train`` object with numbered per-position accuracies."""
     rng = random.Random(seed)
@@ -279,6 +296,7 @@ SHAPES: dict[str, Shape] = {
             "acc",
         ),
         Shape("hf", _hf, "train.jsonl", _HF_SCAN, "step", "loss"),
+        Shape("hf_extras", _hf_extras, "train.jsonl", _HF_SCAN, "step", "loss"),
         Shape(
             "nested",
             _nested,

@@ -334,8 +334,12 @@ def _join_wide(cached: Scalars, tail: Scalars) -> Scalars | None:
         # unless its keys were all-null here and have values now (then they would not be empty)
         return None
     (after,) = tail.wide
-    if before.schema != after.schema:
+    if dict(before.schema) != dict(after.schema):
         return None  # a key first seen, or one that has no value any more: the whole file
+    # the same keys in another order (a key null in the file's first record comes last in the
+    # scan's schema, the new bytes' head shows it in place): the whole file's scan has the
+    # cached order, the order of the same head
+    after = after.select(before.columns)
     if before.height < 2 or after.height < 2:
         return None
     if int(after["row"][1]) - int(after["row"][0]) != int(before["row"][1]) - int(before["row"][0]):

@@ -49,6 +49,25 @@ def hf_log(lines: int, seed: int = 0) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
+def extras_log(lines: int, seed: int = 2) -> bytes:
+    """HF records with what other trainers add: a text ``time``, a per-position list, and a
+    ``grad_norm`` null in the first record (the scan's schema then lists it last)."""
+    rng = random.Random(seed)
+    out = []
+    for step in range(1, lines + 1):
+        record = {
+            "loss": round(2.5 - step / (lines * 1.5) + rng.gauss(0, 0.02), 4),
+            "grad_norm": None if step == 1 else round(rng.random(), 4),
+            "learning_rate": 5e-5 * (1 - step / (lines + 1)),
+            "epoch": round(step / 400, 4),
+            "time": f"2026-11-01T12:{step // 60 % 60:02d}:{step % 60:02d}",
+            "acc_pos": [round(0.5 * 0.9**k, 4) for k in range(3)],
+            "step": step,
+        }
+        out.append(json.dumps(record))
+    return ("\n".join(out) + "\n").encode()
+
+
 def nested_log(lines: int, seed: int = 1) -> bytes:
     """speculators' records: a ``train`` object with numbered per-position accuracies."""
     rng = random.Random(seed)
@@ -111,14 +130,16 @@ def test_real_logs_cached_read_as_uncached(log, tmp_path):
     grow_and_change(path, log.read_bytes())
 
 
-@pytest.mark.parametrize("make", [hf_log, nested_log])
+@pytest.mark.parametrize("make", [hf_log, nested_log, extras_log])
 def test_generated_logs_cached_read_as_uncached(make, tmp_path):
     path = tmp_path / "log.jsonl"
     grow_and_change(path, make(400))
 
 
 @pytest.mark.parametrize(
-    ("make", "joined"), [(hf_log, "_join_wide"), (nested_log, "_join_wide")], ids=["hf", "nested"]
+    ("make", "joined"),
+    [(hf_log, "_join_wide"), (nested_log, "_join_wide"), (extras_log, "_join_wide")],
+    ids=["hf", "nested", "extras"],
 )
 def test_a_grown_log_reads_its_new_bytes_only(make, joined, tmp_path, monkeypatch):
     data = make(600)

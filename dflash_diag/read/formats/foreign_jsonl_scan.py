@@ -255,8 +255,6 @@ def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
     the head shows how they are written: :class:`_Opening`); each piece's numbers
     are kept and the rest dropped (None: a piece polars rejects, NaN values, a numeric string,
     a key the fast path does not take)."""
-    from dflash_diag.read.aliases import is_validation
-
     if "time" in tree and "_timestamp" in tree:
         return None  # a record's time is its "time", else its "_timestamp": the line reader
     if "event" in tree:
@@ -265,7 +263,7 @@ def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
         return None
     schema = {key: _dtype(node) for key, node in tree.items()}
     # top-level keys that are no number but whose presence the epoch-summary rule asks
-    marks = [k for k, t in schema.items() if t != pl.Float64 and (k == "epoch" or is_validation(k))]
+    marks = [k for k, t in schema.items() if t != pl.Float64 and _marked(k)]
     numbers: _Growing | None = None
     presence: _Growing | None = None
     types: dict[str, pl.DataType] = {}

@@ -412,3 +412,87 @@ def test_nulls_in_the_head_are_read_as_the_line_reader_reads_them(tmp_path, case
         assert fast is None  # the epoch-summary rule asks for these keys' presence
     else:
         assert fast is not None
+
+
+_SKIP_CASES = [
+    "plain",
+    "compact",
+    "unknown_key_beside_null_elements",
+    "space_before_colon",
+    "text_with_colon_and_null",
+    "object_then",
+    "object_of_the_same_name",
+    "list_in_an_object",
+    "pattern_in_a_string",
+    "key_ending_like_the_list",
+    "null_value",
+    "list_of_lists",
+]
+
+
+@pytest.mark.parametrize("case", _SKIP_CASES)
+def test_lists_skipped_give_the_line_readers_log(tmp_path, monkeypatch, case):
+    """Pieces read with their lists left out (each ``"acc_pos": [`` counted as a key) give the
+    line reader's log whatever else the file holds, in pieces of a few KiB so that clean and
+    odd pieces mix; a colon the count leaves over is never taken for a list's."""
+    from dflash_diag.read.formats import foreign_jsonl_scan as scan
+
+    monkeypatch.setattr(scan, "PIECE_BYTES", 4096)
+    records = [{**_hf(s), "acc_pos": [0.5, 0.4, 0.3]} for s in range(1, 1200)]
+    separators = (", ", ": ")
+    late = records[900]
+    if case == "compact":
+        separators = (",", ":")
+    elif case == "unknown_key_beside_null_elements":
+        # the missing key's colon and the list's null token: equal counts, one value lost
+        late["acc_pos"] = [0.5, None]
+        late["acc"] = 0.7
+    elif case == "text_with_colon_and_null":
+        late["acc_pos"] = ["a:b", "null"]
+    elif case == "object_then":
+        late["acc_pos"] = {"acc_pos": 1.0}
+    elif case == "object_of_the_same_name":
+        for r in records:
+            r["train"] = {"acc_pos": 0.5}
+    elif case == "list_in_an_object":
+        late["train"] = {"acc_pos": [0.5], "x": 2.0}
+    elif case == "pattern_in_a_string":
+        late["note"] = '"acc_pos": [1'
+    elif case == "key_ending_like_the_list":
+        late['x"acc_pos'] = [1.0]
+        late["acc"] = 0.7
+    elif case == "null_value":
+        late["acc_pos"] = None
+    elif case == "list_of_lists":
+        late["acc_pos"] = [[0.5], [0.4]]
+    text = "".join(json.dumps(r, separators=separators) + "\n" for r in records)
+    if case == "space_before_colon":
+        lines = text.splitlines(keepends=True)
+        lines[900] = lines[900].replace('"acc_pos": [', '"acc_pos" : [')
+        text = "".join(lines)
+    path = tmp_path / f"{case}.jsonl"
+    path.write_bytes(text.encode())
+    fast, slow = both(path)
+    if case in ("unknown_key_beside_null_elements", "key_ending_like_the_list"):
+        assert slow.log.metrics["acc"].drop_nulls().to_list() == [0.7]  # the one late value
+    if case in ("plain", "compact", "space_before_colon", "null_value", "pattern_in_a_string"):
+        assert fast is not None
+        assert fast.wide[0].height == len(records)
+    if case in ("plain", "compact"):
+        # every piece taken by the skipping read (not read again with the lists declared)
+        head = path.read_bytes()[:HEAD_BYTES]
+        skipping = scan._Skipping.of(scan._head_tree(head), [])
+        assert skipping is not None
+        assert all(skipping.read(piece) is not None for piece in scan._pieces(path))
+
+
+def test_lists_are_not_skipped_where_a_count_could_name_two_keys():
+    from dflash_diag.read.formats import foreign_jsonl_scan as scan
+
+    assert scan._Skipping.of({"acc": "List", "train": {"acc": "Float64"}}, []) is None
+    assert scan._Skipping.of({"acc": "List", 'x"acc': "List"}, []) is None
+    assert scan._Skipping.of({"eval_acc": "List", "step": "Float64"}, ["eval_acc"]) is None
+    skipping = scan._Skipping.of({"acc": "List", "step": "Float64"}, [])
+    assert skipping is not None
+    assert skipping.patterns == (b'"acc": [', b'"acc":[')
+    assert list(skipping.schema) == ["step"]

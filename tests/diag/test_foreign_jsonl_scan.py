@@ -427,6 +427,7 @@ _SKIP_CASES = [
     "key_ending_like_the_list",
     "null_value",
     "list_of_lists",
+    "mixed_separators",
 ]
 
 
@@ -470,18 +471,30 @@ def test_lists_skipped_give_the_line_readers_log(tmp_path, monkeypatch, case):
         lines = text.splitlines(keepends=True)
         lines[900] = lines[900].replace('"acc_pos": [', '"acc_pos" : [')
         text = "".join(lines)
+    elif case == "mixed_separators":
+        # the head writes "acc_pos": [, the file's end "acc_pos":[ too (read with lists declared)
+        lines = text.splitlines(keepends=True)
+        lines[-50:] = [line.replace('"acc_pos": [', '"acc_pos":[') for line in lines[-50:]]
+        text = "".join(lines)
     path = tmp_path / f"{case}.jsonl"
     path.write_bytes(text.encode())
     fast, slow = both(path)
     if case in ("unknown_key_beside_null_elements", "key_ending_like_the_list"):
         assert slow.log.metrics["acc"].drop_nulls().to_list() == [0.7]  # the one late value
-    if case in ("plain", "compact", "space_before_colon", "null_value", "pattern_in_a_string"):
+    if case in (
+        "plain",
+        "compact",
+        "space_before_colon",
+        "null_value",
+        "pattern_in_a_string",
+        "mixed_separators",
+    ):
         assert fast is not None
         assert fast.wide[0].height == len(records)
     if case in ("plain", "compact"):
         # every piece taken by the skipping read (not read again with the lists declared)
         head = path.read_bytes()[:HEAD_BYTES]
-        skipping = scan._Skipping.of(scan._head_tree(head), [])
+        skipping = scan._Skipping.of(scan._head_tree(head), [], head)
         assert skipping is not None
         assert all(skipping.read(piece) is not None for piece in scan._pieces(path))
 
@@ -489,10 +502,12 @@ def test_lists_skipped_give_the_line_readers_log(tmp_path, monkeypatch, case):
 def test_lists_are_not_skipped_where_a_count_could_name_two_keys():
     from dflash_diag.read.formats import foreign_jsonl_scan as scan
 
-    assert scan._Skipping.of({"acc": "List", "train": {"acc": "Float64"}}, []) is None
-    assert scan._Skipping.of({"acc": "List", 'x"acc': "List"}, []) is None
-    assert scan._Skipping.of({"eval_acc": "List", "step": "Float64"}, ["eval_acc"]) is None
-    skipping = scan._Skipping.of({"acc": "List", "step": "Float64"}, [])
+    assert scan._Skipping.of({"acc": "List", "train": {"acc": "Float64"}}, [], b"") is None
+    assert scan._Skipping.of({"acc": "List", 'x"acc': "List"}, [], b"") is None
+    assert scan._Skipping.of({"eval_acc": "List", "step": "Float64"}, ["eval_acc"], b"") is None
+    tree = {"acc": "List", "step": "Float64"}
+    skipping = scan._Skipping.of(tree, [], b"")
     assert skipping is not None
-    assert skipping.patterns == (b'"acc": [', b'"acc":[')
+    assert skipping.patterns == (b'"acc": [', b'"acc":[')  # the head writes neither: both
     assert list(skipping.schema) == ["step"]
+    assert scan._Skipping.of(tree, [], b'{"acc":[1]}').patterns == (b'"acc":[',)

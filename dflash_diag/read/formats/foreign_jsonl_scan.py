@@ -270,7 +270,7 @@ def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
     types: dict[str, pl.DataType] = {}
     colons = found = nulls = 0
     opening = _Opening.of(tree, marks, head)
-    skipping = _Skipping.of(tree, marks) if opening is None else None
+    skipping = _Skipping.of(tree, marks, head) if opening is None else None
     try:
         size = path.stat().st_size
         for piece in _pieces(path):
@@ -448,7 +448,7 @@ class _Skipping:
     types: dict[str, pl.DataType]
 
     @classmethod
-    def of(cls, tree: dict[str, Any], marks: list[str]) -> _Skipping | None:
+    def of(cls, tree: dict[str, Any], marks: list[str], head: bytes) -> _Skipping | None:
         """The skipping read of the tree's top-level lists, or None where there is none: a
         list whose presence the epoch-summary rule asks, whose name is an object's field too,
         or a tree with a key that is not plain (a declared key whose bytes held a skipped
@@ -473,7 +473,10 @@ class _Skipping:
         ]
         if not skipped:
             return None
-        patterns = tuple(f'"{key}"{colon}['.encode() for key in skipped for colon in (": ", ":"))
+        written = [f'"{key}"{colon}['.encode() for key in skipped for colon in (": ", ":")]
+        # the ways the head writes them (each is a pass over every piece); where it writes
+        # neither (a list first seen after the head), both
+        patterns = tuple(p for p in written if p in head) or tuple(written)
         schema = {k: _dtype(n) for k, n in tree.items() if k not in skipped}
         return cls(patterns, schema, {key: _dtype(tree[key]) for key in skipped})
 

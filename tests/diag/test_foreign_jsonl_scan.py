@@ -511,3 +511,34 @@ def test_lists_are_not_skipped_where_a_count_could_name_two_keys():
     assert skipping.patterns == (b'"acc": [', b'"acc":[')  # the head writes neither: both
     assert list(skipping.schema) == ["step"]
     assert scan._Skipping.of(tree, [], b'{"acc":[1]}').patterns == (b'"acc":[',)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["null_in_head", "null_late", "null_spaced", "missing", "later_key_null", "null_only_key"],
+)
+def test_a_null_step_key_is_no_step_as_the_line_reader_reads_it(tmp_path, case):
+    # the line reader takes the first step key a record holds, a null one too (no step); polars
+    # reads a null as no key, where the wide piece's next step key would stand in
+    records = [{"step": s, "global_step": 2 * s, "loss": 1.0 / s} for s in range(1, 1500)]
+    at = 10 if case == "null_in_head" else 1200
+    if case in ("null_in_head", "null_late", "null_spaced"):
+        records[at]["step"] = None
+    elif case == "missing":
+        del records[at]["step"]
+    elif case == "later_key_null":
+        records[at]["global_step"] = None
+    elif case == "null_only_key":
+        records = [{"global_step": 2 * s, "loss": 1.0 / s} for s in range(1, 1500)]
+        records[at]["step"] = None
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if case == "null_spaced":
+        text = text.replace('"step": null', '"step" :\tnull')
+    path = tmp_path / f"{case}.jsonl"
+    path.write_text(text)
+    fast, slow = both(path)
+    steps = slow.log.metrics["step"].to_list()
+    if case in ("missing", "later_key_null"):
+        assert fast is not None
+    else:
+        assert len(steps) == len(records) - 1  # the null step's record has none

@@ -86,14 +86,14 @@ def read_foreign_jsonl_scan(
     tree = _head_tree(head)
     if tree is None:
         return None
-    scanned = _scan(path, tree, head)
+    scanned = _scan(path, tree, head, step_keys)
     if scanned is not None and not scanned.all_keys_read:
         # keys the head does not show (an eval_loss first written after the head, a final
         # train_runtime): the schema of the whole file names them (a second pass)
         scanned = None  # freed before the next read
         inferred = _inferred_schema(path)
         tree = _tree_of(inferred) if inferred is not None else None
-        scanned = _scan(path, tree, head) if tree is not None else None
+        scanned = _scan(path, tree, head, step_keys) if tree is not None else None
         if scanned is not None and not scanned.all_keys_read:
             return None
     if scanned is None or _line_reader_semantics(scanned, step_keys):
@@ -251,7 +251,9 @@ class _Growing:
         return out
 
 
-def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
+def _scan(
+    path: Path, tree: dict[str, Any], head: bytes, step_keys: tuple[str, ...]
+) -> _Scanned | None:
     """The file read by polars with the tree's schema, piece by piece (objects opened where
     the head shows how they are written: :class:`_Opening`); each piece's numbers
     are kept and the rest dropped (None: a piece polars rejects, NaN values, a numeric string,
@@ -269,6 +271,7 @@ def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
     presence: _Growing | None = None
     types: dict[str, pl.DataType] = {}
     colons = found = nulls = 0
+    null_step = _null_step(tree, step_keys)
     opening = _Opening.of(tree, marks, head)
     skipping = _Skipping.of(tree, marks, head) if opening is None else None
     try:
@@ -293,6 +296,8 @@ def _scan(path: Path, tree: dict[str, Any], head: bytes) -> _Scanned | None:
                     _flatten(frame[name], name, columns)
             else:
                 frame, columns, piece_colons, piece_found, piece_nulls = read
+            if piece_nulls and null_step is not None and null_step.search(piece):
+                return None  # a record's step key null: its step is none, not a later key's
             colons += piece_colons
             found += piece_found
             nulls += piece_nulls
@@ -541,6 +546,25 @@ def _opened(piece: bytes, patterns: tuple[bytes, ...]) -> tuple[bytes, int] | No
     del view
     # each pattern held one colon (a plain key holds none)
     return bytes(out), colons - count
+
+
+def _null_step(tree: dict[str, Any], step_keys: tuple[str, ...]) -> re.Pattern[bytes] | None:
+    """What finds a step key written ``null`` where a later-ranked step key is the tree's.
+
+    The line reader's step is the first step key a record holds, a null one too (the record
+    has no step); polars reads a null as no key, so the wide piece's first non-null step key
+    would stand in. A piece with null values is searched for such a key (None: no step key
+    ranks before the tree's last one); a key whose bytes may not be its name (not plain, so
+    JSON may escape it) is matched by any null, a doubt that goes to the line reader.
+    """
+    ranks = [i for i, key in enumerate(step_keys) if key in tree]
+    earlier = step_keys[: max(ranks)] if ranks else ()
+    if not earlier:
+        return None
+    if not all(_PLAIN_KEY.fullmatch(key) for key in earlier):
+        return re.compile(rb"null")
+    names = b"|".join(re.escape(key.encode()) for key in earlier)
+    return re.compile(rb'"(?:' + names + rb')"\s*:\s*null')
 
 
 def _structure(raw: Any) -> tuple[Any, Any, int]:

@@ -118,6 +118,35 @@ def _hf_extras(path: Path, lines: int) -> None:
             )
 
 
+def _llama_factory(path: Path, lines: int, seed: int = 4) -> None:
+    """LLaMA-Factory's ``trainer_log.jsonl``: ``current_steps``, progress and clock texts, and
+    an eval row at the train row's step every 500 records (an end-of-epoch summary to the line
+    reader's rule: it holds ``epoch``, ``eval_loss`` and the train row's ``total_steps``)."""
+    rng = random.Random(seed)
+    with path.open("w") as out:
+        written = 0
+        step = 0
+        while written < lines:
+            step += 1
+            loss = 2.0 / step**0.3 + rng.gauss(0, 0.01)
+            common = (
+                f'"epoch": {3 * step / lines:.6f}, "percentage": {100 * step / lines:.2f}, '
+                f'"elapsed_time": "{step // 3600}:{step // 60 % 60:02d}:{step % 60:02d}", '
+                f'"remaining_time": "0:{step % 60:02d}:00"'
+            )
+            out.write(
+                f'{{"current_steps": {step}, "total_steps": {lines}, "loss": {loss:.4f}, '
+                f'"lr": {2e-4 * (1 - step / (lines + 1)):.6e}, {common}}}\n'
+            )
+            written += 1
+            if step % 500 == 0 and written < lines:
+                out.write(
+                    f'{{"current_steps": {step}, "total_steps": {lines}, '
+                    f'"eval_loss": {loss + 0.1:.4f}, {common}}}\n'
+                )
+                written += 1
+
+
 def _nested(path: Path, lines: int, seed: int = 3) -> None:
     """speculators' layout: a ``train`` object with numbered per-position accuracies."""
     rng = random.Random(seed)
@@ -297,6 +326,14 @@ SHAPES: dict[str, Shape] = {
         ),
         Shape("hf", _hf, "train.jsonl", _HF_SCAN, "step", "loss"),
         Shape("hf_extras", _hf_extras, "train.jsonl", _HF_SCAN, "step", "loss"),
+        Shape(
+            "llama_factory",
+            _llama_factory,
+            "trainer_log.jsonl",
+            {"current_steps": "Float64", "loss": "Float64", "lr": "Float64", "epoch": "Float64"},
+            "current_steps",
+            "loss",
+        ),
         Shape(
             "nested",
             _nested,

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REAL = [
     ROOT / "shared/wild/AolinGuo__graduate_agent/trainer_log.jsonl",
     ROOT / "shared/wild/gi7014__SunXiaochuan-V1/trainer_log.jsonl",
+    # LLaMA-Factory's eval rows repeat the train row's step with its total_steps: summaries
+    ROOT / "shared/wild/xueh88401-web__qwen2.5-7b-medical-finetune/trainer_log.jsonl",
     ROOT / "tests/fixtures/formats/speculators_jsonl/metrics.jsonl",
 ]
 
@@ -542,3 +544,117 @@ def test_a_null_step_key_is_no_step_as_the_line_reader_reads_it(tmp_path, case):
         assert fast is not None
     else:
         assert len(steps) == len(records) - 1  # the null step's record has none
+
+
+@pytest.mark.parametrize(
+    "case", ["epoch_null_late", "validation_null_late", "null_grad_norm", "null_in_text"]
+)
+def test_a_null_epoch_or_validation_key_is_a_key_as_the_line_reader_reads_it(tmp_path, case):
+    # the epoch-summary rule asks whether a record holds "epoch" and a validation key, a null one
+    # too: a row at the step before's with a train value is a summary and its values renamed
+    records = []
+    for s in range(1, 1500):
+        records.append({"loss": 2.0 / s, "learning_rate": 1e-4, "epoch": s / 100, "step": s})
+        if s % 100 == 0:
+            records.append({"eval_loss": 1.0 / s, "epoch": s / 100, "step": s})  # HF's eval row
+    last = records[-1]
+    if case == "epoch_null_late":
+        records.append({"eval_loss": 0.5, "loss": 0.4, "epoch": None, "step": last["step"]})
+    elif case == "validation_null_late":
+        records.append({"eval_loss": None, "loss": 0.4, "epoch": 15.0, "step": last["step"]})
+    elif case == "null_grad_norm":
+        last["grad_norm"] = None
+    elif case == "null_in_text":
+        last["note"] = "a: null"
+        records[-2]["grad_norm"] = None
+    fast, slow = both(_write(tmp_path / f"{case}.jsonl", records))
+    if case in ("epoch_null_late", "validation_null_late"):
+        assert slow.log.metrics["loss"].drop_nulls().len() == len(records) - 14 - 1
+    if case == "null_grad_norm":
+        assert fast is not None
+
+
+_SUMMARY_CASES = [
+    "llama_factory",
+    "with_time",
+    "in_object",
+    "two_step_keys",
+    "first_record",
+    "twice",
+    "no_epoch",
+    "named_like_a_summary",
+    "eval_without_train_values",
+]
+
+
+@pytest.mark.parametrize("case", _SUMMARY_CASES)
+def test_epoch_summaries_are_renamed_as_the_line_reader_renames_them(tmp_path, monkeypatch, case):
+    """A row at the step of the record before it, with an epoch and a validation key, is an
+    end-of-epoch summary: its other values are ``epoch_summary/<name>``, in the fast path as in
+    the line reader; read in pieces of a few KiB (summaries on both sides of a cut)."""
+    from dflash_diag.read.formats import foreign_jsonl_scan
+
+    monkeypatch.setattr(foreign_jsonl_scan, "PIECE_BYTES", 4096)
+    records: list[dict] = []
+    for s in range(10, 6000, 10):
+        row = {"current_steps": s, "total_steps": 6000, "loss": 2.0 / s, "lr": 1e-4}
+        row |= {"epoch": s / 2000, "percentage": s / 60, "elapsed_time": "0:00:32"}
+        records.append(row)
+        if s % 500 == 0:
+            summary = {k: v for k, v in row.items() if k not in ("loss", "lr")}
+            records.append({**summary, "eval_loss": 1.0 / s})
+    evals = [i for i, r in enumerate(records) if "eval_loss" in r]
+    if case == "with_time":
+        for i, r in enumerate(records):
+            r["time"] = 1_700_000_000.0 + i
+    elif case == "in_object":
+        for i in evals:
+            records[i]["train"] = {"tokens": 5.0, "loss": 0.3}
+    elif case == "two_step_keys":
+        for r in records:
+            r["global_step"] = r.pop("current_steps")
+        for i in evals:
+            records[i]["step"] = records[i]["global_step"]
+    elif case == "first_record":
+        records.insert(0, {"current_steps": 10, "epoch": 0.0, "eval_loss": 3.0, "loss": 2.5})
+    elif case == "twice":
+        for i in reversed(evals):
+            records.insert(i + 1, {**records[i], "eval_loss": 0.25, "percentage": 1.0})
+    elif case == "no_epoch":
+        for i in evals:
+            del records[i]["epoch"]
+    elif case == "named_like_a_summary":
+        records[-1]["epoch_summary/loss"] = 1.0
+    elif case == "eval_without_train_values":
+        for i in evals:
+            records[i] = {k: records[i][k] for k in ("current_steps", "epoch", "eval_loss")}
+    fast, _ = both(_write(tmp_path / f"{case}.jsonl", records))
+    if case != "named_like_a_summary":
+        assert fast is not None
+        assert fast.wide[0].height == len(records)
+    keys = {c for w in (fast.wide if fast is not None else []) for c in w.columns}
+    if case in ("llama_factory", "with_time", "in_object", "two_step_keys", "twice"):
+        assert "epoch_summary/total_steps" in keys or "epoch_summary/percentage" in keys
+    if case == "in_object":
+        assert "epoch_summary/train/loss" in keys
+    if case in ("no_epoch", "eval_without_train_values"):
+        assert not any(k.startswith("epoch_summary/") for k in keys)
+
+
+@pytest.mark.parametrize("places", [1, 2, 6])
+def test_keys_first_written_in_many_places_are_all_found(tmp_path, monkeypatch, places):
+    """New keys first written in several pieces (reads that stop at the first such piece, then
+    the read that takes every such piece at once) give the line reader's log, read fast."""
+    from dflash_diag.read.formats import foreign_jsonl_scan
+
+    monkeypatch.setattr(foreign_jsonl_scan, "PIECE_BYTES", 4096)
+    records = [_hf(s) for s in range(1, 4000)]
+    for k in range(places):
+        at = 1000 + k * 450
+        for record in records[at::300]:
+            record[f"extra_{k}"] = float(k)  # recurs from its first piece on
+    records.append({"train_runtime": 100.0, "step": len(records)})
+    fast, _ = both(_write(tmp_path / f"{places}.jsonl", records))
+    assert fast is not None
+    assert fast.wide[0].height == len(records)
+    assert {f"extra_{k}" for k in range(places)} | {"train_runtime"} <= set(fast.wide[0].columns)

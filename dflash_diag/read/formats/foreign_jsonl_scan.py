@@ -67,6 +67,11 @@ _NUMERIC_TEXT = (
 )
 
 
+#: Reads that stop at the first piece with a key the schema lacks (see
+#: :func:`read_foreign_jsonl_scan`).
+_STOPPING_READS = 3
+
+
 def read_foreign_jsonl_scan(
     path: str | Path, fmt: str, step_keys: tuple[str, ...]
 ) -> Scalars | None:
@@ -86,54 +91,81 @@ def read_foreign_jsonl_scan(
     tree = _head_tree(head)
     if tree is None:
         return None
-    scanned = _scan(path, tree, head, step_keys)
-    if scanned is not None and not scanned.all_keys_read:
-        # keys the head does not show (an eval_loss first written after the head, a final
-        # train_runtime): the schema of the whole file names them (a second pass)
-        scanned = None  # freed before the next read
-        inferred = _inferred_schema(path)
-        tree = _tree_of(inferred) if inferred is not None else None
-        scanned = _scan(path, tree, head, step_keys) if tree is not None else None
-        if scanned is not None and not scanned.all_keys_read:
+    # keys the head does not show (an eval_loss first written after the head, a final
+    # train_runtime): the schema of a piece that holds them names them, beside the keys known
+    # (a piece whose colons those account for holds no other key), and the file is read
+    # again. A read stops at its first such piece (an eval row's keys recur from there on) a
+    # few times; then one reads on and the schema of every such piece is taken at once.
+    scanned: _Scanned | None = None
+    for attempt in range(_STOPPING_READS + 2):
+        scanned = _scan(path, tree, head, step_keys, first_short=attempt < _STOPPING_READS)
+        if scanned is None or scanned.all_keys_read:
+            break
+        if attempt == _STOPPING_READS + 1 or not scanned.short:
             return None
-    if scanned is None or _line_reader_semantics(scanned, step_keys):
+        short, scanned = scanned.short, None  # freed before the next read
+        inferred = _inferred_schema(path, tree, short)
+        known = _tree_of(inferred) if inferred is not None else None
+        if known is None or known == tree:
+            return None  # no key more: what the piece holds is no key polars reads
+        tree = known
+    summary = _summary_rows(scanned, step_keys) if scanned is not None else None
+    if scanned is None or summary is None:
         return None
-    return _wide(scanned, fmt, step_keys)
+    return _wide(scanned, fmt, step_keys, summary)
 
 
-def _line_reader_semantics(scanned: _Scanned, step_keys: tuple[str, ...]) -> bool:
-    """Whether the records need a rule only the line reader applies: no step key at all (the
-    epoch as the step), or end-of-epoch rows that carry validation values at the step of the
-    epoch's last train row (an ``event`` key, the other such rule, is refused by :func:`_scan`)."""
+def _summary_rows(scanned: _Scanned, step_keys: tuple[str, ...]) -> pl.Series | None:
+    """The end-of-epoch rows whose values the line reader renames ``epoch_summary/<name>``, or
+    None where only the line reader can tell them.
+
+    A summary row repeats the step of the record before it and holds ``epoch`` and a
+    validation key (LLaMA-Factory's eval row at the train row's step, with its
+    ``total_steps``); where a key may be written ``null`` (which polars reads as no key), a
+    row that may be one (its step the record before's, a value the rule would rename) is
+    the line reader's; so is a log with no step key (the epoch stands in for the step).
+    """
     from dflash_diag.read.aliases import is_validation
 
-    top = scanned.top
-    if not any(k in top for k in step_keys):
-        return True  # an epoch-only log: the epoch stands in for the step on the long records
-    if "epoch" not in top or not any(is_validation(c) for c in top):
-        return False
-    step = next(k for k in step_keys if k in top)
-    if top[step] != pl.Float64:
-        return True  # a step that is no number: the line reader decides
-    # a summary row repeats the step of the row before it, with an epoch, a validation value and
-    # a train value the line reader renames (HF's eval row at the train row's step has none)
+    top, flat = scanned.top, scanned.flat
+    steps = [k for k in step_keys if k in top]
+    if not steps or any(top[k] != pl.Float64 for k in steps):
+        return None  # no step, or a step that is no number: the line reader decides
+    none = pl.repeat(False, flat.height, dtype=pl.Boolean, eager=True).alias("summary")
     validation = [c for c in top if is_validation(c)]
-    train = [
-        c
-        for c in top
-        if c not in validation and c not in step_keys and c != "epoch" and top[c].is_numeric()
-    ]
-    if not train:
-        return False
+    if not scanned.maybe_null and ("epoch" not in top or not validation):
+        return none
+    # the line reader's step: the first step key a record holds (a null one is declined)
+    repeats = flat.select(pl.coalesce(steps).diff() == 0).to_series().fill_null(False)
+    if scanned.maybe_null:
+        renamed = _renamed(scanned, step_keys)
+        if renamed and bool(
+            (repeats & flat.select(pl.any_horizontal(pl.col(renamed).is_not_null())).to_series())
+            .fill_null(False)
+            .any()
+        ):
+            return None
+        return none
     summary = (
-        (scanned.flat[step].diff() == 0)
+        repeats
         & scanned.present("epoch")
         & pl.DataFrame([scanned.present(c) for c in validation])
         .select(pl.any_horizontal(pl.all()))
         .to_series()
-        & scanned.flat.select(pl.any_horizontal(pl.col(train).is_not_null())).to_series()
     )
-    return bool(summary.any())
+    return summary.fill_null(False).alias("summary")
+
+
+def _renamed(scanned: _Scanned, step_keys: tuple[str, ...]) -> list[str]:
+    """The number columns a summary row's values move from: all but the step keys', the
+    epoch's and the top-level validation keys' (an object's fields move with their object)."""
+    from dflash_diag.read.aliases import is_validation
+
+    return [
+        c
+        for c in scanned.flat.columns
+        if c not in step_keys and c != "epoch" and not (c in scanned.top and is_validation(c))
+    ]
 
 
 @dataclass
@@ -147,6 +179,9 @@ class _Scanned:
         presence: whether each row holds a top-level key that is no number (an epoch or a
             validation key written as a string or an object), by key.
         all_keys_read: whether the file's colons are exactly the keys read.
+        maybe_null: whether a key may be written ``null`` (the colons were more than the
+            values read): polars reads such a key as missing.
+        short: the pieces (offset, length) whose colons the keys read do not account for.
     """
 
     top: dict[str, pl.DataType]
@@ -154,6 +189,8 @@ class _Scanned:
     flat: pl.DataFrame
     presence: dict[str, pl.Series]
     all_keys_read: bool
+    maybe_null: bool
+    short: list[tuple[int, int]]
 
     def present(self, key: str) -> pl.Series:
         """Whether each row holds the top-level ``key``."""
@@ -252,7 +289,11 @@ class _Growing:
 
 
 def _scan(
-    path: Path, tree: dict[str, Any], head: bytes, step_keys: tuple[str, ...]
+    path: Path,
+    tree: dict[str, Any],
+    head: bytes,
+    step_keys: tuple[str, ...],
+    first_short: bool = False,
 ) -> _Scanned | None:
     """The file read by polars with the tree's schema, piece by piece (objects opened where
     the head shows how they are written: :class:`_Opening`); each piece's numbers
@@ -271,12 +312,15 @@ def _scan(
     presence: _Growing | None = None
     types: dict[str, pl.DataType] = {}
     colons = found = nulls = 0
-    null_step = _null_step(tree, step_keys)
+    earlier_steps = _earlier_steps(tree, step_keys)
     opening = _Opening.of(tree, marks, head)
     skipping = _Skipping.of(tree, marks, head) if opening is None else None
+    short: list[tuple[int, int]] = []
+    offset = 0
     try:
         size = path.stat().st_size
         for piece in _pieces(path):
+            offset += len(piece)
             read = (
                 opening.read(piece)
                 if opening is not None
@@ -296,8 +340,13 @@ def _scan(
                     _flatten(frame[name], name, columns)
             else:
                 frame, columns, piece_colons, piece_found, piece_nulls = read
-            if piece_nulls and null_step is not None and null_step.search(piece):
+            if piece_nulls and not _no_null_among(piece, columns, earlier_steps):
                 return None  # a record's step key null: its step is none, not a later key's
+            if piece_colons != piece_found and piece_colons != piece_found + piece_nulls:
+                short.append((offset - len(piece), len(piece)))  # a key the schema lacks
+                if first_short:
+                    # what is read is to be read again: the rest of the file is not worth it
+                    return _Scanned(schema, {}, pl.DataFrame(), {}, False, True, short)
             colons += piece_colons
             found += piece_found
             nulls += piece_nulls
@@ -343,6 +392,8 @@ def _scan(
         flat=flat_frame,
         presence=marked,
         all_keys_read=colons == found or (colons > found and colons == found + nulls),
+        maybe_null=colons != found,
+        short=short,
     )
 
 
@@ -548,23 +599,23 @@ def _opened(piece: bytes, patterns: tuple[bytes, ...]) -> tuple[bytes, int] | No
     return bytes(out), colons - count
 
 
-def _null_step(tree: dict[str, Any], step_keys: tuple[str, ...]) -> re.Pattern[bytes] | None:
-    """What finds a step key written ``null`` where a later-ranked step key is the tree's.
-
-    The line reader's step is the first step key a record holds, a null one too (the record
-    has no step); polars reads a null as no key, so the wide piece's first non-null step key
-    would stand in. A piece with null values is searched for such a key (None: no step key
-    ranks before the tree's last one); a key whose bytes may not be its name (not plain, so
-    JSON may escape it) is matched by any null, a doubt that goes to the line reader.
-    """
+def _earlier_steps(tree: dict[str, Any], step_keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The step keys that rank before the last one the tree holds: where one of them is written
+    ``null``, the line reader's step is none (the first step key a record holds, a null one
+    too), where polars reads no key and the wide piece takes the later key's."""
     ranks = [i for i, key in enumerate(step_keys) if key in tree]
-    earlier = step_keys[: max(ranks)] if ranks else ()
-    if not earlier:
-        return None
-    if not all(_PLAIN_KEY.fullmatch(key) for key in earlier):
-        return re.compile(rb"null")
-    names = b"|".join(re.escape(key.encode()) for key in earlier)
-    return re.compile(rb'"(?:' + names + rb')"\s*:\s*null')
+    return step_keys[: max(ranks)] if ranks else ()
+
+
+def _no_null_among(piece: bytes, columns: list[pl.Series], keys: tuple[str, ...]) -> bool:
+    """Whether none of the top-level ``keys`` is written ``null`` in the piece: each key's
+    quoted name is found as often as polars found its values. A name found more often (a null
+    value, the name as a string's text or an object's field) or not plain is a doubt."""
+    values = {c.name: c.len() - c.null_count() for c in columns}
+    return all(
+        _PLAIN_KEY.fullmatch(key) and piece.count(f'"{key}"'.encode()) == values.get(key, 0)
+        for key in keys
+    )
 
 
 def _structure(raw: Any) -> tuple[Any, Any, int]:
@@ -582,15 +633,22 @@ def _structure(raw: Any) -> tuple[Any, Any, int]:
     return np.concatenate(opens), np.concatenate(closes), colons
 
 
-def _inferred_schema(path: Path) -> dict[str, pl.DataType] | None:
-    """The schema polars infers from every record of the file: each piece's own, joined with
-    polars' supertypes (an integer and a float: a float; a struct's fields: all of them)."""
+def _inferred_schema(
+    path: Path, tree: dict[str, Any], short: list[tuple[int, int]]
+) -> dict[str, pl.DataType] | None:
+    """The schema of the head's tree and of what polars infers from every record of the
+    ``short`` pieces (offset, length), joined with polars' supertypes (an integer and a float:
+    a float; a struct's fields: all of them): the inference of a whole file cost more than
+    a scan of it (LLaMA-Factory's log of 1M records: 3.2 s)."""
     try:
-        empties = [
-            pl.DataFrame(schema=pl.read_ndjson(piece, infer_schema_length=None).schema)
-            for piece in _pieces(path)
-        ]
-        return dict(pl.concat(empties, how="diagonal_relaxed").schema) if empties else None
+        empties = [pl.DataFrame(schema={key: _dtype(node) for key, node in tree.items()})]
+        with path.open("rb", buffering=0) as handle:
+            for offset, length in short:
+                piece = os.pread(handle.fileno(), length, offset)
+                empties.append(
+                    pl.DataFrame(schema=pl.read_ndjson(piece, infer_schema_length=None).schema)
+                )
+        return dict(pl.concat(empties, how="diagonal_relaxed").schema)
     except Exception:  # noqa: BLE001  a line polars rejects, types with no supertype
         return None
 
@@ -727,10 +785,21 @@ def _found(frame: pl.DataFrame) -> int:
     return int(sum(frame.select(exprs).row(0))) if exprs and frame.height else 0
 
 
-def _wide(scanned: _Scanned, fmt: str, step_keys: tuple[str, ...]) -> Scalars | None:
-    """The numbers as the wide piece, without the records that hold none."""
+def _wide(
+    scanned: _Scanned, fmt: str, step_keys: tuple[str, ...], summary: pl.Series
+) -> Scalars | None:
+    """The numbers as the wide piece, without the records that hold none; a summary row's
+    values under ``epoch_summary/<name>`` (its step's own values are the train rows')."""
+    renamed = _renamed(scanned, step_keys) if summary.any() else []
     # taken from the scan: its columns are freed as the wide piece replaces them
     flat, scanned.flat = scanned.flat, pl.DataFrame()
+    if renamed:
+        if any(c.startswith("epoch_summary/") for c in flat.columns):
+            return None  # a key named like a summary's value: the line reader's
+        flat = flat.with_columns(
+            *(pl.when(summary).then(None).otherwise(pl.col(c)).alias(c) for c in renamed),
+            *(pl.when(summary).then(pl.col(c)).alias(f"epoch_summary/{c}") for c in renamed),
+        )
     issues = ParseIssues()
     issues.lines = flat.height
     if (

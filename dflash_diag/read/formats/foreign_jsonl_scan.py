@@ -11,7 +11,12 @@ accepts, and gives up (None: the line reader runs) whenever the result could dif
 * a key outside that schema anywhere in the file would be lost silently, so the file's colons
   (one per key) are counted and must equal the values polars found plus the ``null`` tokens;
   on a difference (keys first written after the head: an ``eval_loss``, a final
-  ``train_runtime``) polars infers the schema of the whole file and the count is checked again;
+  ``train_runtime``) polars infers the schema of the pieces that hold them and the file is
+  read again, the count checked again;
+* the line reader's rules that depend on a key being held, a null one too (the step is the
+  first step key a record holds; an end-of-epoch summary holds ``epoch`` and a validation
+  key), are applied here (:func:`_summary_rows`) where polars' reading of a null as no key
+  cannot change them, and left to the line reader where it could;
 * lists of numbers (per-position accuracies) are no value of either reader (the line reader
   keeps numbers only): their keys are counted by their bytes (:class:`_Skipping`), or where
   that count falls short, the lists are read as ``List(Float64)`` to account for them;

@@ -325,6 +325,7 @@ def diagnose_frame(
     presets: Sequence[str] = (),
     window_choice: WindowChoice | None = None,
     earlier_windows: Sequence[Window] = (),
+    earlier_records: pl.DataFrame | None = None,
 ) -> Diagnosis:
     """The diagnosis of selected records (restarts resolved, step order, at least one row).
 
@@ -348,6 +349,10 @@ def diagnose_frame(
             ``config.window``, or the auto rule on ``frame``.
         earlier_windows: windows of records no longer in ``frame`` (watch's pruned ones): the
             verdict judges them with the windows of ``frame``, as converge judges the whole log.
+        earlier_records: the ``step``, ``loss``, ``acc`` and ``lr`` of those records, screened
+            (:func:`~dflash_diag.analysis.alive.screen_records`), in step order: the forecast
+            fits them with ``frame``'s, as converge's fits the whole log (a record at or after
+            ``frame``'s first step is superseded, as a restart supersedes it).
     """
     config = config or DiagnosisConfig()
     load = lists or (lambda rows: rows)
@@ -503,12 +508,23 @@ def diagnose_frame(
         )
     forecast = None
     if config.forecast.enabled:
+        # Watch's view is its recent windows; its forecast, like its verdict, reads the whole
+        # log, so that it forecasts what converge forecasts.
+        forecast_windows, forecast_series = table, tau_series
+        if earlier_windows and judged is not table:
+            forecast_windows = judged
+            if tau_series:
+                # the pruned windows' estimates where they have what the estimator reads (a
+                # list-based one has no lists there: those windows give no point)
+                forecast_series = estimator_series(
+                    acceptance.estimator, judged, frame, load, evals, block_size
+                )
         forecast = forecast_of(
-            frame,
+            _with_earlier(frame, earlier_records),
             header.fields if header else {},
             evals=evals,
-            windows=table,
-            tau_series=tau_series,
+            windows=forecast_windows,
+            tau_series=forecast_series,
             acceptance=acceptance,
             config=config.forecast,
             peak_lr=config.peak_lr,
@@ -595,6 +611,16 @@ def accuracy_only(acceptance: Acceptance) -> Acceptance:
         calibration=None,
         warnings=[],
     )
+
+
+def _with_earlier(frame: pl.DataFrame, earlier: pl.DataFrame | None) -> pl.DataFrame:
+    """``earlier``'s records before ``frame``'s first step, then ``frame``'s, in the columns
+    ``earlier`` has (``frame`` alone without ``earlier``)."""
+    if earlier is None or earlier.height == 0:
+        return frame
+    first = frame["step"].min()
+    before = earlier.filter(pl.col("step") < first)
+    return pl.concat([before, frame.select(earlier.columns)], how="vertical_relaxed")
 
 
 def estimator_series(

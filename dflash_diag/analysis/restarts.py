@@ -57,6 +57,22 @@ def _strictly_rising(column: pl.Series) -> bool | None:
     return True
 
 
+def _not_superseded(single_source: bool) -> pl.Expr:
+    """True for an entry no later entry of its source rewinds over (frame in file order per
+    source): what a restart leaves of the segments before it."""
+    # Smallest step among the entries written AFTER each one, in its source.
+    later_min = pl.col("step").reverse().cum_min().reverse().shift(-1)
+    if not single_source:
+        later_min = later_min.over("source")
+    return later_min.is_null() | (pl.col("step") < later_min)
+
+
+def not_superseded(frame: pl.DataFrame) -> pl.Expr:
+    """True for the records of ``frame`` (file order per source) that no later restart
+    supersedes: the ones :func:`resolve_restarts` keeps."""
+    return _not_superseded(frame.select(pl.col("source").n_unique()).item() <= 1)
+
+
 def resolve_restarts(
     frame: pl.DataFrame, keep_all: bool = False
 ) -> tuple[pl.DataFrame, list[Restart]]:
@@ -112,11 +128,7 @@ def resolve_restarts(
         Restart(source=int(s), step=int(st), previous_step=int(p), segment=int(seg))
         for (s, st, p), seg in zip(restart_rows.iter_rows(), segments, strict=True)
     ]
-    merged = ordered
-    if not keep_all:
-        # Smallest step among the entries written AFTER each one, in its source.
-        later_min = per_source(pl.col("step").reverse().cum_min().reverse().shift(-1))
-        merged = merged.filter(later_min.is_null() | (pl.col("step") < later_min))
+    merged = ordered if keep_all else ordered.filter(_not_superseded(single_source))
     # One source without kept restarts is already in step order (steps rise within a segment).
     if not (single_source and not keep_all):
         merged = merged.sort(["step", "source", "seq"], maintain_order=True)

@@ -22,7 +22,7 @@ import polars as pl
 from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Selection, select_phase
-from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.restarts import Restart, not_superseded, resolve_restarts
 from dflash_diag.analysis.windows import Window, WindowChoice, choose_window, compute_windows
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import check_encoding
@@ -41,6 +41,10 @@ LAZY_LISTS_BYTES = 2**20
 #: Distinct steps after which ``--window auto`` is fixed for the rest of the watch: the auto rule
 #: gives 5 records per window from there on, as converge gives on the whole log.
 AUTO_FIX_RECORDS = 50
+#: What the forecast reads of a record (:func:`dflash_diag.analysis.run_forecast.forecast_run`),
+#: kept for the pruned ones: 32 bytes a record, 32 MB for a million, where the records
+#: themselves (lists and all) are dropped.
+FORECAST_COLUMNS = ("step", "loss", "acc", "lr")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +55,8 @@ class WatchConfig:
         interval: seconds between refreshes (``--interval``).
         stall: seconds without a new record before the stall alert (``--stall``).
         history: windows kept and drawn in the sparklines. The verdict judges every window
-            of the log (the pruned ones are kept as window means), as converge does.
+            of the log (the pruned ones are kept as window means) and the forecast fits every
+            record (the pruned ones kept as their step, loss, acc and lr), as converge does.
         table_rows: latest windows listed with their arrows.
         plot: add plotext line charts of loss, acc and tau (``--plot``).
         analysis: the diagnosis settings, the ones converge and compare use (phase, first step,
@@ -181,6 +186,8 @@ class LiveLog:
         self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
         self.window: WindowChoice | None = None  # fixed once known (auto: after 50 records)
         self.archived: dict[int, Window] = {}  # window index -> means of pruned records
+        # the pruned records' screened FORECAST_COLUMNS: the forecast reads every record
+        self.pruned_scalars: pl.DataFrame | None = None
         # (file offset, first line, last line) of the pieces parsed without their lists
         self._lists_unread: list[tuple[int, int, int]] = []
 
@@ -359,7 +366,7 @@ class LiveLog:
         if selection.phase != self._origin_phase:
             # e.g. the first pipeline entries of a migrating run: windows align to them now
             self._origin_phase, self.origin = selection.phase, None
-            self.archived = {}
+            self.archived, self.pruned_scalars = {}, None
         if self.origin is not None and selected.height and int(selected["step"][0]) < self.origin:
             self.origin = int(selected["step"][0])  # a restart from before the first window
         return selected
@@ -379,6 +386,11 @@ class LiveLog:
     def earlier_windows(self) -> list[Window]:
         """The windows of the records pruned so far, in step order (the verdict judges them)."""
         return [self.archived[i] for i in sorted(self.archived)]
+
+    def earlier_records(self) -> pl.DataFrame | None:
+        """The :data:`FORECAST_COLUMNS` of the records pruned so far (screened), in step order,
+        or None before any is pruned: the forecast fits every record, as converge's does."""
+        return self.pruned_scalars
 
     def _prune(self) -> None:
         """Keep the metric records of the last ``history`` windows (plus the newest chunk), so
@@ -406,9 +418,24 @@ class LiveLog:
             screened, _ = screen_records(dropped)
             for window in compute_windows(screened, w, start=self.origin):
                 self.archived[window.index] = window
+            # the screening is row by row: these rows are what converge's screening gives them
+            kept_scalars = screened.select(FORECAST_COLUMNS)
+            if self.pruned_scalars is not None:
+                # a restart that rewound into the pruned steps supersedes them (resolve_restarts)
+                earlier = self.pruned_scalars.filter(pl.col("step") < kept_scalars["step"].min())
+                kept_scalars = pl.concat(
+                    [earlier, kept_scalars], how="vertical_relaxed", rechunk=False
+                )
+                if kept_scalars.n_chunks() > 64:  # a long watch prunes a few rows a refresh
+                    kept_scalars = kept_scalars.rechunk()
+            self.pruned_scalars = kept_scalars
         metrics = self.log.metrics
         newest_seq = int(cast(int, metrics["seq"].max()))
-        kept = metrics.filter((pl.col("step") >= cutoff) | (pl.col("seq") == newest_seq))
+        # Records a restart superseded go too: kept, they would rewind to a new step each time
+        # the restart's own first records are pruned (a restart at 16150, 16200... for one).
+        kept = metrics.filter(
+            (not_superseded(metrics) & (pl.col("step") >= cutoff)) | (pl.col("seq") == newest_seq)
+        )
         if kept.height < metrics.height:
             self.log = ParsedLog(
                 metrics=kept,

@@ -199,6 +199,7 @@ def build_view(live: LiveLog) -> WatchView:
             presets=live.log.presets,
             window_choice=live.window_choice(frame),
             earlier_windows=live.earlier_windows(),
+            earlier_records=live.earlier_records(),
         )
     if diagnosis is None:
         waiting = "waiting for the log to appear" if live.log is None else "no metric records yet"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -21,6 +22,7 @@ from dflash_diag.read.jsonl import load_log
 from tests.diag.logs import write
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def invoke(*args: object):
@@ -352,6 +354,43 @@ def test_watch_judges_the_pruned_windows_too(tmp_path):
     assert len(frame["windows"]) == 40
     assert len(converge["windows"]) == 160
     assert frame["verdict"] == converge["verdict"]
+
+
+def test_watch_forecasts_from_the_whole_log_as_converge(tmp_path):
+    """watch's forecast fitted its recent 40 windows (and looked ahead by their span, and saw
+    none of the evals before them): another forecast than converge's on the same log."""
+    records: list[dict[str, object]] = []
+    for s in range(1, 8001):
+        records.append(
+            {
+                "step": s,
+                "loss": 1.0 + 2.0 * math.exp(-s / 2500) + 0.02 * math.sin(s / 7),
+                "acc": 0.6 - 0.4 * math.exp(-s / 2500),
+                "lr": 1e-4,
+            }
+        )
+        if s % 400 == 0:  # every eval but the last before watch's windows
+            records.append({"event": "eval", "step": s, "loss": 1.1 + 2.0 * math.exp(-s / 2500)})
+    log = write(tmp_path / "long.jsonl", records)
+    converge = _converge_json(log)
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
+    assert len(frame["windows"]) == 40 < len(converge["windows"])
+    assert set(converge["forecast"]["metrics"]) >= {"loss", "acc", "eval_loss"}
+    assert frame["forecast"] == converge["forecast"]
+
+
+@pytest.mark.parametrize(
+    "log",
+    [ROOT / "shared/wild/xueh88401-web__qwen2.5-7b-medical-finetune/trainer_log.jsonl"],
+    ids=["llama_factory"],
+)
+def test_watch_forecasts_a_real_log_as_converge(log):
+    """LLaMA-Factory's log (135 windows, 13 evals): watch said loss 1.566 at +1,990 steps and
+    'not enough evidence yet' for the eval loss, converge 1.43 at +6,740 and 1.578."""
+    converge = _converge_json(log)
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
+    assert "eval_loss" in converge["forecast"]["metrics"]
+    assert frame["forecast"] == converge["forecast"]
 
 
 # -- block size, wording, spikes ----------------------------------------------------------------

@@ -174,6 +174,44 @@ def test_a_backlog_is_parsed_in_pieces_with_the_same_result(tmp_path):
     assert a.series[0].values == b.series[0].values
 
 
+def test_the_forecast_reads_the_pruned_records_as_converge_does(tmp_path):
+    """A backlog parsed in pieces, then records appended over refreshes (a restart rewinding
+    into the pruned windows among them): the forecast and the verdict are converge's on the
+    same file, every time, though watch keeps 10 windows of records; the restart is one (the
+    superseded records kept, each prune moved it: 16100, 16150, ... 16400)."""
+    from dflash_diag.analysis.diagnosis import diagnose
+    from dflash_diag.read.jsonl import load_log
+
+    def noisy(start: int, stop: int) -> str:
+        return "".join(
+            record(
+                s,
+                0.6 - 0.4 * math.exp(-(s - 15000) / 800) + 0.01 * math.sin(s),
+                1.0 + 2.0 * math.exp(-(s - 15000) / 800) + 0.03 * math.cos(s / 3),
+            )
+            for s in range(start, stop)
+        )
+
+    path = tmp_path / "grow.jsonl"
+    header = dict(HEADER, schedule=None)  # no planned end: the horizon is the log's span
+    path.write_text(json.dumps(header) + "\n" + noisy(15000, 17000))
+    config = WatchConfig(history=10, analysis=DiagnosisConfig(window=50))
+    live = LiveLog(path, config, max_chunk_bytes=4096)
+    for more in ("", noisy(17000, 17030), noisy(17030, 17400), noisy(16100, 16900)):
+        with open(path, "a") as f:
+            f.write(more)
+        live.refresh()
+        view = build_view(live)
+        assert live.earlier_records() is not None
+        assert live.log is not None
+        assert live.log.metrics.height <= 1100  # not the 3,200 records: they stay pruned
+        expected = diagnose(load_log(str(path)), config.analysis)
+        assert view.diagnosis is not None
+        assert view.diagnosis.forecast == expected.forecast
+        assert view.diagnosis.verdict == expected.verdict
+    assert view.restarts == [16100]
+
+
 def test_truncation_rebuilds_the_state(log):
     live = LiveLog(log, WatchConfig())
     live.refresh()

@@ -70,6 +70,7 @@ from dflash_diag.analysis.windows import (
     all_finite,
     choose_window,
     compute_window_table,
+    merge_window_tables,
     window_rows,
 )
 from dflash_diag.errors import DiagError
@@ -324,7 +325,7 @@ def diagnose_frame(
     foreign: bool = False,
     presets: Sequence[str] = (),
     window_choice: WindowChoice | None = None,
-    earlier_windows: Sequence[Window] = (),
+    earlier_windows: Sequence[Window] | WindowTable = (),
     earlier_records: pl.DataFrame | None = None,
 ) -> Diagnosis:
     """The diagnosis of selected records (restarts resolved, step order, at least one row).
@@ -366,8 +367,13 @@ def diagnose_frame(
     table = compute_window_table(frame, choice.size, start=origin)
     # The verdict judges every window (watch: its pruned ones too); the rest shows the newest.
     judged = (
-        WindowTable.from_windows(merge_windows(earlier_windows, table.windows()))
-        if earlier_windows
+        merge_window_tables(
+            earlier_windows
+            if isinstance(earlier_windows, WindowTable)
+            else WindowTable.from_windows(earlier_windows),
+            table,
+        )
+        if len(earlier_windows)
         else table
     )
     if history is not None:
@@ -511,7 +517,7 @@ def diagnose_frame(
         # Watch's view is its recent windows; its forecast, like its verdict, reads the whole
         # log, so that it forecasts what converge forecasts.
         forecast_windows, forecast_series = table, tau_series
-        if earlier_windows and judged is not table:
+        if len(earlier_windows) and judged is not table:
             forecast_windows = judged
             if tau_series:
                 # the pruned windows' estimates where they have what the estimator reads (a
@@ -582,16 +588,6 @@ def diagnose_frame(
         window=choice,
         forecast=forecast,
     )
-
-
-def merge_windows(earlier: Sequence[Window], windows: Sequence[Window]) -> list[Window]:
-    """``earlier`` windows (pruned records) then ``windows``; a window index present in both
-    is the newer one (records after a restart replace the ones before)."""
-    if not earlier:
-        return list(windows)
-    present = {w.index for w in windows}
-    kept = [w for w in earlier if w.index not in present]
-    return sorted([*kept, *windows], key=lambda w: w.index)
 
 
 def accuracy_only(acceptance: Acceptance) -> Acceptance:

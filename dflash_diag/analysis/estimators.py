@@ -457,9 +457,14 @@ def from_positions(
             means.update(
                 position_means_by_group(rows, column, "_window", inp.block_size - 1, weight)
             )
+        indices = (
+            windows.array("index").tolist()
+            if isinstance(windows, WindowTable)  # its column: no Window object built
+            else [w.index for w in windows]
+        )
         return [
             formula(values, inp.block_size) if values else None
-            for values in (means.get(w.index) for w in windows)
+            for values in (means.get(i) for i in indices)
         ]
 
     return estimate, series

@@ -23,12 +23,16 @@ class Restart:
         step: the first step of the new segment.
         previous_step: the last step of the segment it ends.
         segment: the new segment's number (0 is the first segment of a file).
+        seq: the ``seq`` of the new segment's first record (its place in the file): what tells
+            apart two restarts to the same step from the same step (k-fold runs, each from
+            step 1), which a live view sees again at every refresh.
     """
 
     source: int
     step: int
     previous_step: int
     segment: int
+    seq: int | None = None
 
 
 def _with_zero_segment(frame: pl.DataFrame) -> pl.DataFrame:
@@ -116,6 +120,7 @@ def resolve_restarts(
         pl.col("source").filter(is_restart),
         pl.col("step").filter(is_restart),
         previous_max.filter(is_restart).alias("_previous_max"),
+        pl.col("seq").filter(is_restart),
     )
     if restart_rows.height == 0:  # one segment per source: nothing to number, purge or merge
         merged = _with_zero_segment(ordered)
@@ -125,8 +130,8 @@ def resolve_restarts(
     ordered = ordered.with_columns(per_source(is_restart.cum_sum()).cast(pl.Int32).alias("segment"))
     segments = ordered.filter(is_restart)["segment"]
     restarts = [
-        Restart(source=int(s), step=int(st), previous_step=int(p), segment=int(seg))
-        for (s, st, p), seg in zip(restart_rows.iter_rows(), segments, strict=True)
+        Restart(source=int(s), step=int(st), previous_step=int(p), segment=int(seg), seq=int(q))
+        for (s, st, p, q), seg in zip(restart_rows.iter_rows(), segments, strict=True)
     ]
     merged = ordered if keep_all else ordered.filter(_not_superseded(single_source))
     # One source without kept restarts is already in step order (steps rise within a segment).

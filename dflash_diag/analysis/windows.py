@@ -766,6 +766,28 @@ class WindowTable(Sequence[Window]):
         return WindowTable(self.frame.tail(max(count, 0)), windows)
 
 
+def empty_window_table() -> WindowTable:
+    """A table of no windows."""
+    return WindowTable(pl.DataFrame(schema=WINDOW_SCHEMA), [])
+
+
+def merge_window_tables(earlier: WindowTable, table: WindowTable) -> WindowTable:
+    """``earlier``'s windows before ``table``'s first, then ``table``'s (both in index order).
+
+    Watch's pruned windows and its recent ones: a window of ``earlier`` at or after ``table``'s
+    first holds records that a restart superseded (it rewound to there), as converge's restart
+    resolution drops them. In columns: a long watch has tens of thousands of pruned windows and
+    merges them every refresh.
+    """
+    if not len(earlier):
+        return table
+    if not len(table):
+        return earlier
+    first = table.frame["index"][0]
+    kept = earlier.frame.filter(pl.col("index") < first)
+    return WindowTable(pl.concat([kept, table.frame]))
+
+
 def compute_window_table(
     frame: pl.DataFrame, size: int = defaults.WINDOW, start: int | None = None
 ) -> WindowTable:
@@ -777,7 +799,7 @@ def compute_window_table(
     if size < 1:
         raise ValueError(f"window size must be >= 1, got {size}")
     if frame.height == 0:
-        return WindowTable(pl.DataFrame(schema=WINDOW_SCHEMA), [])
+        return empty_window_table()
     if start is None:
         start = int(cast(int, frame["step"].min()))
     table = _aggregate(frame, size, start)

@@ -23,7 +23,14 @@ from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Selection, select_phase
 from dflash_diag.analysis.restarts import Restart, not_superseded, resolve_restarts
-from dflash_diag.analysis.windows import Window, WindowChoice, choose_window, compute_windows
+from dflash_diag.analysis.windows import (
+    WindowChoice,
+    WindowTable,
+    choose_window,
+    compute_window_table,
+    empty_window_table,
+    merge_window_tables,
+)
 from dflash_diag.errors import DiagError
 from dflash_diag.read.files import check_encoding
 from dflash_diag.read.jsonl import fetch_lists, parse_clean_records, parse_records
@@ -175,7 +182,7 @@ class LiveLog:
         self.log: ParsedLog | None = None  # recent metric records (file order) + every event
         self.issues = ParseIssues()  # cumulative over the whole file
         self.total_records = 0
-        self.restarts: dict[tuple[int, int], Restart] = {}
+        self.restarts: dict[tuple[int, int | None], Restart] = {}
         self.last_step: int | None = None
         self.last_record_time: float | None = None  # the latest record's own `time` field
         self.last_write: float | None = None  # file mtime when records last arrived
@@ -185,7 +192,8 @@ class LiveLog:
         self.selection: Selection | None = None
         self.nonfinite_last: dict[str, int] = {}  # field -> last step where it was NaN/Inf
         self.window: WindowChoice | None = None  # fixed once known (auto: after 50 records)
-        self.archived: dict[int, Window] = {}  # window index -> means of pruned records
+        # the means of the pruned records' windows, as columns (tens of thousands in a long run)
+        self.archived = empty_window_table()
         # the pruned records' screened FORECAST_COLUMNS: the forecast reads every record
         self.pruned_scalars: pl.DataFrame | None = None
         # (file offset, first line, last line) of the pieces parsed without their lists
@@ -358,7 +366,8 @@ class LiveLog:
             return pl.DataFrame()
         resolved, restarts = resolve_restarts(self.log.metrics)
         for r in restarts:
-            self.restarts.setdefault((r.source, r.step), r)
+            # the same restart is seen at every refresh until its superseded records are pruned
+            self.restarts.setdefault((r.source, r.seq), r)
         selected, selection = select_phase(
             resolved, self.config.analysis.phase, self.config.analysis.from_step
         )
@@ -366,7 +375,7 @@ class LiveLog:
         if selection.phase != self._origin_phase:
             # e.g. the first pipeline entries of a migrating run: windows align to them now
             self._origin_phase, self.origin = selection.phase, None
-            self.archived, self.pruned_scalars = {}, None
+            self.archived, self.pruned_scalars = empty_window_table(), None
         if self.origin is not None and selected.height and int(selected["step"][0]) < self.origin:
             self.origin = int(selected["step"][0])  # a restart from before the first window
         return selected
@@ -383,9 +392,13 @@ class LiveLog:
             self.window = choice
         return choice
 
-    def earlier_windows(self) -> list[Window]:
+    def earlier_windows(self) -> WindowTable:
         """The windows of the records pruned so far, in step order (the verdict judges them)."""
-        return [self.archived[i] for i in sorted(self.archived)]
+        return self.archived
+
+    def restarts_in_file_order(self) -> list[Restart]:
+        """Every restart seen so far, in file order (source, then place), as converge lists them."""
+        return sorted(self.restarts.values(), key=lambda r: (r.source, r.seq or 0, r.step))
 
     def earlier_records(self) -> pl.DataFrame | None:
         """The :data:`FORECAST_COLUMNS` of the records pruned so far (screened), in step order,
@@ -416,8 +429,10 @@ class LiveLog:
         dropped = selected.filter((pl.col("step") >= self.origin) & (pl.col("step") < cutoff))
         if dropped.height:
             screened, _ = screen_records(dropped)
-            for window in compute_windows(screened, w, start=self.origin):
-                self.archived[window.index] = window
+            # windows from the first one pruned now replace any later ones (a restart rewound)
+            self.archived = merge_window_tables(
+                self.archived, compute_window_table(screened, w, start=self.origin)
+            )
             # the screening is row by row: these rows are what converge's screening gives them
             kept_scalars = screened.select(FORECAST_COLUMNS)
             if self.pruned_scalars is not None:

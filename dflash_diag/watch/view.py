@@ -169,7 +169,7 @@ def build_view(live: LiveLog) -> WatchView:
         since_last_record=since,
         skipped_lines=live.issues.malformed,
         nonfinite=live.issues.nonfinite_total,
-        restarts=sorted(r.step for r in live.restarts.values()),
+        restarts=[r.step for r in live.restarts_in_file_order()],
         resets=live.tail.resets,
         schedule_events=detect_schedule_events(
             live.headers(),
@@ -190,7 +190,7 @@ def build_view(live: LiveLog) -> WatchView:
             evals=live.log.evals,
             header=_header(live, frame),
             config=config.analysis,
-            restarts=sorted(live.restarts.values(), key=lambda r: (r.step, r.source)),
+            restarts=live.restarts_in_file_order(),
             max_lr=live.max_lr,
             origin=live.origin,
             history=config.history,

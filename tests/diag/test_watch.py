@@ -174,11 +174,14 @@ def test_a_backlog_is_parsed_in_pieces_with_the_same_result(tmp_path):
     assert a.series[0].values == b.series[0].values
 
 
-def test_the_forecast_reads_the_pruned_records_as_converge_does(tmp_path):
+@pytest.mark.parametrize("rewound_to", [16900, 16300])
+def test_the_forecast_reads_the_pruned_records_as_converge_does(tmp_path, rewound_to):
     """A backlog parsed in pieces, then records appended over refreshes (a restart rewinding
     into the pruned windows among them): the forecast and the verdict are converge's on the
     same file, every time, though watch keeps 10 windows of records; the restart is one (the
-    superseded records kept, each prune moved it: 16100, 16150, ... 16400)."""
+    superseded records kept, each prune moved it: 16100, 16150, ... 16400). Rewound by more
+    than the records after it (16100 to 16300 after 17400), the pruned windows past 16300 are
+    superseded too (kept, the verdict judged them)."""
     from dflash_diag.analysis.diagnosis import diagnose
     from dflash_diag.read.jsonl import load_log
 
@@ -197,7 +200,7 @@ def test_the_forecast_reads_the_pruned_records_as_converge_does(tmp_path):
     path.write_text(json.dumps(header) + "\n" + noisy(15000, 17000))
     config = WatchConfig(history=10, analysis=DiagnosisConfig(window=50))
     live = LiveLog(path, config, max_chunk_bytes=4096)
-    for more in ("", noisy(17000, 17030), noisy(17030, 17400), noisy(16100, 16900)):
+    for more in ("", noisy(17000, 17030), noisy(17030, 17400), noisy(16100, rewound_to)):
         with open(path, "a") as f:
             f.write(more)
         live.refresh()
@@ -210,6 +213,31 @@ def test_the_forecast_reads_the_pruned_records_as_converge_does(tmp_path):
         assert view.diagnosis.forecast == expected.forecast
         assert view.diagnosis.verdict == expected.verdict
     assert view.restarts == [16100]
+
+
+@pytest.mark.parametrize("chunk", [2048, 1 << 24])
+def test_restarts_to_one_step_are_each_one_as_in_converge(tmp_path, chunk):
+    """k-fold runs, each from step 1, then a resume from the middle: watch lists every restart
+    in file order, as converge does (it kept one per step, in step order: [1, 120])."""
+    from dflash_diag.analysis.diagnosis import diagnose
+    from dflash_diag.read.jsonl import load_log
+
+    path = tmp_path / "folds.jsonl"
+    folds = [rising(1, 301) for _ in range(3)]
+    path.write_text(json.dumps(HEADER) + "\n" + "".join(folds) + rising(120, 400))
+    config = WatchConfig(history=4, analysis=DiagnosisConfig(window=25))
+    live = LiveLog(path, config, max_chunk_bytes=chunk)
+    live.refresh()
+    view = build_view(live)
+    expected = diagnose(load_log(str(path)), config.analysis)
+    assert [r.step for r in expected.restarts] == [1, 1, 120]
+    assert view.restarts == [1, 1, 120]
+    assert view.diagnosis is not None
+    # what the outputs show (a segment's number counts the segments watch still holds)
+    shown = [
+        [(r.step, r.previous_step, r.seq) for r in d.restarts] for d in (view.diagnosis, expected)
+    ]
+    assert shown[0] == shown[1]
 
 
 def test_truncation_rebuilds_the_state(log):

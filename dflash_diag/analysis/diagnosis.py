@@ -515,11 +515,13 @@ def diagnose_frame(
     forecast = None
     if config.forecast.enabled:
         # Watch's view is its recent windows; its forecast, like its verdict, reads the whole
-        # log, so that it forecasts what converge forecasts.
-        forecast_windows, forecast_series = table, tau_series
+        # log, so that it forecasts what converge forecasts: tau too only where converge has the
+        # series (a list-based one computed for watch's sparkline alone is not fitted).
+        forecast_windows = table
+        forecast_series = tau_series if tau_target or cheap else []
         if len(earlier_windows) and judged is not table:
             forecast_windows = judged
-            if tau_series:
+            if forecast_series:
                 # the pruned windows' estimates where they have what the estimator reads (a
                 # list-based one has no lists there: those windows give no point)
                 forecast_series = estimator_series(

@@ -393,6 +393,25 @@ def test_watch_forecasts_a_real_log_as_converge(log):
     assert frame["forecast"] == converge["forecast"]
 
 
+@pytest.mark.parametrize(
+    "log",
+    [
+        ROOT / "tests/fixtures/formats/speculators_jsonl/metrics.jsonl",
+        ROOT / "tests/fixtures/formats/torchspec/runs",
+    ],
+    ids=["speculators_jsonl", "torchspec_tfevents"],
+)
+def test_watch_forecasts_tau_only_where_converge_does(log):
+    """A list-based primary estimator (chain) and no tau target: converge does not fit tau (its
+    series would cost a second pass over the lists); watch computed the series for its
+    sparkline and fitted it too, a forecast converge never gives."""
+    converge = _converge_json(log)
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
+    assert converge["acceptance"]["estimator"] == "chain"
+    assert "tau" not in converge["forecast"]["metrics"]
+    assert frame["forecast"] == converge["forecast"]
+
+
 # -- block size, wording, spikes ----------------------------------------------------------------
 
 

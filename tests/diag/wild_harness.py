@@ -1,5 +1,5 @@
-"""The real-log harness: every corpus log through the four commands, checked against its
-recorded expectation.
+"""The real-log harness: every corpus log through the five commands, checked against its
+recorded expectation, and watch's answer (verdict, forecast, restarts) against converge's.
 
 A corpus root (``shared/wild``, ``shared/wild_heldout``) holds one folder per public repository
 with its logs at their original relative paths. An item is one log as a user would name it: a
@@ -45,7 +45,10 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "converge-json": ("converge", "-f", "json"),
     "compare": ("compare",),
     "watch": ("watch", "--once"),
+    "watch-json": ("watch", "--once", "-f", "json"),
 }
+#: What every command must answer alike: converge's JSON against watch's frame on the same bytes.
+SAME_ANSWER = ("verdict", "forecast", "restarts")
 #: Files that are never a log of their own (configs, the corpus' own records).
 _NOT_LOGS = {
     "SOURCES.md",
@@ -108,11 +111,12 @@ class Outcome:
     line: str = ""
     windows: int | None = None
     seconds: float = 0.0
+    answer: dict | None = None  # the JSON's SAME_ANSWER keys (converge-json, watch-json)
 
 
 @dataclass
 class ItemResult:
-    """The four commands' outcomes on one item, and what was read."""
+    """The commands' outcomes on one item, and what was read."""
 
     path: str
     outcomes: list[Outcome] = field(default_factory=list)
@@ -121,6 +125,10 @@ class ItemResult:
     @property
     def windows(self) -> int | None:
         return next((o.windows for o in self.outcomes if o.command == "converge-json"), None)
+
+    def answer(self, command: str) -> dict | None:
+        """The SAME_ANSWER keys of ``command``'s JSON (None: it gave no JSON)."""
+        return next((o.answer for o in self.outcomes if o.command == command), None)
 
     def kinds(self) -> set[str]:
         return {o.kind for o in self.outcomes}
@@ -220,15 +228,17 @@ def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
         )
     stderr_lines = [line for line in result.stderr.splitlines() if line.strip()]
     if result.exit_code == 0:
-        windows = None
-        if command == "converge-json":
+        windows = answer = None
+        if command.endswith("-json"):
             try:
-                windows = len(json.loads(result.stdout)["windows"])
+                report = json.loads(result.stdout)
+                windows = len(report["windows"])
+                answer = {key: report.get(key) for key in SAME_ANSWER}
             except (ValueError, KeyError, TypeError):
                 return Outcome(
-                    command, "unclear", 0, "converge -f json: not a JSON report", seconds=seconds
+                    command, "unclear", 0, f"{command}: not a JSON report", seconds=seconds
                 )
-        return Outcome(command, "read", 0, windows=windows, seconds=seconds)
+        return Outcome(command, "read", 0, windows=windows, seconds=seconds, answer=answer)
     errors = [line for line in stderr_lines if line.startswith("dflash-diag: error:")]
     if result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output:
         return Outcome(command, "error", 2, errors[0], seconds=seconds)
@@ -269,6 +279,11 @@ def problems(expectation: Expectation | None, result: ItemResult) -> list[str]:
     for outcome in result.outcomes:
         if outcome.kind in ("traceback", "timeout", "unclear"):
             out.append(f"{outcome.command}: {outcome.kind} {outcome.line}".rstrip())
+    converge, watch = result.answer("converge-json"), result.answer("watch-json")
+    if converge is not None and watch is not None:
+        out.extend(
+            f"watch's {key} is not converge's" for key in SAME_ANSWER if converge[key] != watch[key]
+        )
     if expectation is None:
         return out
     if expectation.expect == "read":

@@ -128,7 +128,11 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     if view.nonfinite:
         facts.append(plural(view.nonfinite, "NaN/Inf value"))
     if view.restarts:
-        word = "restart at " if len(view.restarts) == 1 else "restarts at "
+        count = len(view.restarts)
+        # the latest three in file order; the count says when there are more (k-fold runs)
+        word = {1: "restart at ", 2: "restarts at ", 3: "restarts at "}.get(
+            count, f"{count} restarts, the latest at "
+        )
         facts.append(word + ", ".join(map(str, view.restarts[-3:])))
     parts: list[RenderableType] = [head, Text("  ·  ".join(facts), style="dim")]
     for alert in view.alerts:

@@ -156,6 +156,15 @@ def test_header_facts_use_singular_and_plural(tmp_path):
     assert "restarts at " in head, head
 
 
+def test_more_than_three_restarts_are_counted(tmp_path):
+    """Four runs from step 1 in one file (k-fold): the facts line says 4, shows the latest 3."""
+    fold = [json.dumps({"step": s, "loss": 2.0 - s / 100}) for s in range(1, 61)]
+    log = _log(tmp_path, "\n".join(fold * 5) + "\n")
+    out = runner.invoke(app, ["watch", str(log), "--once"])
+    assert out.exit_code == 0, out.output
+    assert "4 restarts, the latest at 1, 1, 1" in " ".join(out.output.split()), out.output
+
+
 def test_nothing_selected_says_what_is_missing(tmp_path):
     """Records exist but --from-step (or --phase) selects none: not "no metric records yet"."""
     path = _log(tmp_path)

@@ -177,6 +177,7 @@ class _NoKeys:
     "fields",
     "input_format",
     "preset",
+    "no_cache",
 )
 def watch(
     log: Annotated[
@@ -243,7 +244,9 @@ def watch(
             notes: list[str] = []
 
             def snapshot():
-                part = read_planned(plan, 0)
+                # a grown JSONL of another trainer: the cached columns and its new bytes (as
+                # converge reads it; the two share the cache)
+                part = read_planned(plan, 0, cache=read.cache)
                 if not notes:  # said once, not at every refresh
                     notes.extend(part.notes)
                     print_notes(part.notes)

@@ -253,3 +253,37 @@ def test_a_segment_of_nulls_only_keeps_its_height(tmp_path, height):
     back = cache.read_segments(tmp_path, ["segment.arrow"], cache.schema_text(frame))
     assert back.equals(frame)
     assert back.schema == frame.schema
+
+
+def test_watch_shares_the_cache_and_gives_the_uncached_frame(tmp_path):
+    """watch on another trainer's JSONL (the real LLaMA-Factory log, cut at 80% and then grown to
+    its end): it writes the cache converge reads, and its frame is the uncached one; --no-cache
+    writes nothing."""
+    real = (
+        Path(__file__).resolve().parents[2]
+        / "shared/wild/xueh88401-web__qwen2.5-7b-medical-finetune/trainer_log.jsonl"
+    )
+    if not real.is_file():
+        pytest.skip("the real-log corpus shared/wild is absent")
+    lines = real.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "trainer_log.jsonl"
+    path.write_bytes(b"".join(lines[: len(lines) * 4 // 5]))
+
+    def frame(*args):
+        result = runner.invoke(app, ["watch", str(path), "--once", "-f", "json", *args])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        for clock in ("since_last_record", "alerts"):  # "no new record for 3 s": the clock's
+            data.pop(clock)
+        return data
+
+    assert frame("--no-cache")
+    assert not entries()
+    first = frame()
+    assert entries()
+    assert first == frame("--no-cache")
+    with path.open("ab") as out:
+        out.writelines(lines[len(lines) * 4 // 5 :])
+    grown = frame()
+    assert grown == frame("--no-cache") != first
+    assert grown["last_step"] > first["last_step"]

@@ -26,10 +26,10 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_shapes import hf_values  # noqa: E402
+from bench_shapes import hf_values
 
-from dflash_diag.read.formats.load import plan_input, read_planned  # noqa: E402
-from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view  # noqa: E402
+from dflash_diag.read.formats.load import plan_input, read_planned
+from dflash_diag.watch import LiveLog, WatchConfig, build_view, render_view
 
 
 def hf_line(step: int, loss: float, grad_norm: float, lr: float, epoch: float) -> str:

@@ -112,6 +112,25 @@ def _verdict_text(d: Diagnosis) -> Text:
     return text
 
 
+def _hung(text: Text, width: int, hang: str = "  ") -> Text:
+    """``text`` wrapped at spaces to ``width`` columns, its continuation lines indented by
+    ``hang`` as the forecast line's are (rich would start them at column 0, under the label);
+    each style stays on its characters."""
+    plain = text.plain
+    lines = wrap(plain, width, hang=hang)
+    if len(lines) == 1:
+        return text
+    out, pos = Text(overflow="fold"), 0
+    for i, line in enumerate(lines):
+        body = line[len(hang) :] if i else line
+        start = plain.index(body, pos)  # the words of the line, past the break's space
+        if i:
+            out.append("\n" + hang)
+        out.append_text(text[start : start + len(body)])
+        pos = start + len(body)
+    return out
+
+
 def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> RenderableType:
     """Draw one frame with rich: header line, alerts, sparklines, latest windows, schedule,
     verdict. ``plot`` adds plotext charts of loss and acc ``width`` columns wide."""
@@ -180,21 +199,23 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     d = view.diagnosis
     if d is not None:
         if d.schedule.current is not None:
-            parts.append(Text("schedule: " + schedule_text(d.schedule)))
+            parts.append(_hung(Text("schedule: " + schedule_text(d.schedule)), width))
         if d.acceptance.tau is not None:
-            parts.append(Text("acceptance: " + tau_text(d)))
+            parts.append(_hung(Text("acceptance: " + tau_text(d)), width))
             others = " · ".join(
                 f"{e.name} {e.tau:.2f}" + (" (upper view)" if e.upper_view else "")
                 for e in d.acceptance.estimates
                 if e.name != d.acceptance.estimator
             )
             if others:
-                parts.append(Text("  other estimates: " + others, style="dim"))
+                parts.append(
+                    _hung(Text("  other estimates: " + others, style="dim"), width, "    ")
+                )
         if d.drafter.is_drafter:
-            parts.append(Text("target: " + target_text(d)))
+            parts.append(_hung(Text("target: " + target_text(d)), width))
         for warning in d.acceptance.warnings:
-            parts.append(Text(f"! {visible(warning)}", style="bold red"))
-        parts.append(_verdict_text(d))
+            parts.append(_hung(Text(f"! {visible(warning)}", style="bold red"), width))
+        parts.append(_hung(_verdict_text(d), width))
         if (line := forecast_line(d.forecast)) is not None:
             parts.append(Text("\n".join(wrap("forecast: " + line, width)), overflow="fold"))
     if plot and view.series:

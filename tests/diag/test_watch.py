@@ -464,3 +464,27 @@ def test_any_appended_bytes_never_crash_the_view(tmp_path, chunks, seed):
         live.refresh()
         view = build_view(live)
     _text(view)  # rendering the last state (each render costs ~20 ms on this machine)
+
+
+def test_a_long_diagnosis_line_wraps_under_its_label_with_its_styles():
+    from rich.text import Text
+
+    from dflash_diag.watch.render import _hung
+
+    line = Text("verdict: ")
+    line.append("converging", style="bold green")
+    line.append("  acc +0.76/1k steps, p=0.024, target reached")
+    line.append(" · over 6 windows (all of them, as converge)", style="dim")
+    hung = _hung(line, 60)
+    lines = hung.plain.split("\n")
+    assert len(lines) == 2
+    assert all(len(x) <= 60 for x in lines)
+    assert lines[1].startswith("  ")
+    assert lines[1].strip() in line.plain
+    # each style on the same characters, the break's space now a newline and the hang
+    styled = {str(s.style): hung.plain[s.start : s.end].replace("\n  ", " ") for s in hung.spans}
+    assert styled == {
+        "bold green": "converging",
+        "dim": " · over 6 windows (all of them, as converge)",
+    }
+    assert _hung(line, 200) is line  # short enough: untouched

@@ -1,6 +1,6 @@
-"""Benchmark: every real public log of the corpus through converge, converge -f json, compare
-(the log with itself), watch --once and its JSON, checked against its recorded expectation and
-watch's verdict, forecast and restarts against converge's.
+"""Benchmark: every real public log of the corpus through converge and its JSON, compare (the
+log with itself) and its JSON, watch --once and its JSON, checked against its recorded
+expectation, and watch's and compare's answers against converge's.
 
     python benchmarks/bench_wild.py                            # shared/wild
     python benchmarks/bench_wild.py --root shared/wild_heldout # the held-out set
@@ -8,7 +8,7 @@ watch's verdict, forecast and restarts against converge's.
     python benchmarks/bench_wild.py --draft new.toml           # entries for unrecorded logs
 
 Prints, per root: the logs holding a per-step loss or accuracy (expectation ``read``) and the
-share read with no flags by all five commands; the others (expectation ``error``) and the
+share read with no flags by all six commands; the others (expectation ``error``) and the
 share that get one clear line; tracebacks (must be 0) and timeouts; then every item that
 differs from its expectation. Logs without a recorded expectation are classified by what they
 got (and listed), so a new corpus can be read before anyone records it.

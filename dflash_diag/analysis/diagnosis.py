@@ -70,6 +70,7 @@ from dflash_diag.analysis.windows import (
     all_finite,
     choose_window,
     compute_window_table,
+    logging_interval,
     merge_window_tables,
     window_rows,
 )
@@ -542,10 +543,13 @@ def diagnose_frame(
         # The ETA is the forecast's; the straight line stays the verdict's trend statistic.
         verdict = verdict_with_eta(verdict, forecast.target, last_step)
     # The final eval comes after the last training record (HF evaluates at max_steps, logs at
-    # multiples of logging_steps): evals up to one logging interval later belong to the run.
+    # multiples of logging_steps): evals up to one logging interval later belong to the run,
+    # whichever way the window was chosen (a given --window, compare's one size for every
+    # regime: the interval is the records' all the same).
+    interval = choice.interval if choice.interval is not None else logging_interval(frame["step"])
     validation = judge_validation(
         evals,
-        up_to_step=last_step + (choice.interval or 0),
+        up_to_step=last_step + (interval or 0),
         from_step=first_step,
         with_tau=drafter.is_drafter,
         alpha=config.verdict.alpha,

@@ -412,6 +412,19 @@ def test_watch_forecasts_tau_only_where_converge_does(log):
     assert frame["forecast"] == converge["forecast"]
 
 
+def test_the_final_eval_belongs_to_the_run_at_any_window():
+    """An HF trainer_state (a LoRA run on IMDB): its last eval comes after the last training
+    record. The auto window kept it (3 evals, "flat"); a given --window and compare's regime
+    (one size for every regime) dropped it: 2 evals, "not enough data", a verdict unlike
+    converge's on the same records."""
+    log = ROOT / "shared/wild/Tashu014__lora-imdb-distilbert/trainer_state.json"
+    auto = _converge_json(log)["verdict"]
+    assert [v["n_evals"] for v in auto["validation"]] == [3]
+    assert _converge_json(log, "--window", "20")["verdict"]["validation"] == auto["validation"]
+    compare = json.loads(invoke("compare", log, log, "-f", "json").stdout)
+    assert [r["diagnosis"]["verdict"] for r in compare["regimes"]] == [auto, auto]
+
+
 # -- block size, wording, spikes ----------------------------------------------------------------
 
 

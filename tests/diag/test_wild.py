@@ -1,8 +1,8 @@
 """The real-log harness in the suite: a fast subset of the corpus (``fast = true`` entries of
-tests/diag/wild_expectations.toml, and the first log of each kind) through converge,
-converge -f json, compare of the log with itself, watch --once and its JSON, each checked
-against its recorded expectation, and watch's verdict, forecast and restarts against
-converge's. ``benchmarks/bench_wild.py`` runs every log."""
+tests/diag/wild_expectations.toml, and the first log of each kind) through converge and its
+JSON, compare of the log with itself and its JSON, watch --once and its JSON, each checked
+against its recorded expectation, and watch's and compare's answers against converge's.
+``benchmarks/bench_wild.py`` runs every log."""
 
 from __future__ import annotations
 

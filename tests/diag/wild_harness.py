@@ -1,5 +1,6 @@
-"""The real-log harness: every corpus log through the five commands, checked against its
-recorded expectation, and watch's answer (verdict, forecast, restarts) against converge's.
+"""The real-log harness: every corpus log through the six commands, checked against its
+recorded expectation, and watch's answer (verdict, forecast, restarts) and compare's (verdict
+and forecast of the regime over converge's records) against converge's.
 
 A corpus root (``shared/wild``, ``shared/wild_heldout``) holds one folder per public repository
 with its logs at their original relative paths. An item is one log as a user would name it: a
@@ -46,6 +47,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "compare": ("compare",),
     "watch": ("watch", "--once"),
     "watch-json": ("watch", "--once", "-f", "json"),
+    "compare-json": ("compare", "-f", "json"),
 }
 #: What every command must answer alike: converge's JSON against watch's frame on the same bytes.
 SAME_ANSWER = ("verdict", "forecast", "restarts")
@@ -210,7 +212,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
     """One command on one item, classified."""
-    args = [*COMMANDS[command], str(path)] + ([str(path)] if command == "compare" else [])
+    args = [*COMMANDS[command], str(path)] + ([str(path)] if command.startswith("compare") else [])
     runner = CliRunner()
     start = time.perf_counter()
     try:
@@ -232,9 +234,9 @@ def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
         if command.endswith("-json"):
             try:
                 report = json.loads(result.stdout)
-                windows = len(report["windows"])
-                answer = {key: report.get(key) for key in SAME_ANSWER}
-            except (ValueError, KeyError, TypeError):
+                answer = _answer(report)
+                windows = None if command == "compare-json" else len(report["windows"])
+            except (ValueError, KeyError, TypeError, IndexError):
                 return Outcome(
                     command, "unclear", 0, f"{command}: not a JSON report", seconds=seconds
                 )
@@ -245,6 +247,22 @@ def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
     return Outcome(
         command, "unclear", result.exit_code, " | ".join(stderr_lines[-3:]), seconds=seconds
     )
+
+
+def _answer(report: dict) -> dict:
+    """What a JSON report answers: converge's and watch's SAME_ANSWER keys and their records'
+    span (first step, count); compare's verdict and forecast for each regime, keyed by its span."""
+    if "regimes" in report:
+        return {
+            (r["start_step"], r["n"]): {
+                key: r["diagnosis"].get(key) for key in ("verdict", "forecast")
+            }
+            for r in report["regimes"]
+        }
+    answer = {key: report.get(key) for key in SAME_ANSWER}
+    # the first step and the records analysed, as a regime gives them
+    answer["span"] = (report["windows"][0]["start"], sum(w["n"] for w in report["windows"]))
+    return answer
 
 
 def metrics_read(path: Path) -> tuple[str, ...]:
@@ -283,6 +301,15 @@ def problems(expectation: Expectation | None, result: ItemResult) -> list[str]:
     if converge is not None and watch is not None:
         out.extend(
             f"watch's {key} is not converge's" for key in SAME_ANSWER if converge[key] != watch[key]
+        )
+    # compare's regime over converge's records (a one-phase log's, a migration's new phase)
+    regimes = result.answer("compare-json")
+    if converge is not None and regimes is not None and converge["span"] in regimes:
+        regime = regimes[converge["span"]]
+        out.extend(
+            f"compare's {key} of the records {converge['span']} is not converge's"
+            for key in ("verdict", "forecast")
+            if converge[key] != regime[key]
         )
     if expectation is None:
         return out

@@ -496,11 +496,20 @@ def diagnose_frame(
     # over a log read without its lists, so they are paid only when asked for.
     primary_entry = BY_NAME.get(acceptance.estimator) if acceptance.estimator else None
     cheap = primary_entry is not None and not primary_entry.reads_lists and config.forecast.enabled
-    tau_series = (
-        estimator_series(acceptance.estimator, table, frame, load, evals, block_size)
-        if series or tau_target or cheap
-        else []
+    # Watch's forecast fits the series over every window it judges (its pruned ones too): for
+    # an estimator read off each window alone (not the lists), the recent windows' series is
+    # that one's tail, computed once.
+    judged_series = (
+        estimator_series(acceptance.estimator, judged, frame, load, evals, block_size)
+        if cheap and len(earlier_windows) and judged is not table
+        else None
     )
+    if judged_series is not None:
+        tau_series = judged_series[len(judged_series) - len(table) :]
+    elif series or tau_target or cheap:
+        tau_series = estimator_series(acceptance.estimator, table, frame, load, evals, block_size)
+    else:
+        tau_series = []
     if tau_goal is not None:
         points, basis = estimator_points(
             acceptance.estimator, table, tau_series, evals, first_step, last_step
@@ -520,7 +529,9 @@ def diagnose_frame(
         # series (a list-based one computed for watch's sparkline alone is not fitted).
         forecast_windows = table
         forecast_series = tau_series if tau_target or cheap else []
-        if len(earlier_windows) and judged is not table:
+        if judged_series is not None:
+            forecast_windows, forecast_series = judged, judged_series
+        elif len(earlier_windows) and judged is not table:
             forecast_windows = judged
             if forecast_series:
                 # the pruned windows' estimates where they have what the estimator reads (a

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -481,6 +482,16 @@ MEASURED, WALK, HARMONIC, CHAIN, LINEAR, PREFIX = (
 _harmonic, _harmonic_series = from_positions(HARMONIC, "accept_pos", harmonic_tau)
 _chain, _chain_series = from_positions(CHAIN, "acc_pos", lambda means, _b: chain_tau(means))
 
+
+def _window_field(inp: SeriesInput, name: str) -> list[Any]:
+    """Field ``name`` of every window of ``inp`` (None where a window has none): from the
+    column of a :class:`WindowTable` (watch's tens of thousands of judged windows build no
+    :class:`Window` objects), else from each window."""
+    if isinstance(inp.windows, WindowTable):
+        return inp.windows.frame[name].to_list()
+    return [getattr(w, name) for w in inp.windows]
+
+
 #: Every estimator, strongest evidence first: the report's primary estimate is the first that
 #: may lead (:func:`leading`), and the estimates are listed in this order.
 ESTIMATORS: tuple[Estimator, ...] = (
@@ -497,7 +508,7 @@ ESTIMATORS: tuple[Estimator, ...] = (
         "training predictions walked as decoding",
         "walk_tokens, walk_steps",
         _walk,
-        lambda inp: [w.tau_walk for w in inp.windows],
+        lambda inp: _window_field(inp, "tau_walk"),
         promises=True,
     ),
     Estimator(
@@ -523,7 +534,8 @@ ESTIMATORS: tuple[Estimator, ...] = (
         "acc",
         _linear,
         lambda inp: [
-            linear_tau(w.acc, inp.block_size) if w.acc is not None else None for w in inp.windows
+            linear_tau(acc, inp.block_size) if acc is not None else None
+            for acc in _window_field(inp, "acc")
         ],
     ),
     Estimator(

@@ -659,6 +659,9 @@ def forecast_series(
             curve saturates beyond it and no interval reaches past it.
         worst: the worst value it can take (an accuracy 0, a tau 1), if bounded: the interval
             stops there.
+            A bound the points already pass is no bound of this metric (a loss logged below 0:
+            a log-likelihood term, a contrastive loss): it is dropped, so the forecast is never
+            outside its own interval.
         final_records: how many records the value at ``target_step`` is the mean of (a
             training metric: those of the run's last :data:`FINAL_SHARE` of steps); None: one
             point like the newest (an eval, a per-window estimate). Sets the interval's noise.
@@ -692,6 +695,10 @@ def forecast_series(
     sign = -1.0 if higher_is_better else 1.0
     x = np.array(series.steps, dtype=float)
     z = sign * np.array(series.values, dtype=float)
+    if best is not None and bool(np.any(z < sign * best)):
+        best = None  # the points are past it: not this metric's bound
+    if worst is not None and bool(np.any(z > sign * worst)):
+        worst = None
     counts = np.array(series.counts, dtype=float)
     scale = newest_step
     families = _families(timeline, newest_step)

@@ -189,6 +189,36 @@ def test_a_saturating_curve_cut_at_30_percent_is_forecast_within_its_interval():
     assert m.path[-1][0] == end
 
 
+@pytest.mark.parametrize(
+    ("metric", "higher", "bound", "values"),
+    [
+        # a loss with a log-likelihood term, logged below 0 and still falling
+        ("loss", False, {"best": 0.0}, lambda x: 0.5 - x / 800.0),
+        # an "accuracy" past 1 (a ratio some trainer logs under that name)
+        ("acc", True, {"best": 1.0}, lambda x: 0.7 + x / 2000.0),
+        # a tau below its worst, 1 (an estimate's bias)
+        ("tau", True, {"worst": 1.0}, lambda x: 1.2 - x / 2000.0),
+    ],
+)
+def test_a_bound_the_points_pass_is_no_bound(metric, higher, bound, values):
+    """The value stays inside its own interval: the band was clipped at the bound the data had
+    already passed while the median was not (a loss forecast -1.2 in the band 0.0-4.8)."""
+    rng = np.random.default_rng(3)
+    x = np.linspace(10, 1000, 40)
+    timeline = Timeline(RunPlan(end_step=2000, end_source="header"), (), (), 2000)
+    m = forecast_series(
+        metric,
+        _series(x, values(x) + rng.normal(0, 0.01, x.size)),
+        timeline=timeline,
+        target_step=2000,
+        higher_is_better=higher,
+        **bound,
+    )
+    assert m.available
+    assert m.low <= m.value <= m.high
+    assert all(low <= value <= high for _, value, low, high in m.path)
+
+
 # ------------------------------------------------------------------------------------------
 # the ETA
 

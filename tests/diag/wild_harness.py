@@ -1,6 +1,7 @@
 """The real-log harness: every corpus log through the six commands, checked against its
-recorded expectation, and watch's answer (verdict, forecast, restarts) and compare's (verdict
-and forecast of the regime over converge's records) against converge's.
+recorded expectation, and watch's answer (every key its JSON shares with converge's but the
+windows and the live alerts) and compare's (verdict and forecast of the regime over converge's
+records) against converge's.
 
 A corpus root (``shared/wild``, ``shared/wild_heldout``) holds one folder per public repository
 with its logs at their original relative paths. An item is one log as a user would name it: a
@@ -49,8 +50,24 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "watch-json": ("watch", "--once", "-f", "json"),
     "compare-json": ("compare", "-f", "json"),
 }
-#: What every command must answer alike: converge's JSON against watch's frame on the same bytes.
-SAME_ANSWER = ("verdict", "forecast", "restarts")
+#: What every command must answer alike: converge's JSON against watch's frame on the same bytes
+#: (every key both have but the windows, which watch shows the latest of).
+SAME_ANSWER = (
+    "verdict",
+    "forecast",
+    "restarts",
+    "restart_details",
+    "acceptance",
+    "drafter",
+    "lr",
+    "window",
+    "alerts",
+    "schedule_events",
+    "skipped_lines",
+    "nonfinite",
+)
+#: The alerts of a live view alone (the file's clock and state), which converge never gives.
+LIVE_ALERTS = {"stall", "reset", "nonfinite", "missing"}
 #: Files that are never a log of their own (configs, the corpus' own records).
 _NOT_LOGS = {
     "SOURCES.md",
@@ -260,6 +277,7 @@ def _answer(report: dict) -> dict:
             for r in report["regimes"]
         }
     answer = {key: report.get(key) for key in SAME_ANSWER}
+    answer["alerts"] = [a for a in answer["alerts"] or [] if a.get("kind") not in LIVE_ALERTS]
     # the first step and the records analysed, as a regime gives them
     answer["span"] = (report["windows"][0]["start"], sum(w["n"] for w in report["windows"]))
     return answer

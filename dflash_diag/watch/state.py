@@ -430,9 +430,12 @@ class LiveLog:
         if dropped.height:
             screened, _ = screen_records(dropped)
             # windows from the first one pruned now replace any later ones (a restart rewound)
-            self.archived = merge_window_tables(
+            archived = merge_window_tables(
                 self.archived, compute_window_table(screened, w, start=self.origin)
             )
+            if archived.frame.n_chunks() > 64:  # a chunk a prune: kept few for the queries
+                archived = WindowTable(archived.frame.rechunk())
+            self.archived = archived
             # the screening is row by row: these rows are what converge's screening gives them
             kept_scalars = screened.select(FORECAST_COLUMNS)
             if self.pruned_scalars is not None:

@@ -488,3 +488,20 @@ def test_a_long_diagnosis_line_wraps_under_its_label_with_its_styles():
         "dim": " · over 6 windows (all of them, as converge)",
     }
     assert _hung(line, 200) is line  # short enough: untouched
+
+
+def test_a_long_watch_keeps_its_pruned_state_in_few_chunks(tmp_path):
+    """300 refreshes, each pruning a few windows: the pruned windows and records are
+    rechunked as they grow (a chunk a prune would make every refresh's queries slower)."""
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n")
+    live = LiveLog(path, WatchConfig(history=4, analysis=DiagnosisConfig(window=10)))
+    for start in range(15000, 15000 + 300 * 20, 20):
+        with path.open("a") as f:
+            f.write(rising(start, start + 20))
+        live.refresh()
+    assert len(live.earlier_windows()) > 500
+    assert live.earlier_windows().frame.n_chunks() <= 65
+    earlier = live.earlier_records()
+    assert earlier is not None
+    assert earlier.n_chunks() <= 65

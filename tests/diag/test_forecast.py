@@ -219,6 +219,27 @@ def test_a_bound_the_points_pass_is_no_bound(metric, higher, bound, values):
     assert all(low <= value <= high for _, value, low, high in m.path)
 
 
+@pytest.mark.parametrize(
+    "log",
+    [
+        "5697526__CIFAR-10-Network/training.log",
+        (
+            "Laksh-Mendpara__MLOps-Laksh-B23CS1037/HuggingFace-A/wandb/"
+            "run-20260221_102153-bmkwwwfc/files/output.log"
+        ),
+    ],
+)
+def test_real_accuracies_in_percent_are_forecast_inside_their_interval(log):
+    """Two real logs write their eval accuracy in percent: it was forecast at 85.26 in the band
+    0.0-1.0 (the accuracy's bound clipped the band, not the value)."""
+    path = Path(__file__).resolve().parents[2] / "shared" / "wild" / log
+    result = CliRunner().invoke(app, ["converge", str(path), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    forecast = json.loads(result.stdout)["forecast"]["metrics"]["eval_acc"]
+    assert forecast["value"] > 1.0
+    assert forecast["low"] <= forecast["value"] <= forecast["high"]
+
+
 # ------------------------------------------------------------------------------------------
 # the ETA
 

@@ -46,7 +46,7 @@ from dflash_diag.analysis.estimators import estimator_series as series_of
 from dflash_diag.analysis.numbers import finite_number, plural
 from dflash_diag.analysis.phase import Phase, Selection, select_phase
 from dflash_diag.analysis.recent_walk import recent_walk
-from dflash_diag.analysis.restarts import Restart, resolve_restarts
+from dflash_diag.analysis.restarts import Restart, before_then, resolve_restarts
 from dflash_diag.analysis.run_forecast import ForecastConfig, RunForecast, forecast_of
 from dflash_diag.analysis.schedule import ScheduleHeader, SchedulePosition, schedule_position
 from dflash_diag.analysis.spans import window_label
@@ -496,17 +496,18 @@ def diagnose_frame(
     # over a log read without its lists, so they are paid only when asked for.
     primary_entry = BY_NAME.get(acceptance.estimator) if acceptance.estimator else None
     cheap = primary_entry is not None and not primary_entry.reads_lists and config.forecast.enabled
-    # Watch's forecast fits the series over every window it judges (its pruned ones too): for
-    # an estimator read off each window alone (not the lists), the recent windows' series is
-    # that one's tail, computed once.
+    fits_tau = tau_target or cheap  # the forecast fits tau where converge computes its series
+    # Watch's forecast fits the series over every window it judges, its pruned ones too (a
+    # list-based estimator has no lists there: those windows give no point).
     judged_series = (
         estimator_series(acceptance.estimator, judged, frame, load, evals, block_size)
-        if cheap and len(earlier_windows) and judged is not table
+        if fits_tau and config.forecast.enabled and judged is not table
         else None
     )
-    if judged_series is not None:
+    if judged_series is not None and cheap:
+        # an estimate read off each window alone: the recent windows' are the judged tail
         tau_series = judged_series[len(judged_series) - len(table) :]
-    elif series or tau_target or cheap:
+    elif series or fits_tau:
         tau_series = estimator_series(acceptance.estimator, table, frame, load, evals, block_size)
     else:
         tau_series = []
@@ -527,20 +528,13 @@ def diagnose_frame(
         # Watch's view is its recent windows; its forecast, like its verdict, reads the whole
         # log, so that it forecasts what converge forecasts: tau too only where converge has the
         # series (a list-based one computed for watch's sparkline alone is not fitted).
-        forecast_windows = table
-        forecast_series = tau_series if tau_target or cheap else []
-        if judged_series is not None:
-            forecast_windows, forecast_series = judged, judged_series
-        elif len(earlier_windows) and judged is not table:
-            forecast_windows = judged
-            if forecast_series:
-                # the pruned windows' estimates where they have what the estimator reads (a
-                # list-based one has no lists there: those windows give no point)
-                forecast_series = estimator_series(
-                    acceptance.estimator, judged, frame, load, evals, block_size
-                )
+        forecast_windows, forecast_series = (
+            (judged, judged_series)
+            if judged_series is not None
+            else (table, tau_series if fits_tau else [])
+        )
         forecast = forecast_of(
-            _with_earlier(frame, earlier_records),
+            before_then(earlier_records, frame),
             header.fields if header else {},
             evals=evals,
             windows=forecast_windows,
@@ -624,16 +618,6 @@ def accuracy_only(acceptance: Acceptance) -> Acceptance:
         calibration=None,
         warnings=[],
     )
-
-
-def _with_earlier(frame: pl.DataFrame, earlier: pl.DataFrame | None) -> pl.DataFrame:
-    """``earlier``'s records before ``frame``'s first step, then ``frame``'s, in the columns
-    ``earlier`` has (``frame`` alone without ``earlier``)."""
-    if earlier is None or earlier.height == 0:
-        return frame
-    first = frame["step"].min()
-    before = earlier.filter(pl.col("step") < first)
-    return pl.concat([before, frame.select(earlier.columns)], how="vertical_relaxed")
 
 
 def estimator_series(

@@ -77,6 +77,18 @@ def not_superseded(frame: pl.DataFrame) -> pl.Expr:
     return _not_superseded(frame.select(pl.col("source").n_unique()).item() <= 1)
 
 
+def before_then(earlier: pl.DataFrame | None, later: pl.DataFrame) -> pl.DataFrame:
+    """``earlier``'s records before ``later``'s first step, then ``later``'s, in ``earlier``'s
+    columns (``later`` alone without ``earlier``): records at or past the step a later segment
+    starts from are superseded by it, as :func:`resolve_restarts` purges them (watch's pruned
+    records joined with newer ones)."""
+    if earlier is None or earlier.height == 0:
+        return later
+    first = later["step"].min()
+    kept = earlier.filter(pl.col("step") < first)
+    return pl.concat([kept, later.select(earlier.columns)], how="vertical_relaxed")
+
+
 def resolve_restarts(
     frame: pl.DataFrame, keep_all: bool = False
 ) -> tuple[pl.DataFrame, list[Restart]]:

@@ -149,8 +149,12 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
     if view.restarts:
         count = len(view.restarts)
         # the latest three in file order; the count says when there are more (k-fold runs)
-        word = {1: "restart at ", 2: "restarts at ", 3: "restarts at "}.get(
-            count, f"{count} restarts, the latest at "
+        word = (
+            "restart at "
+            if count == 1
+            else "restarts at "
+            if count <= 3
+            else f"{count} restarts, the latest at "
         )
         facts.append(word + ", ".join(map(str, view.restarts[-3:])))
     parts: list[RenderableType] = [head, Text("  ·  ".join(facts), style="dim")]

@@ -22,7 +22,12 @@ import polars as pl
 from dflash_diag.analysis.alive import screen_records
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Selection, select_phase
-from dflash_diag.analysis.restarts import Restart, not_superseded, resolve_restarts
+from dflash_diag.analysis.restarts import (
+    Restart,
+    before_then,
+    not_superseded,
+    resolve_restarts,
+)
 from dflash_diag.analysis.windows import (
     WindowChoice,
     WindowTable,
@@ -437,15 +442,10 @@ class LiveLog:
                 archived = WindowTable(archived.frame.rechunk())
             self.archived = archived
             # the screening is row by row: these rows are what converge's screening gives them
-            kept_scalars = screened.select(FORECAST_COLUMNS)
-            if self.pruned_scalars is not None:
-                # a restart that rewound into the pruned steps supersedes them (resolve_restarts)
-                earlier = self.pruned_scalars.filter(pl.col("step") < kept_scalars["step"].min())
-                kept_scalars = pl.concat(
-                    [earlier, kept_scalars], how="vertical_relaxed", rechunk=False
-                )
-                if kept_scalars.n_chunks() > 64:  # a long watch prunes a few rows a refresh
-                    kept_scalars = kept_scalars.rechunk()
+            # (a restart that rewound into the pruned steps supersedes them)
+            kept_scalars = before_then(self.pruned_scalars, screened.select(FORECAST_COLUMNS))
+            if kept_scalars.n_chunks() > 64:  # a long watch prunes a few rows a refresh
+                kept_scalars = kept_scalars.rechunk()
             self.pruned_scalars = kept_scalars
         metrics = self.log.metrics
         newest_seq = int(cast(int, metrics["seq"].max()))

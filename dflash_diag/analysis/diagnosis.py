@@ -528,11 +528,11 @@ def diagnose_frame(
         # Watch's view is its recent windows; its forecast, like its verdict, reads the whole
         # log, so that it forecasts what converge forecasts: tau too only where converge has the
         # series (a list-based one computed for watch's sparkline alone is not fitted).
-        forecast_windows, forecast_series = (
-            (judged, judged_series)
-            if judged_series is not None
-            else (table, tau_series if fits_tau else [])
-        )
+        forecast_windows = judged  # every window (converge's table; watch's pruned ones too)
+        if judged_series is not None:
+            forecast_series = judged_series
+        else:
+            forecast_series = tau_series if fits_tau else []
         forecast = forecast_of(
             before_then(earlier_records, frame),
             header.fields if header else {},

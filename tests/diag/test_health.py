@@ -380,15 +380,19 @@ def test_watch_forecasts_from_the_whole_log_as_converge(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "log",
-    [ROOT / "shared/wild/xueh88401-web__qwen2.5-7b-medical-finetune/trainer_log.jsonl"],
-    ids=["llama_factory"],
+    ("log", "args"),
+    [
+        (ROOT / "shared/wild/xueh88401-web__qwen2.5-7b-medical-finetune/trainer_log.jsonl", ()),
+        (ROOT / "shared/wild/Velihh__ML_text/trainer_state.json", ("--window", "20")),
+    ],
+    ids=["llama_factory", "trainer_state_window_20"],
 )
-def test_watch_forecasts_a_real_log_as_converge(log):
+def test_watch_forecasts_a_real_log_as_converge(log, args):
     """LLaMA-Factory's log (135 windows, 13 evals): watch said loss 1.566 at +1,990 steps and
-    'not enough evidence yet' for the eval loss, converge 1.43 at +6,740 and 1.578."""
-    converge = _converge_json(log)
-    frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
+    'not enough evidence yet' for the eval loss, converge 1.43 at +6,740 and 1.578. An HF
+    trainer_state at --window 20: the lr of the pruned windows belongs to the forecast too."""
+    converge = _converge_json(log, *args)
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json", *args).stdout)
     assert "eval_loss" in converge["forecast"]["metrics"]
     assert frame["forecast"] == converge["forecast"]
 

@@ -6,6 +6,7 @@ expectation, and watch's and compare's answers against converge's.
     python benchmarks/bench_wild.py --root shared/wild_heldout # the held-out set
     python benchmarks/bench_wild.py --fetched /work/fetched    # local binary files (not committed)
     python benchmarks/bench_wild.py --draft new.toml           # entries for unrecorded logs
+    python benchmarks/bench_wild.py --options                  # watch as converge, other options
 
 Prints, per root: the logs holding a per-step loss or accuracy (expectation ``read``) and the
 share read with no flags by all six commands; the others (expectation ``error``) and the
@@ -31,6 +32,7 @@ from tests.diag.wild_harness import (
     gives_one_clear_line,
     indexed,
     load_expectations,
+    option_problems,
     problems,
     reads_with_no_flags,
     run_item,
@@ -99,6 +101,20 @@ def bench(
     return tracebacks == 0 and timeouts == 0
 
 
+def bench_options(root: Path, timeout: float) -> bool:
+    """watch against converge under each option set, on every log of ``root`` that reads."""
+    compared, differing = 0, []
+    for item in indexed(root) or discover(root):
+        count, issues = option_problems(root, item, timeout)
+        compared += count
+        differing += [(item, issue) for issue in issues]
+    print(f"{root}: watch against converge under other options: {compared} pairs compared")
+    print(f"  differing: {len(differing)}")
+    for item, issue in differing:
+        print(f"  DIFFERS {item}: {issue}")
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT / "shared" / "wild")
@@ -122,6 +138,11 @@ def main() -> int:
         default=None,
         help="write TOML entries for the logs without an expectation",
     )
+    parser.add_argument(
+        "--options",
+        action="store_true",
+        help="also compare watch with converge under other options on every log (OPTION_SETS)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     expectations = args.expectations or (
@@ -130,6 +151,8 @@ def main() -> int:
         else EXPECTATIONS
     )
     ok = bench(args.root, expectations, args.timeout, args.draft, args.verbose)
+    if args.options:
+        ok &= bench_options(args.root, args.timeout)
     if args.fetched is not None:
         ok &= bench(
             args.fetched,

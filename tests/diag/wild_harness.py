@@ -227,9 +227,12 @@ def _time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def run_command(command: str, path: Path, timeout: float = 60.0) -> Outcome:
-    """One command on one item, classified."""
+def run_command(
+    command: str, path: Path, timeout: float = 60.0, options: tuple[str, ...] = ()
+) -> Outcome:
+    """One command on one item (with ``options`` after it), classified."""
     args = [*COMMANDS[command], str(path)] + ([str(path)] if command.startswith("compare") else [])
+    args += options
     runner = CliRunner()
     start = time.perf_counter()
     try:
@@ -307,6 +310,48 @@ def run_item(
         with contextlib.suppress(Exception):
             result.metrics = metrics_read(path)
     return result
+
+
+#: Option sets under which watch must still answer as converge does (``bench_wild --options``):
+#: a given window (small enough that watch prunes), every phase, the trend and target settings,
+#: and a first step a third into the log (appended per item).
+OPTION_SETS: tuple[tuple[str, ...], ...] = (
+    ("--window", "20"),
+    ("--phase", "all"),
+    ("--no-noise-aware",),
+    ("--threshold", "0.01"),
+    ("--target-tau", "3"),
+)
+
+
+def option_problems(root: Path, item: str, timeout: float = 60.0) -> tuple[int, list[str]]:
+    """converge and watch on ``item`` under each of :data:`OPTION_SETS` and a ``--from-step`` a
+    third into its windows: how many option sets both read, and where watch's answer differs."""
+    path = root / item
+    try:
+        with _time_limit(timeout):
+            stdout = CliRunner().invoke(app, ["converge", str(path), "-f", "json"]).stdout
+        windows = json.loads(stdout)["windows"]
+    except (TimeoutError, ValueError, KeyError, TypeError):
+        return 0, []  # converge does not read it: nothing to compare
+    if not windows:
+        return 0, []
+    third = windows[len(windows) // 3]["start"]
+    compared, out = 0, []
+    for options in (*OPTION_SETS, ("--from-step", str(third))):
+        converge = run_command("converge-json", path, timeout, options).answer
+        watch = run_command("watch-json", path, timeout, options).answer
+        if converge is None or watch is None:
+            if (converge is None) != (watch is None):
+                out.append(f"{' '.join(options)}: only one of converge and watch reads it")
+            continue
+        compared += 1
+        out.extend(
+            f"{' '.join(options)}: watch's {key} is not converge's"
+            for key in SAME_ANSWER
+            if converge[key] != watch[key]
+        )
+    return compared, out
 
 
 def problems(expectation: Expectation | None, result: ItemResult) -> list[str]:

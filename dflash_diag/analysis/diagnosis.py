@@ -383,12 +383,16 @@ def diagnose_frame(
         raise DiagError("nothing to analyse: no metric records in the selected range")
     trends = trend_columns(table, config.trend)
     last_step = int(cast(int, frame["step"].max()))
+    # Every record converge reads: watch's pruned ones joined with the kept ones. The whole-log
+    # answers (the forecast, the lr's phase, the spikes' rounding) read these, not the view's.
+    every_record = before_then(earlier_records, frame)
     schedule = schedule_position(
         frame,
         ScheduleHeader.from_fields(header.fields.get("schedule")) if header else None,
         peak_lr=config.peak_lr,
         steps_per_epoch=header_number(header, "steps_per_epoch"),
         max_lr=max_lr,
+        lr=every_record["lr"] if earlier_records is not None else None,
     )
     block_size, _ = block_size_for(config.acceptance, header_number(header, "block_size"))
     # Evals count from the start of the selection (the origin), not of the windows judged: watch
@@ -534,7 +538,7 @@ def diagnose_frame(
         else:
             forecast_series = tau_series if fits_tau else []
         forecast = forecast_of(
-            before_then(earlier_records, frame),
+            every_record,
             header.fields if header else {},
             evals=evals,
             windows=forecast_windows,
@@ -564,11 +568,14 @@ def diagnose_frame(
     alerts = []
     # A spike must stand out by more than the log's rounding (values written to 4 decimals).
     losses = (
-        frame["loss"].drop_nulls() if "loss" in frame.columns else pl.Series([], dtype=pl.Float64)
+        every_record["loss"].drop_nulls()
+        if "loss" in every_record.columns
+        else pl.Series([], dtype=pl.Float64)
     )
     resolution = value_resolution(losses.gather_every(max(1, losses.len() // 2000)).to_list())
-    for i in loss_spikes(table.array("loss"), factor=config.spike_factor, resolution=resolution):
-        w = table.window(i)
+    # Spikes are looked for in every judged window, as converge does (watch: its pruned ones too).
+    for i in loss_spikes(judged.array("loss"), factor=config.spike_factor, resolution=resolution):
+        w = judged.window(i)
         alerts.append(
             Alert(
                 "loss_spike",

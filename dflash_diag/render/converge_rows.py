@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dflash_diag.analysis import defaults
-from dflash_diag.analysis.alerts import format_duration
+from dflash_diag.analysis.alerts import Alert, format_duration
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow
 from dflash_diag.analysis.estimators import PREFIX, estimator_label, ranking_text
 from dflash_diag.analysis.numbers import plural
@@ -246,10 +246,32 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
     if d.drafter.is_drafter:
         lines += acceptance_lines(d)
     lines += verdict_lines(d)
-    for alert in d.alerts:
-        if alert.kind != "diverging":
-            lines.append(("alert", visible(alert.message)))
+    lines += [("alert", message) for message in alert_messages(d.alerts) if message]
     return lines
+
+
+#: Loss-spike alerts shown one a line; older ones are counted in one line (JSON lists every one).
+SHOWN_SPIKES = 2
+
+
+def alert_messages(alerts: Sequence[Alert], *, diverging: bool = False) -> list[str]:
+    """The alerts' messages as converge and watch show them, terminal-safe: every alert but the
+    diverging one (the verdict says it; ``diverging`` keeps it), with loss spikes past the newest
+    :data:`SHOWN_SPIKES` told in one line, so a noisy curve does not fill the screen."""
+    spikes = [a for a in alerts if a.kind == "loss_spike"]
+    older = spikes[: max(0, len(spikes) - SHOWN_SPIKES)] if len(spikes) > SHOWN_SPIKES + 1 else []
+    out = []
+    for alert in alerts:
+        if alert.kind == "diverging" and not diverging:
+            continue
+        if older and alert is older[0]:
+            steps = [a.step for a in older if a.step is not None]
+            span = f", steps {steps[0]} to {steps[-1]}" if len(steps) > 1 else ""
+            out.append(f"{len(older)} earlier loss spikes{span} (-f json lists every one)")
+        if any(alert is a for a in older):
+            continue
+        out.append(visible(alert.message))
+    return out
 
 
 def acceptance_lines(d: Diagnosis) -> list[tuple[str, str]]:

@@ -18,7 +18,13 @@ from dflash_diag.analysis.diagnosis import Diagnosis
 from dflash_diag.analysis.numbers import plural
 from dflash_diag.analysis.spans import window_label
 from dflash_diag.analysis.trend import ARROWS
-from dflash_diag.render.converge_rows import eta_text, schedule_text, target_text, tau_text
+from dflash_diag.render.converge_rows import (
+    alert_messages,
+    eta_text,
+    schedule_text,
+    target_text,
+    tau_text,
+)
 from dflash_diag.render.fit import wrap
 from dflash_diag.render.forecast_rows import forecast_line
 from dflash_diag.render.number_format import format_number
@@ -158,8 +164,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         )
         facts.append(word + ", ".join(map(str, view.restarts[-3:])))
     parts: list[RenderableType] = [head, Text("  ·  ".join(facts), style="dim")]
-    for alert in view.alerts:
-        parts.append(Text(f"! {alert.message}", style="bold red"))
+    for message in alert_messages(view.alerts, diverging=True):
+        parts.append(Text(f"! {message}", style="bold red"))
     for event in view.schedule_events[-2:]:
         parts.append(Text(visible(event.text()), style="yellow"))
     if view.waiting:

@@ -9,11 +9,13 @@ the recent windows, the time since the last record and the `Alert`s. No file acc
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dflash_diag.analysis.acceptance import Acceptance
 from dflash_diag.analysis.alerts import Alert, stall_alert
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, diagnose_frame, governing_header
+from dflash_diag.analysis.restarts import before_then
 from dflash_diag.analysis.schedule import SchedulePosition
 from dflash_diag.analysis.schedule_events import ScheduleEvent, detect_schedule_events
 from dflash_diag.analysis.trend import Trend
@@ -160,6 +162,11 @@ def build_view(live: LiveLog) -> WatchView:
     stall = stall_alert(since, config.stall)
     if stall is not None:
         alerts.append(stall)
+    # The schedule's restarts read the lr around each resume step, which may have been pruned.
+    headers = live.headers()
+    lr_records = frame
+    if frame.height and any(isinstance(h.get("resumed_from"), Mapping) for h in headers):
+        lr_records = before_then(live.earlier_records(), frame)
     # the parts every frame has, waiting or not
     frame_view = functools.partial(
         WatchView,
@@ -172,9 +179,9 @@ def build_view(live: LiveLog) -> WatchView:
         restarts=[r.step for r in live.restarts_in_file_order()],
         resets=live.tail.resets,
         schedule_events=detect_schedule_events(
-            live.headers(),
-            frame["step"].to_list() if frame.height else [],
-            frame["lr"].to_list() if frame.height else [],
+            headers,
+            lr_records["step"] if frame.height else [],
+            lr_records["lr"] if frame.height else [],
         ),
     )
     diagnosis = None

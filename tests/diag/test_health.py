@@ -379,6 +379,40 @@ def test_watch_forecasts_from_the_whole_log_as_converge(tmp_path):
     assert frame["forecast"] == converge["forecast"]
 
 
+def test_watch_finds_the_spikes_of_its_pruned_windows_as_converge():
+    """A real Whisper trainer_state at --window 20 (watch keeps the newest 40 windows): converge listed
+    7 loss spikes, watch none, all 7 being in windows watch had pruned. Both show the newest two
+    and count the rest in one line."""
+    log = ROOT / "shared/wild/Merlinmy__Whisper_small_hi/trainer_state.json"
+    converge = _converge_json(log, "--window", "20")
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json", "--window", "20").stdout)
+    spikes = [a for a in converge["alerts"] if a["kind"] == "loss_spike"]
+    assert len(spikes) == 7
+    assert len(frame["windows"]) < len(converge["windows"])
+    assert [a for a in frame["alerts"] if a["kind"] != "stall"] == converge["alerts"]
+    for command in (("converge",), ("watch", "--once")):
+        out = invoke(*command, log, "--window", "20").stdout
+        lines = [line for line in out.splitlines() if "spike" in line]
+        assert len(lines) == 3, command
+        assert "5 earlier loss spikes, steps 1385 to 2725" in lines[0]
+        assert "steps 3645-3664" in lines[-1]
+
+
+def test_watch_reads_the_lr_phase_off_pruned_records_as_converge(tmp_path):
+    """The lr logged only in the first quarter (then dropped from the records): the phase is
+    inferred from the last lrs logged, which watch had pruned (it said no phase, converge
+    decay)."""
+    records = [
+        {"step": s, "loss": 3.0 - s / 4000, **({"lr": 1e-4 * (1 - s / 4000)} if s <= 2000 else {})}
+        for s in range(1, 8001)
+    ]
+    log = write(tmp_path / "lr.jsonl", records)
+    converge = _converge_json(log)
+    frame = json.loads(invoke("watch", log, "--once", "-f", "json").stdout)
+    assert converge["lr"]["phase"] == "decay"
+    assert frame["lr"] == converge["lr"]
+
+
 @pytest.mark.parametrize(
     ("log", "args"),
     [
@@ -520,3 +554,23 @@ def test_a_bad_window_is_one_line_and_exit_2(tmp_path, value):
         assert "--window must be" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
     assert invoke("converge", log, "--window", "AUTO").exit_code == 0
+
+
+@pytest.mark.parametrize(("spikes", "lines"), [(0, 0), (1, 1), (3, 3), (4, 3), (9, 3)])
+def test_loss_spikes_past_the_newest_two_are_told_in_one_line(spikes, lines):
+    """Three spikes are shown as three lines (a count would save none); more, as the count of the
+    older ones and the newest two. Other alerts stay, the diverging one only where asked."""
+    from dflash_diag.analysis.alerts import Alert
+    from dflash_diag.render.converge_rows import alert_messages
+
+    alerts = [Alert("loss_spike", f"loss spike at {100 * i}", 100 * i) for i in range(spikes)]
+    alerts.append(Alert("diverging", "diverging: loss rose"))
+    shown = alert_messages(alerts)
+    assert len(shown) == lines
+    if spikes > 3:
+        assert (
+            shown[0] == f"{spikes - 2} earlier loss spikes, steps 0 to {100 * (spikes - 3)} "
+            "(-f json lists every one)"
+        )
+        assert shown[1:] == [a.message for a in alerts[spikes - 2 : spikes]]
+    assert alert_messages(alerts, diverging=True)[-1] == "diverging: loss rose"

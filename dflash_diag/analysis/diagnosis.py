@@ -410,9 +410,13 @@ def diagnose_frame(
         acc_basis = "no accuracy in the log"
     held_out_named = bool(header is not None and header.fields.get("walk_held_out"))
 
+    # The walk reads back up to a window's steps; a short log written every step gets smaller
+    # windows (the auto rule's ten), but its walk keeps the 50 steps it reads in a long one.
+    walk_span = max(choice.size, defaults.WINDOW) if choice.interval == 1 else choice.size
+
     def walk_to(step: int | None) -> Walk | None:
         """The walk of the latest walked records up to ``step`` (:mod:`recent_walk`)."""
-        recent = recent_walk(frame, choice.size, up_to_step=step)
+        recent = recent_walk(frame, walk_span, up_to_step=step)
         if recent is None:
             return None
         first, latest = recent.first_step, recent.last_step

@@ -232,6 +232,16 @@ def judge(
     metric: str | None = "acc" if "acc" not in skip and table.given("acc").any() else "loss"
     if metric == "loss" and "loss" in skip:
         metric = None
+    # An accuracy at its ceiling (every record of the newest window 1.0: a classifier that fits
+    # its training batches) cannot rise; whether the model still learns is the loss's to say.
+    saturated = (
+        metric == "acc"
+        and "loss" not in skip
+        and bool(table.given("loss").any())
+        and _newest(table, "acc") >= 1.0
+    )
+    if saturated:
+        metric = "loss"
     if metric is not None and not table.given(metric).any():
         metric = None
     xs, ys, _ = _points(table, metric) if metric else ([], [], [])
@@ -242,7 +252,7 @@ def judge(
         wide = bool((table.array("end") > table.array("start")).any())
         reason = (
             f"{plural(len(xs), 'window')} with {metric or 'acc/loss'}; need {config.min_points}"
-            + (" (try a smaller --window)" if wide else "")
+            + (" (try a smaller --window)" if wide and xs else "")
         )
         verdict = Verdict(
             status=NOT_ENOUGH,
@@ -277,6 +287,7 @@ def judge(
     reason = (
         f"Theil-Sen slope of {metric} over {plural(used, 'window')}{merged}, Mann-Kendall "
         f"p = {test.p_value:.3g} ({'<' if test.p_value < config.alpha else '>='} {config.alpha:g})"
+        + ("; acc is at its ceiling (1.0) in the newest window" if saturated else "")
     )
     verdict = Verdict(
         status=status,
@@ -290,13 +301,13 @@ def judge(
         seconds_source=sec_source,
         reason=reason,
     )
-    if metric != "acc":
+    if metric != "acc" and not saturated:
         return replace(verdict, eta_reason="no ETA: the log has no accuracy")
     return eta_toward(
         verdict,
         current=current_acc,
         goal=target_acc,
-        slope=slope,
+        slope=None if saturated else slope,  # a loss slope is no accuracy's
         basis="accuracy windows",
         units="acc",
     )
@@ -354,6 +365,12 @@ def fitted_slope(points: Sequence[tuple[float, float]]) -> float | None:
         return None
     # a tau target's per-window estimates can be 20,000 points: merged first, as the verdict's
     return theil_sen_slope(*bounded_points([x for x, _ in kept], [y for _, y in kept]))
+
+
+def _newest(table: WindowTable, metric: str) -> float:
+    """The newest given, finite value of ``metric`` in the windows (NaN without one)."""
+    values = table.array(metric)[table.given(metric) & np.isfinite(table.array(metric))]
+    return float(values[-1]) if values.size else math.nan
 
 
 def eta_toward(

@@ -500,6 +500,9 @@ class WindowChoice:
     size: int
     basis: str
     interval: int | None = None
+    settled: bool = True
+    """A longer log at the same logging interval gets the same size (watch fixes it then):
+    False while the auto rule still lowers the records per window for a short log."""
 
 
 def _distinct_gaps(steps: pl.Series) -> pl.Series:
@@ -579,7 +582,10 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     Auto: ``k`` records of the logging interval ``i`` (the median step between records), with
     ``k`` = :data:`AUTO_RECORDS` (5), lowered toward 1 while the log would give fewer than
     :data:`AUTO_MIN_WINDOWS` (10) windows. A log written every step (``i`` = 1, this project's
-    own) keeps ``defaults.WINDOW`` (50) steps: 50 records a window. With HF's
+    own) keeps ``defaults.WINDOW`` (50) steps while they give the verdict its
+    ``defaults.MIN_POINTS`` (5) windows (250 steps); a shorter one gets 10 windows the same way
+    (35 epochs logged at step = epoch: 3-step windows, where one 50-step window gave no verdict).
+    With HF's
     ``logging_steps=500`` that is 2500-step windows of 5 records; every command then judges the
     same windows (converge, compare, watch).
     """
@@ -592,20 +598,24 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     )
     values, counts = _gap_counts(steps)
     if not values:
-        return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged")
+        return WindowChoice(defaults.WINDOW, "auto: fewer than two steps logged", settled=False)
     # logging_interval's, from the gaps tallied once
     interval = max(1, int(_median_of_tally(values, counts)))
-    if interval == 1:
-        return WindowChoice(defaults.WINDOW, f"auto: {defaults.WINDOW} steps, logged every step", 1)
     n = sum(counts) + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
-    k = AUTO_RECORDS
-    while k > 1 and n // k < AUTO_MIN_WINDOWS:
-        k -= 1
-    return WindowChoice(
-        k * interval,
-        f"auto: {plural(k, 'record')} of the {interval}-step logging interval",
-        interval,
-    )
+    most = defaults.WINDOW if interval == 1 else AUTO_RECORDS
+    # the most records (up to ``most``) that still give AUTO_MIN_WINDOWS windows, at least one;
+    # a log written every step keeps its 50 steps while they give the verdict its windows (the
+    # recent walk and every test of this project's runs read 50-step windows)
+    k = max(1, min(most, n // AUTO_MIN_WINDOWS))
+    if interval == 1 and n // most >= defaults.MIN_POINTS:
+        k = most
+    if interval == 1:
+        basis = f"auto: {plural(k, 'step')}, logged every step" + (
+            f" (a short log: {n} steps)" if k < most else ""
+        )
+    else:
+        basis = f"auto: {plural(k, 'record')} of the {interval}-step logging interval"
+    return WindowChoice(k * interval, basis, interval, settled=k == most)
 
 
 #: The polars type of each :class:`Window` field, in field order (a :class:`WindowTable`'s

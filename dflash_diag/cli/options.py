@@ -150,8 +150,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--window", "-w"),
         str,
         "auto",
-        "Steps per window; auto (the default): 5 records of the logging interval, fewer when "
-        "the log would give under 10 windows, never below 50 steps.",
+        "Steps per window; auto (the default): 5 records of the logging interval, 50 steps for "
+        "a log written every step; fewer for a short log (10 windows).",
         SELECTION,
         feeds="diagnosis.window",
         convert=parse_window,

@@ -50,9 +50,6 @@ Clock = Callable[[], float]
 #: :mod:`dflash_diag.watch.lazy_lists`): the lists of the records kept are read back after.
 LAZY_LISTS_BYTES = 2**20
 
-#: Distinct steps after which ``--window auto`` is fixed for the rest of the watch: the auto rule
-#: gives 5 records per window from there on, as converge gives on the whole log.
-AUTO_FIX_RECORDS = 50
 #: What the forecast reads of a record (:func:`dflash_diag.analysis.run_forecast.forecast_run`),
 #: kept for the pruned ones: 32 bytes a record, 32 MB for a million, where the records
 #: themselves (lists and all) are dropped.
@@ -386,14 +383,14 @@ class LiveLog:
         return selected
 
     def window_choice(self, frame: pl.DataFrame) -> WindowChoice:
-        """The windows of the view: ``--window``, else converge's auto rule, fixed once
-        :data:`AUTO_FIX_RECORDS` records are read (until then, chosen on what there is)."""
+        """The windows of the view: ``--window``, else converge's auto rule, fixed once a
+        longer log would get the same (:attr:`WindowChoice.settled`: 50 records at a logging
+        interval above 1, 500 steps logged every step); until then chosen on what there is,
+        and nothing is pruned."""
         if self.window is not None:
             return self.window
         choice = choose_window(frame, self.config.analysis.window)
-        if self.config.analysis.window is not None or (
-            frame.height and frame["step"].n_unique() >= AUTO_FIX_RECORDS
-        ):
+        if choice.settled and frame.height:
             self.window = choice
         return choice
 

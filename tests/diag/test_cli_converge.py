@@ -228,7 +228,7 @@ def test_field_mapping_reads_another_trainers_log(tmp_path):
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["verdict"]["status"] == "not enough data"  # 4 windows
+    assert data["verdict"]["status"] == "converging"  # a short log: 10 windows of 20 steps
     assert data["windows"][-1]["loss"] == 2.0
 
 

@@ -279,7 +279,7 @@ def test_two_runs_windows_weight_loss_by_n_pred_and_end_at_the_data(tmp_path):
     converge = json.loads(runner.invoke(app, ["converge", str(a), "-f", "json"]).output)
     assert converge["windows"][0]["loss"] == pytest.approx(windows[0]["loss_a"])
     out = runner.invoke(
-        app, ["compare", str(a), str(b), "-f", "text"], env={"COLUMNS": "200"}
+        app, ["compare", str(a), str(b), "-f", "text", "--window", "50"], env={"COLUMNS": "200"}
     ).output
     assert "101-120" in out, out
     assert "101-150" not in out, out

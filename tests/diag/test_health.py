@@ -16,7 +16,8 @@ from dflash_diag.analysis.alerts import loss_spikes, value_resolution
 from dflash_diag.analysis.alive import broken_reason, screen_records
 from dflash_diag.analysis.diagnosis import diagnose
 from dflash_diag.analysis.validation import EvalPoint, judge_series, tau_se
-from dflash_diag.analysis.windows import choose_window
+from dflash_diag.analysis.verdict import judge
+from dflash_diag.analysis.windows import choose_window, compute_window_table
 from dflash_diag.cli import app
 from dflash_diag.read.jsonl import load_log
 from tests.diag.logs import write
@@ -319,6 +320,49 @@ def test_auto_window_rule():
     short = pl.DataFrame({"step": list(range(500, 15001, 500))})  # 30 records: 3 a window
     assert choose_window(short).size == 1500
     assert choose_window(sparse, 100).size == 100
+
+
+@pytest.mark.parametrize(
+    ("steps", "size", "settled"),
+    [(1000, 50, True), (250, 50, True), (249, 24, False), (35, 3, False), (9, 1, False)],
+)
+def test_a_short_log_written_every_step_gets_ten_windows(steps, size, settled):
+    """35 epochs logged at step = epoch (a real CIFAR-10 log) were one 50-step window and no
+    verdict: a log written every step keeps 50-step windows while they are the verdict's 5, and
+    gets 10 windows when they are not, as a sparser log gets up to 5 records a window."""
+    choice = choose_window(pl.DataFrame({"step": list(range(1, steps + 1))}))
+    assert (choice.size, choice.settled) == (size, settled)
+    assert choice.basis.startswith(f"auto: {size} step")
+
+
+def test_a_real_short_epoch_log_gets_a_verdict():
+    """The real CIFAR-10 training.log: 35 epochs, loss 1.33 -> 0.572, test acc up to 85.2%."""
+    report = json.loads(
+        invoke(
+            "converge", ROOT / "shared/wild/5697526__CIFAR-10-Network/training.log", "-f", "json"
+        ).stdout
+    )
+    assert report["window"]["size"] == 3
+    assert len(report["windows"]) == 12
+    assert report["verdict"]["status"] == "converging"
+
+
+def test_an_accuracy_at_its_ceiling_leaves_the_verdict_to_the_loss():
+    """A classifier at 100% training accuracy still learns while its loss falls (a real MLflow
+    run: loss 0.061 -> 0.0045, acc_step 1.0): acc flat at 1.0 said plateau."""
+    records = [
+        {"step": s, "loss": 0.06 * 0.75**s, "acc": 1.0 if s > 2 else 0.96875} for s in range(10)
+    ]
+    windows = compute_window_table(pl.DataFrame(records), 1)
+    verdict = judge(windows, current_acc=1.0, target_acc=0.9)
+    assert (verdict.status, verdict.metric) == ("converging", "loss")
+    assert verdict.reason.endswith("acc is at its ceiling (1.0) in the newest window")
+    assert verdict.eta_steps == 0  # the target accuracy is reached
+    below = [{**r, "acc": min(r["acc"], 0.99)} for r in records]  # no ceiling: acc flat
+    assert (
+        judge(compute_window_table(pl.DataFrame(below), 1), current_acc=0.99, target_acc=0.9).metric
+        == "acc"
+    )
 
 
 def test_watch_and_converge_judge_the_same_windows(tmp_path):

@@ -284,11 +284,15 @@ def test_windows_realign_when_the_pipeline_phase_starts(tmp_path):
     path.write_text(legacy)
     live = LiveLog(path, WatchConfig())
     live.refresh()
-    assert build_view(live).windows[0].start == 14963  # no pipeline yet: all entries
+    first = build_view(live).windows[0]  # no pipeline yet: all entries, windows from the first
+    assert (first.start - 14963) % (first.end - first.start + 1) == 0
     append(path, json.dumps(HEADER) + "\n" + rising(15000, 15100))
     live.refresh()
     view = build_view(live)
-    assert [w.start for w in view.windows] == [15000, 15050]
+    # 100 pipeline steps: the auto rule's 10 windows from the pipeline's first step (the view
+    # shows the newest)
+    starts = [w.start for w in view.windows]
+    assert starts == list(range(15100 - 10 * len(starts), 15100, 10))
     assert "pipeline entries" in view.selection
 
 
@@ -505,3 +509,16 @@ def test_a_long_watch_keeps_its_pruned_state_in_few_chunks(tmp_path):
     earlier = live.earlier_records()
     assert earlier is not None
     assert earlier.n_chunks() <= 65
+
+
+def test_the_auto_window_of_a_log_growing_past_250_steps_follows_converge(tmp_path):
+    """A log written every step gets 10 windows while it is shorter than 250 steps, 50-step
+    windows from there: watch must not fix the short log's size for the rest of the watch."""
+    path = tmp_path / "growing.jsonl"
+    path.write_text(rising(1, 101))
+    live = LiveLog(path, WatchConfig())
+    live.refresh()
+    assert build_view(live).diagnosis.window.size == 10
+    append(path, rising(101, 400))
+    live.refresh()
+    assert build_view(live).diagnosis.window.size == 50

@@ -392,7 +392,11 @@ def diagnose_frame(
         peak_lr=config.peak_lr,
         steps_per_epoch=header_number(header, "steps_per_epoch"),
         max_lr=max_lr,
-        lr=every_record["lr"] if earlier_records is not None else None,
+        earlier_lr=(
+            every_record["lr"].head(every_record.height - frame.height)
+            if earlier_records is not None
+            else None
+        ),
     )
     block_size, _ = block_size_for(config.acceptance, header_number(header, "block_size"))
     # Evals count from the start of the selection (the origin), not of the windows judged: watch

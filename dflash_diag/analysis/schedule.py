@@ -130,7 +130,7 @@ def schedule_position(
     peak_lr: float | None = None,
     steps_per_epoch: float | None = None,
     max_lr: float | None = None,
-    lr: pl.Series | None = None,
+    earlier_lr: pl.Series | None = None,
 ) -> SchedulePosition:
     """Locate the last record of ``frame`` (sorted by step) in the lr schedule.
 
@@ -141,16 +141,22 @@ def schedule_position(
         steps_per_epoch: from the header, to place the step in epochs when records lack ``epoch``.
         max_lr: the largest finite lr of every metric record read (the "max seen" peak); None:
             the largest of ``frame``.
-        lr: the lr of every record analysed, in step order, where ``frame`` holds only the
-            newest (watch's kept records): the current lr and the inferred phase read it, as
-            converge reads the whole log. None: ``frame``'s.
+        earlier_lr: the lr of the records before ``frame``'s, in step order (watch's pruned
+            ones): the current lr and the inferred phase read their last finite ones where
+            ``frame`` holds too few, as converge reads the whole log.
     """
     assert frame.height, "schedule_position needs at least one record"
     step = int(frame["step"][-1])
     notes: list[str] = []
     # the lr column alone: a filter of the frame copies every column it keeps
-    lr = frame["lr"] if lr is None else lr
+    lr = frame["lr"]
     finite_lr = lr.filter(lr.is_finite().fill_null(False))
+    if earlier_lr is not None and finite_lr.len() < _INFER_TAIL:
+        # only the tail the phase reads (the peak is max_lr's): no pass over a million lrs
+        before = earlier_lr.filter(earlier_lr.is_finite().fill_null(False))
+        finite_lr = pl.concat(
+            [before.tail(_INFER_TAIL).cast(pl.Float64), finite_lr.cast(pl.Float64)]
+        )
     current = float(finite_lr[-1]) if finite_lr.len() else None
     if header is not None and header.peak_lr is not None:
         peak, peak_source = header.peak_lr, "header"

@@ -585,9 +585,8 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     own) keeps ``defaults.WINDOW`` (50) steps while they give the verdict its
     ``defaults.MIN_POINTS`` (5) windows (250 steps); a shorter one gets 10 windows the same way
     (35 epochs logged at step = epoch: 3-step windows, where one 50-step window gave no verdict).
-    With HF's
-    ``logging_steps=500`` that is 2500-step windows of 5 records; every command then judges the
-    same windows (converge, compare, watch).
+    With HF's ``logging_steps=500`` that is 2500-step windows of 5 records; every command then
+    judges the same windows (converge, compare, watch).
     """
     if size is not None:
         return WindowChoice(size, "--window")
@@ -604,8 +603,8 @@ def choose_window(frame: pl.DataFrame, size: int | None = None) -> WindowChoice:
     n = sum(counts) + 1 + (steps.null_count() > 0)  # distinct steps (n_unique counts a null)
     most = defaults.WINDOW if interval == 1 else AUTO_RECORDS
     # the most records (up to ``most``) that still give AUTO_MIN_WINDOWS windows, at least one;
-    # a log written every step keeps its 50 steps while they give the verdict its windows (the
-    # recent walk and every test of this project's runs read 50-step windows)
+    # a log written every step keeps its 50 steps while they give the verdict its windows: this
+    # project's runs are read in 50-step windows wherever they can be
     k = max(1, min(most, n // AUTO_MIN_WINDOWS))
     if interval == 1 and n // most >= defaults.MIN_POINTS:
         k = most

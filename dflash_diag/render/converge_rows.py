@@ -246,7 +246,7 @@ def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
     if d.drafter.is_drafter:
         lines += acceptance_lines(d)
     lines += verdict_lines(d)
-    lines += [("alert", message) for message in alert_messages(d.alerts) if message]
+    lines += [("alert", message) for message in alert_messages(d.alerts)]
     return lines
 
 

@@ -385,7 +385,7 @@ class LiveLog:
     def window_choice(self, frame: pl.DataFrame) -> WindowChoice:
         """The windows of the view: ``--window``, else converge's auto rule, fixed once a
         longer log would get the same (:attr:`WindowChoice.settled`: 50 records at a logging
-        interval above 1, 500 steps logged every step); until then chosen on what there is,
+        interval above 1, 250 steps logged every step); until then chosen on what there is,
         and nothing is pruned."""
         if self.window is not None:
             return self.window

@@ -69,8 +69,8 @@ class WatchConfig:
         table_rows: latest windows listed with their arrows.
         plot: add plotext line charts of loss, acc and tau (``--plot``).
         analysis: the diagnosis settings, the ones converge and compare use (phase, first step,
-            window: None for ``--window auto``, converge's rule fixed once 50 records are
-            read; thresholds, targets...).
+            window: None for ``--window auto``, converge's rule fixed once a longer log gets
+            the same; thresholds, targets...).
     """
 
     interval: float = 2.0

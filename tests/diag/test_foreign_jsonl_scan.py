@@ -192,15 +192,28 @@ def test_lists_are_no_values_as_the_line_reader_reads_them(tmp_path, case):
 
 @pytest.mark.parametrize(
     "case",
-    ["number", "text", "late_number", "some_null", "with_wandb_timestamp", "text_late", "bool"],
+    [
+        "number",
+        "text",
+        "late_number",
+        "some_null",
+        "with_wandb_timestamp",
+        "wandb_timestamp_where_time_is_missing",
+        "wandb_timestamp_and_a_null_time",
+        "wandb_timestamp_and_a_text_time",
+        "wandb_timestamp_and_time_null_in_every_record",
+        "text_late",
+        "bool",
+    ],
 )
 def test_a_time_key_is_the_records_time_as_the_line_reader_reads_it(tmp_path, case):
-    # the line reader takes a record's "time" as its time (and a numeric one as a value too);
-    # the fast path reads it so, or declines where the line reader's fallback to "_timestamp"
-    # could apply
+    # the line reader's clock is the numeric "time" value where the file writes "time" (a
+    # record without one has no time, "_timestamp" or not), else "_timestamp"; the fast path
+    # reads it so (both() compares), or declines where polars cannot tell (a "time" written
+    # null in every record reads as no key: "_timestamp" would be taken)
     records = [_hf(s) for s in range(1, 400)]
     for i, record in enumerate(records):
-        if case in ("number", "some_null", "with_wandb_timestamp"):
+        if case in ("number", "some_null") or case.startswith(("with_wandb", "wandb")):
             record["time"] = 1_700_000_000.0 + 2.5 * i
         elif case == "bool":
             record["time"] = i % 2 == 0
@@ -210,15 +223,28 @@ def test_a_time_key_is_the_records_time_as_the_line_reader_reads_it(tmp_path, ca
         records[300]["time"] = 17.0
     elif case == "some_null":
         records[200]["time"] = None
-    elif case == "with_wandb_timestamp":
+    if case.startswith(("with_wandb", "wandb")):
         for i, record in enumerate(records):
             record["_timestamp"] = 1_600_000_000.0 + i
+    if case == "wandb_timestamp_where_time_is_missing":
+        for record in records[100:200]:
+            del record["time"]
+    elif case == "wandb_timestamp_and_a_null_time":
+        records[300]["time"] = None
+    elif case == "wandb_timestamp_and_a_text_time":
+        records[300]["time"] = "12:00:01"
+    elif case == "wandb_timestamp_and_time_null_in_every_record":
+        for record in records:
+            record["time"] = None
     elif case == "text_late":
         records[-1]["time"] = "00:25:00"
     fast, slow = both(_write(tmp_path / f"{case}.jsonl", records))
-    if case == "with_wandb_timestamp":
-        assert fast is None
-    elif case != "some_null":  # a null value: declined as any null is, or read the same
+    if case in ("wandb_timestamp_and_a_text_time", "wandb_timestamp_and_time_null_in_every_record"):
+        assert fast is None  # a number and a text "time"; a "time" polars cannot see
+    elif case == "wandb_timestamp_where_time_is_missing":
+        assert fast is not None  # W&B's clock beside the trainer's: read fast (was declined)
+        assert slow.log.metrics["time"][100:200].null_count() == 100
+    elif case not in ("some_null",):  # a null value: declined as any null is, or read the same
         assert fast is not None  # a clean log with a "time" key: the fast path takes it
     if case == "number":
         assert slow.log.metrics["time"].to_list()[:2] == [1_700_000_000.0, 1_700_000_002.5]

@@ -22,8 +22,9 @@ accepts, and gives up (None: the line reader runs) whenever the result could dif
   that count falls short, the lists are read as ``List(Float64)`` to account for them;
 * any remaining difference, a line polars rejects (malformed, torn, NaN tokens, a type that
   changes, a list of anything but numbers), or a string that might be a number sends the file
-  to the line reader; so does a file with both ``time`` and ``_timestamp`` (the line reader
-  takes a record's ``time``, else its ``_timestamp``).
+  to the line reader. The clock is the numeric ``time`` where the file writes ``time``, else
+  ``_timestamp``, as the line reader's canonical log has it; a ``time`` written null in every
+  record (no key to polars) beside ``_timestamp`` is the line reader's too.
 
 Objects (speculators' ``{"train": {...}}``): polars reads an object's fields several times
 slower than top-level keys (1M such records: 2.0 s against 0.9 s), so where the objects' fields
@@ -187,6 +188,9 @@ class _Scanned:
         maybe_null: whether a key may be written ``null`` (the colons were more than the
             values read): polars reads such a key as missing.
         short: the pieces (offset, length) whose colons the keys read do not account for.
+        time_maybe_null: a piece with null tokens names ``"time"``, a key polars found no value
+            of: a ``"time": null`` the canonical clock would read as no time, not as the
+            record's ``_timestamp``.
     """
 
     top: dict[str, pl.DataType]
@@ -196,6 +200,7 @@ class _Scanned:
     all_keys_read: bool
     maybe_null: bool
     short: list[tuple[int, int]]
+    time_maybe_null: bool = False
 
     def present(self, key: str) -> pl.Series:
         """Whether each row holds the top-level ``key``."""
@@ -304,8 +309,6 @@ def _scan(
     the head shows how they are written: :class:`_Opening`); each piece's numbers
     are kept and the rest dropped (None: a piece polars rejects, NaN values, a numeric string,
     a key the fast path does not take)."""
-    if "time" in tree and "_timestamp" in tree:
-        return None  # a record's time is its "time", else its "_timestamp": the line reader
     if "event" in tree:
         # this project's events are skipped by the line reader, another trainer's mark its
         # metric records: the line reader's rules
@@ -317,6 +320,7 @@ def _scan(
     presence: _Growing | None = None
     types: dict[str, pl.DataType] = {}
     colons = found = nulls = 0
+    time_maybe_null = False
     earlier_steps = _earlier_steps(tree, step_keys)
     opening = _Opening.of(tree, marks, head)
     skipping = _Skipping.of(tree, marks, head) if opening is None else None
@@ -355,6 +359,8 @@ def _scan(
             colons += piece_colons
             found += piece_found
             nulls += piece_nulls
+            if piece_nulls and "time" not in schema and not time_maybe_null:
+                time_maybe_null = b'"time"' in piece
             if len({c.name for c in columns}) < len(columns):
                 return None  # a key "a/b" beside an object "a" with a field "b"
             flat = pl.DataFrame(columns)
@@ -399,6 +405,7 @@ def _scan(
         all_keys_read=colons == found or (colons > found and colons == found + nulls),
         maybe_null=colons != found,
         short=short,
+        time_maybe_null=time_maybe_null,
     )
 
 
@@ -807,21 +814,24 @@ def _wide(
         )
     issues = ParseIssues()
     issues.lines = flat.height
-    if (
-        "row" in scanned.types
-        or any(scanned.types.get(k, pl.Float64) != pl.Float64 for k in step_keys)
-        or ("time" in scanned.types and "_timestamp" in scanned.types)
+    if "row" in scanned.types or any(
+        scanned.types.get(k, pl.Float64) != pl.Float64 for k in step_keys
     ):
         return None  # a key named like a wide column, a step that is no number: line reader
+    if "time" not in scanned.types and "_timestamp" in scanned.types and scanned.time_maybe_null:
+        return None  # "time": null in every record: no clock, not "_timestamp" (line reader)
     keys = [name for name in flat.columns if flat[name].null_count() < flat.height]
     present = [k for k in step_keys if k in keys]
     step = pl.coalesce(*(pl.col(k) for k in present)) if present else pl.lit(None, pl.Float64)
     # the line reader's record time: a numeric "time" (a value too, as the step is), else
     # "_timestamp"; a "time" that is text is no number (numeric text declined above) and
-    # none is read for it, and the two keys together are declined above
+    # none is read for it. Where a file writes "time" the canonical clock is that value
+    # column, "_timestamp" or not: a record without one (or with a text one) has no time.
     time = (
         pl.col("time")
         if "time" in keys
+        else pl.lit(None, pl.Float64)
+        if "time" in scanned.types
         else pl.col("_timestamp")
         if "_timestamp" in keys
         else pl.lit(None, pl.Float64)

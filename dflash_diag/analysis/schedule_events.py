@@ -213,11 +213,17 @@ def event_at(events: Sequence[ScheduleEvent], step: int, slack: int = 1) -> Sche
     return next((e for e in events if abs(e.step - step) <= slack), None)
 
 
+def resumes_anything(headers: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a ``run_start`` header resumes from a checkpoint (else there is no schedule
+    event to look for, and no pass over the records)."""
+    return any(isinstance(h.get("resumed_from"), Mapping) for h in headers)
+
+
 def schedule_events_of(log: Any, keep_all: bool = False) -> list[ScheduleEvent]:
     """:func:`detect_schedule_events` of a parsed log (its headers and its lr series, restarts
     resolved); no pass over the records when no header resumes anything."""
     headers = [e.fields for e in log.run_starts]
-    if not any(isinstance(h.get("resumed_from"), Mapping) for h in headers):
+    if not resumes_anything(headers):
         return []
     from dflash_diag.analysis.restarts import resolve_restarts
 

@@ -234,11 +234,13 @@ def judge(
         metric = None
     # An accuracy at its ceiling (every record of the newest window 1.0: a classifier that fits
     # its training batches) cannot rise; whether the model still learns is the loss's to say.
+    newest_acc = table.newest_given("acc")
     saturated = (
         metric == "acc"
         and "loss" not in skip
         and bool(table.given("loss").any())
-        and _newest(table, "acc") >= 1.0
+        and newest_acc is not None
+        and float(table.array("acc")[newest_acc]) >= 1.0
     )
     if saturated:
         metric = "loss"
@@ -365,12 +367,6 @@ def fitted_slope(points: Sequence[tuple[float, float]]) -> float | None:
         return None
     # a tau target's per-window estimates can be 20,000 points: merged first, as the verdict's
     return theil_sen_slope(*bounded_points([x for x, _ in kept], [y for _, y in kept]))
-
-
-def _newest(table: WindowTable, metric: str) -> float:
-    """The newest given, finite value of ``metric`` in the windows (NaN without one)."""
-    values = table.array(metric)[table.given(metric) & np.isfinite(table.array(metric))]
-    return float(values[-1]) if values.size else math.nan
 
 
 def eta_toward(

@@ -9,7 +9,6 @@ the recent windows, the time since the last record and the `Alert`s. No file acc
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dflash_diag.analysis.acceptance import Acceptance
@@ -17,7 +16,11 @@ from dflash_diag.analysis.alerts import Alert, stall_alert
 from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, diagnose_frame, governing_header
 from dflash_diag.analysis.restarts import before_then
 from dflash_diag.analysis.schedule import SchedulePosition
-from dflash_diag.analysis.schedule_events import ScheduleEvent, detect_schedule_events
+from dflash_diag.analysis.schedule_events import (
+    ScheduleEvent,
+    detect_schedule_events,
+    resumes_anything,
+)
 from dflash_diag.analysis.trend import Trend
 from dflash_diag.analysis.verdict import Verdict
 from dflash_diag.analysis.windows import Window
@@ -165,7 +168,7 @@ def build_view(live: LiveLog) -> WatchView:
     # The schedule's restarts read the lr around each resume step, which may have been pruned.
     headers = live.headers()
     lr_records = frame
-    if frame.height and any(isinstance(h.get("resumed_from"), Mapping) for h in headers):
+    if frame.height and resumes_anything(headers):
         lr_records = before_then(live.earlier_records(), frame)
     # the parts every frame has, waiting or not
     frame_view = functools.partial(

@@ -20,9 +20,13 @@ JSONL's). For every shape, each reader runs in a fresh process, so that its peak
 * ``scan``      ``pl.scan_ndjson`` of the shape's scalar columns and the 50-step group-by: what
                 reading the values costs at the least (its RSS/file is the floor: Python and
                 polars, about 50 MiB, plus the file's pages polars maps);
-* ``floor``     the same scan after importing numpy, typer and rich, the rest of the stack
-                converge is built on: ``floor x scan`` above 1.25 says no converge on this stack
-                can meet the target at that size, ``conv x floor`` what the package adds;
+* ``floor``     the same scan after importing numpy and typer, the rest of the stack converge's
+                JSON path imports, with numpy's BLAS pool as converge sets it (one thread):
+                ``floor x scan`` above 1.25 says no converge on this stack can meet the target
+                at that size, ``conv x floor`` what the package adds;
+* ``parse``     polars' read of every key of the file (one whole-file call) after the same
+                imports: what a reader that returns every value pays at the least, where the
+                scan reads two to five columns; ``conv x parse`` what the package adds over it;
 * ``converge``  the CLI, ``dflash-diag converge LOG --format json`` (read + analysis + render);
 * ``load_log``  ``dflash_diag.load_log(LOG)``, the library entry point the README shows;
 * ``first`` / ``rerun``  converge through the parsed-log cache (JSONL shapes): a first run on a
@@ -66,7 +70,11 @@ POLARS_SCAN = textwrap.dedent("""
     import polars as pl
     spec = json.loads(sys.argv[2])
     def dtype(t):
-        return pl.Struct({k: dtype(v) for k, v in t.items()}) if isinstance(t, dict) else getattr(pl, t)()
+        if isinstance(t, dict):
+            return pl.Struct({k: dtype(v) for k, v in t.items()})
+        if isinstance(t, list):  # ["List", inner]
+            return pl.List(dtype(t[1]))
+        return getattr(pl, t)()
     def col(path):
         head, *rest = path.split(".")
         expr = pl.col(head)
@@ -83,7 +91,29 @@ POLARS_SCAN = textwrap.dedent("""
 # The floor: the bare scan after importing the third-party stack converge cannot do without
 # (numpy for the forecast's fits, typer for the command line, rich for the terminal), so that
 # what the package itself adds shows apart from what its dependencies cost.
-FLOOR = "import numpy, typer, rich\n" + POLARS_SCAN
+# What converge imports besides polars on its JSON path (numpy, typer: no rich, scipy or
+# pydantic), with numpy's BLAS pool set as converge's process sets it (THREAD_DEFAULTS): the
+# floor ran with one BLAS thread per core, about 0.1 s of CPU that converge does not pay.
+STACK = "import os\nos.environ.update(json.loads(sys.argv[3]))\nimport numpy, typer\n"
+FLOOR = POLARS_SCAN.replace("import polars as pl\n", STACK + "import polars as pl\n", 1)
+
+# polars' read of every key of the shape (the whole file, one call, its own threads), after
+# the same imports: what a reader that returns every value pays at the least, beside the
+# scan's two to five columns.
+PARSE = textwrap.dedent("""
+    import json, os, sys
+    os.environ.update(json.loads(sys.argv[3]))
+    import numpy, typer
+    import polars as pl
+    def dtype(t):
+        if isinstance(t, dict):
+            return pl.Struct({k: dtype(v) for k, v in t.items()})
+        if isinstance(t, list):
+            return pl.List(dtype(t[1]))
+        return getattr(pl, t)()
+    schema = {k: dtype(v) for k, v in json.loads(sys.argv[2]).items()}
+    print(pl.scan_ndjson(sys.argv[1], schema=schema).collect().height, file=sys.stderr)
+""")
 
 LOAD_LOG = textwrap.dedent("""
     import sys
@@ -231,6 +261,29 @@ def build_against(rev: str, scratch: Path) -> tuple[str, Path]:
     return str(python), tree
 
 
+def every_key(path: Path, head_bytes: int = 8 * 2**20) -> dict[str, object]:
+    """The schema of every key in a JSONL file's first ``head_bytes`` (the shapes write each
+    key in their first records: eval rows within 1,000), as :data:`PARSE` reads it: numbers
+    and nulls as Float64 (a JSON number may be either), objects as dicts, lists as
+    ``["List", inner]``."""
+    import polars as pl
+
+    with path.open("rb") as handle:
+        data = handle.read(head_bytes)
+    data = data[: data.rfind(b"\n") + 1]
+
+    def spec(dtype: object) -> object:
+        if isinstance(dtype, pl.Struct):
+            return {f.name: spec(f.dtype) for f in dtype.fields}
+        if isinstance(dtype, pl.List):
+            return ["List", spec(dtype.inner)]
+        if dtype in (pl.String, pl.Boolean):
+            return str(dtype)
+        return "Float64"
+
+    return {k: spec(v) for k, v in pl.read_ndjson(data, infer_schema_length=None).schema.items()}
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of every measured process: bytecode cached, as an installed user has it.
 
@@ -261,6 +314,8 @@ def _median(values: list[float]) -> float:
 def main() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_shapes import SHAPES
+
+    from dflash_diag.cli import THREAD_DEFAULTS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200_000, help="records per shape")
@@ -323,11 +378,13 @@ def main() -> None:
                 cut = data.rfind(b"\n", 0, len(data) * 100 // 101) + 1
                 grow[name] = (data[:cut], data[cut:])
         readers = ["scan", "converge", "load_log", "scan0", "converge0", "load_log0"]
-        readers += ["floor", "floor0"]
+        readers += ["floor", "floor0", "parse"]
         readers += ["first", "rerun"] + (["converge@REV", "load_log@REV"] if against else [])
         runs = {n: {r: [] for r in readers} for n in names}
         loads = []
         env = child_env(XDG_CACHE_HOME=str(folder / "cache"))
+        threads = json.dumps(THREAD_DEFAULTS)
+        keys = {n: json.dumps(every_key(paths[SHAPES[n].scan_of or n])) for n in names}
         warm(sys.executable, ROOT)
         if against:
             warm(*against)
@@ -345,14 +402,17 @@ def main() -> None:
                 scan_log = str(paths[shape.scan_of or name])
                 this = runs[name]
                 this["scan"].append(run(POLARS_SCAN, [scan_log, spec], env=env))
-                this["floor"].append(run(FLOOR, [scan_log, spec], env=env))
+                this["floor"].append(run(FLOOR, [scan_log, spec, threads], env=env))
+                this["parse"].append(run(PARSE, [scan_log, keys[name], threads], env=env))
                 this["converge"].append(run(CONVERGE, [log, "-", *_converge_flags(ROOT)], env=env))
                 this["load_log"].append(run(LOAD_LOG, [log], env=env))
                 small = str(tiny[name])
                 this["scan0"].append(
                     run(POLARS_SCAN, [str(tiny[shape.scan_of or name]), spec], env=env)
                 )
-                this["floor0"].append(run(FLOOR, [str(tiny[shape.scan_of or name]), spec], env=env))
+                this["floor0"].append(
+                    run(FLOOR, [str(tiny[shape.scan_of or name]), spec, threads], env=env)
+                )
                 this["converge0"].append(
                     run(CONVERGE, [small, "-", *_converge_flags(ROOT)], env=env)
                 )
@@ -431,16 +491,23 @@ def main() -> None:
                 f"{_ratio(med['load_log'] - med['load_log0'], added):>12}"
             )
         print(
-            "\nthe floor: the bare scan after importing numpy, typer and rich (what converge "
-            "needs besides polars);\nwhere 'floor x scan' is above 1.25, no converge built on "
-            "this stack meets the target"
+            "\nthe floor: the bare scan after the imports converge's JSON path needs besides "
+            "polars (numpy with\nconverge's one BLAS thread, typer); 'floor x scan' above 1.25: "
+            "no converge on this stack meets the\ntarget. parse: polars' read of every key of the "
+            "file after the same imports (what a reader\nthat returns every value pays at the "
+            "least); 'conv x parse': what the package adds over it"
         )
-        print(f"{'shape':<14}{'floor0 s':>9}{'floor s':>8}{'floor x scan':>13}{'conv x floor':>13}")
+        print(
+            f"{'shape':<14}{'floor0 s':>9}{'floor s':>8}{'floor x scan':>13}{'conv x floor':>13}"
+            f"{'parse s':>8}{'parse x scan':>13}{'conv x parse':>13}"
+        )
         for name in names:
             med = {r: _median([x.cpu for x in runs[name][r]]) for r in readers if runs[name][r]}
             print(
                 f"{name:<14}{med['floor0']:9.2f}{med['floor']:8.2f}"
                 f"{med['floor'] / med['scan']:13.2f}{med['converge'] / med['floor']:13.2f}"
+                f"{med['parse']:8.2f}{med['parse'] / med['scan']:13.2f}"
+                f"{med['converge'] / med['parse']:13.2f}"
             )
 
 

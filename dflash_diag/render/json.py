@@ -300,6 +300,9 @@ def _converge_json(
     out = {"format_version": FORMAT_VERSION, **_diagnosis_json(report, windows)}
     out["skipped_lines"] = report.issues.malformed
     out["nonfinite"] = report.issues.nonfinite_total
+    # what the text and markdown reports give as their ``note`` lines (values left out, a metric
+    # not measured, not a drafter's log, a block size that changed...): a script reads them too
+    out["notes"] = list(report.notes)
     if report.ranks is not None:
         out["ranks"] = rank_skew_json(report.ranks)
     if report.schedule_events:

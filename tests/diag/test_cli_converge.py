@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -32,6 +33,7 @@ JSON_KEYS = {
     "drafter",
     "window",
     "forecast",
+    "notes",
 }
 WINDOW_KEYS = {"start", "end", "n", "loss", "acc", "acc_delta", "trend", "loss_delta", "loss_trend"}
 LR_KEYS = {"current", "peak", "peak_source", "fraction_of_peak", "phase"}
@@ -391,3 +393,35 @@ def test_one_step_windows_are_labelled_by_their_step(tmp_path, columns):
         app, ["compare", str(path), str(path), "-w", "1", "-f", "text"], env=env
     ).stdout
     assert "two runs, windows of 1 step" in one.splitlines(), one
+
+
+def _markdown_notes(*args) -> list[str]:
+    result = invoke(*args, "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    return [
+        line.removeprefix("- **note**: ")
+        for line in result.stdout.splitlines()
+        if line.startswith("- **note**: ")
+    ]
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # a real public log (shared/wild) whose accuracy is written in percent: the values left
+        # out and "not a drafter's log" are notes of every format, JSON's too
+        "shared/wild/Ipiano__MNistClassifier/logs/250-epochs_4294967296-data_100-minibatch/train.log",
+        "sample_logs/train.jsonl",
+    ],
+)
+def test_json_notes_are_the_reports_note_lines(log):
+    path = Path(__file__).resolve().parents[2] / log
+    if not path.is_file():
+        pytest.skip(f"{log} is absent")
+    result = invoke(path, "--format", "json")
+    assert result.exit_code == 0, result.output
+    notes = json.loads(result.stdout)["notes"]
+    assert notes == _markdown_notes(path)
+    if "Ipiano" in log:
+        assert notes[0].startswith("250 accuracy values outside [0, 1] left out")
+        assert notes[1].startswith("not a drafter's log")

@@ -84,6 +84,32 @@ def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORD
     return float(cast(float, low)) if low == high else None
 
 
+#: The columns :func:`screening_flags` adds: whether a record's accuracy, or its accuracy and
+#: loss, were left out (watch keeps them for the records it prunes).
+SCREENED_FLAGS = ("acc_out", "n_pred_out")
+
+
+def _nonpositive_n_pred() -> pl.Expr:
+    return (pl.col("n_pred") <= 0).fill_null(False)
+
+
+def _acc_outside() -> pl.Expr:
+    return (pl.col("acc").is_finite() & ((pl.col("acc") < 0) | (pl.col("acc") > 1))).fill_null(
+        False
+    )
+
+
+def screening_flags(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` (not yet screened) with :data:`SCREENED_FLAGS`: which records
+    :func:`screen_records` leaves out of the accuracy for being outside [0, 1], and of the loss
+    and accuracy for ``n_pred <= 0`` (a record so left out is not counted twice)."""
+    n_pred = _nonpositive_n_pred() if "n_pred" in frame.columns else pl.lit(False)
+    acc = _acc_outside() if "acc" in frame.columns else pl.lit(False)
+    return frame.with_columns(
+        (acc & ~n_pred).alias("acc_out"), n_pred.cast(pl.Boolean).alias("n_pred_out")
+    )
+
+
 def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
     """``frame`` with out-of-range accuracies and non-positive ``n_pred`` records left out.
 
@@ -92,10 +118,9 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
     """
     if frame.height == 0:
         return frame, Screening()
-    notes: list[str] = []
     bad_acc = bad_n = 0
     if "n_pred" in frame.columns:
-        nonpositive = (pl.col("n_pred") <= 0).fill_null(False)
+        nonpositive = _nonpositive_n_pred()
         bad_n = int(frame.select(nonpositive.sum()).item())
         if bad_n:
             frame = frame.with_columns(
@@ -105,23 +130,46 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
                     if c in frame.columns
                 )
             )
-            notes.append(
-                f"{plural(bad_n, 'record')} with n_pred <= 0 left out of the loss and "
-                "accuracy (no predicted token: no vote)"
-            )
     if "acc" in frame.columns:
-        outside = (
-            pl.col("acc").is_finite() & ((pl.col("acc") < 0) | (pl.col("acc") > 1))
-        ).fill_null(False)
+        outside = _acc_outside()
         bad_acc = int(frame.select(outside.sum()).item())
         if bad_acc:
             frame = frame.with_columns(
                 pl.when(outside).then(None).otherwise(pl.col("acc")).alias("acc")
             )
-            notes.append(
-                f"{plural(bad_acc, 'accuracy value')} outside [0, 1] left out (a percentage? "
-                "an accuracy is a fraction)"
-            )
+    return frame, _screening(frame, bad_acc, bad_n)
+
+
+def whole_log_screening(screening: Screening, every_record: pl.DataFrame) -> Screening:
+    """The screening of every record converge reads, from ``screening`` (the records in view)
+    and ``every_record`` (watch's pruned records, screened, with their :data:`SCREENED_FLAGS`,
+    then the records in view, whose flags are null): the counts of both, and a metric constant
+    in every record, not in the view alone, as converge screens the whole log."""
+    flagged = {
+        name: int(every_record[name].sum()) if name in every_record.columns else 0
+        for name in SCREENED_FLAGS
+    }
+    return _screening(
+        every_record,
+        screening.acc_out_of_range + flagged["acc_out"],
+        screening.nonpositive_n_pred + flagged["n_pred_out"],
+    )
+
+
+def _screening(frame: pl.DataFrame, bad_acc: int, bad_n: int) -> Screening:
+    """What was left out (counted by the caller) and the metrics constant in ``frame``
+    (screened), with the report's notes."""
+    notes: list[str] = []
+    if bad_n:
+        notes.append(
+            f"{plural(bad_n, 'record')} with n_pred <= 0 left out of the loss and "
+            "accuracy (no predicted token: no vote)"
+        )
+    if bad_acc:
+        notes.append(
+            f"{plural(bad_acc, 'accuracy value')} outside [0, 1] left out (a percentage? "
+            "an accuracy is a fraction)"
+        )
     constant: dict[str, float] = {}
     for name, other in (("acc", "loss"), ("loss", "acc")):
         value = constant_value(frame, name)
@@ -133,7 +181,7 @@ def screen_records(frame: pl.DataFrame) -> tuple[pl.DataFrame, Screening]:
             f"{name} is constant ({value:.4g}) in every record while the {other} moves: "
             f"the {name} is not measured; the verdict judges the {other}"
         )
-    return frame, Screening(bad_acc, bad_n, constant, notes)
+    return Screening(bad_acc, bad_n, constant, notes)
 
 
 def moving(frame: pl.DataFrame, name: str) -> bool:

@@ -25,7 +25,7 @@ from dflash_diag.analysis.acceptance import (
     estimate_acceptance,
 )
 from dflash_diag.analysis.alerts import Alert, loss_spikes, value_resolution
-from dflash_diag.analysis.alive import broken_reason, screen_records
+from dflash_diag.analysis.alive import broken_reason, screen_records, whole_log_screening
 from dflash_diag.analysis.drafter import (
     NATIVE_SCHEMA,
     DrafterEvidence,
@@ -354,7 +354,9 @@ def diagnose_frame(
         earlier_records: the ``step``, ``loss``, ``acc`` and ``lr`` of those records, screened
             (:func:`~dflash_diag.analysis.alive.screen_records`), in step order: the forecast
             fits them with ``frame``'s, as converge's fits the whole log (a record at or after
-            ``frame``'s first step is superseded, as a restart supersedes it).
+            ``frame``'s first step is superseded, as a restart supersedes it); with their
+            :data:`~dflash_diag.analysis.alive.SCREENED_FLAGS`, the screening's counts and
+            notes are the whole log's.
     """
     config = config or DiagnosisConfig()
     load = lists or (lambda rows: rows)
@@ -386,6 +388,9 @@ def diagnose_frame(
     # Every record converge reads: watch's pruned ones joined with the kept ones. The whole-log
     # answers (the forecast, the lr's phase, the spikes' rounding) read these, not the view's.
     every_record = before_then(earlier_records, frame)
+    if earlier_records is not None:
+        # what converge leaves out of the whole log, and a metric constant in all of it
+        screening = whole_log_screening(screening, every_record)
     schedule = schedule_position(
         frame,
         ScheduleHeader.from_fields(header.fields.get("schedule")) if header else None,

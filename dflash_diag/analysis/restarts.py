@@ -81,11 +81,15 @@ def before_then(earlier: pl.DataFrame | None, later: pl.DataFrame) -> pl.DataFra
     """``earlier``'s records before ``later``'s first step, then ``later``'s, in ``earlier``'s
     columns (``later`` alone without ``earlier``): records at or past the step a later segment
     starts from are superseded by it, as :func:`resolve_restarts` purges them (watch's pruned
-    records joined with newer ones)."""
+    records joined with newer ones); a column of ``earlier``'s that ``later`` lacks is null in
+    ``later``'s rows."""
     if earlier is None or earlier.height == 0:
         return later
     first = later["step"].min()
     kept = earlier.filter(pl.col("step") < first)
+    missing = [c for c in earlier.columns if c not in later.columns]
+    if missing:
+        later = later.with_columns(pl.lit(None, earlier.schema[c]).alias(c) for c in missing)
     return pl.concat([kept, later.select(earlier.columns)], how="vertical_relaxed")
 
 

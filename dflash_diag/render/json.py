@@ -325,6 +325,7 @@ def watch_json(view: WatchView) -> dict[str, Any]:
             "skipped_lines": view.skipped_lines,
             "nonfinite": view.nonfinite,
             "waiting": view.waiting,
+            "notes": list(view.notes),
         }
     )
     if view.schedule_events:

@@ -228,6 +228,8 @@ def render_view(view: WatchView, *, plot: bool = False, width: int = 100) -> Ren
         parts.append(_hung(_verdict_text(d), width))
         if (line := forecast_line(d.forecast)) is not None:
             parts.append(Text("\n".join(wrap("forecast: " + line, width)), overflow="fold"))
+    for note in view.notes:  # converge's notes: why a value is missing, what the verdict skips
+        parts.append(_hung(Text("note: " + visible(note), style="dim"), width))
     if plot and view.series:
         parts.append(_plot(view, width))
     return Group(*parts)

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from dflash_diag.analysis.alive import screen_records
+from dflash_diag.analysis.alive import SCREENED_FLAGS, screen_records, screening_flags
 from dflash_diag.analysis.diagnosis import DiagnosisConfig
 from dflash_diag.analysis.phase import Selection, select_phase
 from dflash_diag.analysis.restarts import (
@@ -54,6 +54,9 @@ LAZY_LISTS_BYTES = 2**20
 #: kept for the pruned ones: 32 bytes a record, 32 MB for a million, where the records
 #: themselves (lists and all) are dropped.
 FORECAST_COLUMNS = ("step", "loss", "acc", "lr")
+#: What else is kept of a pruned record, so that the notes are converge's: its run (the block
+#: size's changes between runs) and what the screening left out of it (about 4 bytes more).
+PRUNED_COLUMNS = (*FORECAST_COLUMNS, "run", *SCREENED_FLAGS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,7 +199,7 @@ class LiveLog:
         self.window: WindowChoice | None = None  # fixed once known (auto: after 50 records)
         # the means of the pruned records' windows, as columns (tens of thousands in a long run)
         self.archived = empty_window_table()
-        # the pruned records' screened FORECAST_COLUMNS: the forecast reads every record
+        # the pruned records' screened PRUNED_COLUMNS: the forecast reads every record
         self.pruned_scalars: pl.DataFrame | None = None
         # (file offset, first line, last line) of the pieces parsed without their lists
         self._lists_unread: list[tuple[int, int, int]] = []
@@ -403,8 +406,9 @@ class LiveLog:
         return sorted(self.restarts.values(), key=lambda r: (r.source, r.seq or 0, r.step))
 
     def earlier_records(self) -> pl.DataFrame | None:
-        """The :data:`FORECAST_COLUMNS` of the records pruned so far (screened), in step order,
-        or None before any is pruned: the forecast fits every record, as converge's does."""
+        """The :data:`PRUNED_COLUMNS` of the records pruned so far (screened), in step order,
+        or None before any is pruned: the forecast fits every record, as converge's does, and
+        the notes count what converge's screening leaves out of them."""
         return self.pruned_scalars
 
     def _prune(self) -> None:
@@ -430,7 +434,7 @@ class LiveLog:
         cutoff = self.origin + max(first_window, 0) * w
         dropped = selected.filter((pl.col("step") >= self.origin) & (pl.col("step") < cutoff))
         if dropped.height:
-            screened, _ = screen_records(dropped)
+            screened, _ = screen_records(screening_flags(dropped))
             # windows from the first one pruned now replace any later ones (a restart rewound)
             archived = merge_window_tables(
                 self.archived, compute_window_table(screened, w, start=self.origin)
@@ -440,7 +444,10 @@ class LiveLog:
             self.archived = archived
             # the screening is row by row: these rows are what converge's screening gives them
             # (a restart that rewound into the pruned steps supersedes them)
-            kept_scalars = before_then(self.pruned_scalars, screened.select(FORECAST_COLUMNS))
+            kept_scalars = before_then(
+                self.pruned_scalars,
+                screened.select(c for c in PRUNED_COLUMNS if c in screened.columns),
+            )
             if kept_scalars.n_chunks() > 64:  # a long watch prunes a few rows a refresh
                 kept_scalars = kept_scalars.rechunk()
             self.pruned_scalars = kept_scalars

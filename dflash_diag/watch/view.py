@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 from dflash_diag.analysis.acceptance import Acceptance
 from dflash_diag.analysis.alerts import Alert, stall_alert
-from dflash_diag.analysis.diagnosis import Diagnosis, WindowRow, diagnose_frame, governing_header
+from dflash_diag.analysis.diagnosis import (
+    Diagnosis,
+    WindowRow,
+    block_size_notes,
+    diagnose_frame,
+    governing_header,
+)
 from dflash_diag.analysis.restarts import before_then
 from dflash_diag.analysis.schedule import SchedulePosition
 from dflash_diag.analysis.schedule_events import (
@@ -69,6 +75,8 @@ class WatchView:
         diagnosis: the diagnosis of the recent records (None while waiting).
         table_rows: how many of the latest windows the table lists.
         schedule_events: lr schedule restarts at resumes (see analysis.schedule_events).
+        notes: converge's notes on the same bytes (values left out, a metric not measured, not a
+            drafter's log, a block size that changed, steps out of range).
     """
 
     path: str
@@ -86,6 +94,7 @@ class WatchView:
     diagnosis: Diagnosis | None = None
     table_rows: int = 6
     schedule_events: list[ScheduleEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def rows(self) -> list[WindowRow]:
@@ -243,4 +252,13 @@ def build_view(live: LiveLog) -> WatchView:
         alerts=alerts + diagnosis.alerts,
         diagnosis=diagnosis,
         table_rows=config.table_rows,
+        notes=[
+            *diagnosis.notes,
+            *(
+                block_size_notes(live.log, before_then(live.earlier_records(), frame))
+                if live.log is not None  # it is: the diagnosis needs it
+                else []
+            ),
+            *live.issues.reader_notes(),
+        ],
     )

@@ -65,6 +65,7 @@ SAME_ANSWER = (
     "schedule_events",
     "skipped_lines",
     "nonfinite",
+    "notes",
 )
 #: The alerts of a live view alone (the file's clock and state), which converge never gives.
 LIVE_ALERTS = {"stall", "reset", "nonfinite", "missing"}

@@ -71,9 +71,9 @@ def finite_range(frame: pl.DataFrame, name: str) -> tuple[int, object, object]:
     column = frame[name]
     if not column.dtype.is_float() or not all_finite(column):
         column = _finite(frame, name)
-    elif column.null_count():
-        column = column.drop_nulls()
-    return column.len(), column.min(), column.max()
+        return column.len(), column.min(), column.max()
+    # min and max pass over nulls: no copy of the column without them (a screened accuracy's)
+    return column.len() - column.null_count(), column.min(), column.max()
 
 
 def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORDS) -> float | None:
@@ -171,10 +171,13 @@ def _screening(frame: pl.DataFrame, bad_acc: int, bad_n: int) -> Screening:
             "an accuracy is a fraction)"
         )
     constant: dict[str, float] = {}
+    # each column's finite range once (a million records in watch's whole-log screening)
+    ranges = {name: finite_range(frame, name) for name in ("acc", "loss")}
     for name, other in (("acc", "loss"), ("loss", "acc")):
-        value = constant_value(frame, name)
-        if value is not None and moving(frame, other):
-            constant[name] = value
+        count, low, high = ranges[name]
+        n_other, low_other, high_other = ranges[other]
+        if count >= MIN_RECORDS and low == high and n_other >= 2 and low_other != high_other:
+            constant[name] = float(cast(float, low))
     for name, value in constant.items():
         other = "loss" if name == "acc" else "acc"
         notes.append(

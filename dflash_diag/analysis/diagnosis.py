@@ -281,13 +281,20 @@ def diagnose(
     return diagnosis
 
 
-def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, int, int]]:
+def block_size_changes(
+    log: ParsedLog, frame: pl.DataFrame | Callable[[], pl.DataFrame]
+) -> list[tuple[int, int, int]]:
     """``(step, before, after)`` for each change of the ``run_start`` headers' block size
-    between consecutive runs of ``frame`` (the first step governed by the new header)."""
+    between consecutive runs of ``frame`` (the first step governed by the new header);
+    ``frame`` may be a function giving it, called only where the headers name two sizes."""
     headers = log.run_starts
     sizes = {header_number(h, "block_size") for h in headers} - {None}
-    if len(sizes) < 2 or frame.height == 0 or "run" not in frame.columns:
+    if len(sizes) < 2:
         return []  # one block size in every header: nothing to look for in the records
+    if callable(frame):
+        frame = frame()
+    if frame.height == 0 or "run" not in frame.columns:
+        return []
     firsts = frame.filter(pl.col("run") >= 0).group_by("run").agg(pl.col("step").min()).sort("step")
     out, previous = [], None
     for run, step in zip(firsts["run"].to_list(), firsts["step"].to_list(), strict=True):
@@ -300,7 +307,7 @@ def block_size_changes(log: ParsedLog, frame: pl.DataFrame) -> list[tuple[int, i
     return out
 
 
-def block_size_notes(log: ParsedLog, frame: pl.DataFrame) -> list[str]:
+def block_size_notes(log: ParsedLog, frame: pl.DataFrame | Callable[[], pl.DataFrame]) -> list[str]:
     """A note per block-size change: the acceptance estimates use the last header's B, and
     accuracies of different B are different quantities (compare splits the regimes there)."""
     return [

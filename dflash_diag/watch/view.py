@@ -255,7 +255,8 @@ def build_view(live: LiveLog) -> WatchView:
         notes=[
             *diagnosis.notes,
             *(
-                block_size_notes(live.log, before_then(live.earlier_records(), frame))
+                # every record's runs, joined only where the headers name two block sizes
+                block_size_notes(live.log, lambda: before_then(live.earlier_records(), frame))
                 if live.log is not None  # it is: the diagnosis needs it
                 else []
             ),

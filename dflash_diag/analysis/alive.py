@@ -78,10 +78,21 @@ def finite_range(frame: pl.DataFrame, name: str) -> tuple[int, object, object]:
 
 def constant_value(frame: pl.DataFrame, name: str, min_records: int = MIN_RECORDS) -> float | None:
     """The one value of ``name`` when at least ``min_records`` finite records all hold it."""
-    count, low, high = finite_range(frame, name)
+    return _constant_in(finite_range(frame, name), min_records)
+
+
+def _constant_in(span: tuple[int, object, object], min_records: int = MIN_RECORDS) -> float | None:
+    """:func:`constant_value` of a :func:`finite_range`."""
+    count, low, high = span
     if count < min_records:
         return None
     return float(cast(float, low)) if low == high else None
+
+
+def _moves(span: tuple[int, object, object]) -> bool:
+    """:func:`moving` of a :func:`finite_range`."""
+    count, low, high = span
+    return count >= 2 and low != high
 
 
 #: The columns :func:`screening_flags` adds: whether a record's accuracy, or its accuracy and
@@ -174,10 +185,9 @@ def _screening(frame: pl.DataFrame, bad_acc: int, bad_n: int) -> Screening:
     # each column's finite range once (a million records in watch's whole-log screening)
     ranges = {name: finite_range(frame, name) for name in ("acc", "loss")}
     for name, other in (("acc", "loss"), ("loss", "acc")):
-        count, low, high = ranges[name]
-        n_other, low_other, high_other = ranges[other]
-        if count >= MIN_RECORDS and low == high and n_other >= 2 and low_other != high_other:
-            constant[name] = float(cast(float, low))
+        value = _constant_in(ranges[name])
+        if value is not None and _moves(ranges[other]):
+            constant[name] = value
     for name, value in constant.items():
         other = "loss" if name == "acc" else "acc"
         notes.append(
@@ -189,8 +199,7 @@ def _screening(frame: pl.DataFrame, bad_acc: int, bad_n: int) -> Screening:
 
 def moving(frame: pl.DataFrame, name: str) -> bool:
     """Whether ``name`` has at least two distinct finite values."""
-    count, low, high = finite_range(frame, name)
-    return count >= 2 and low != high
+    return _moves(finite_range(frame, name))
 
 
 def zero_tail(frame: pl.DataFrame, min_records: int = MIN_RECORDS) -> tuple[int, int] | None:
